@@ -1,0 +1,55 @@
+// The codec API: encode a page into one self-describing container (docs/FORMAT.md), decode a container with
+// its first `stages` streams present. One API for every scheme (DESIGN.md 4.2) and every implementation
+// (scalar reference, AVX2, AVX-512; the CUDA kernels have their own launchers but produce the same codes).
+// All functions are thread-safe and keep no state between calls.
+//
+//   KVT_ASSIGN_OR_RETURN(Scheme scheme, ParseScheme("lynx"));
+//   KVT_ASSIGN_OR_RETURN(EncodedPage enc, EncodePage(scheme, CodecOptions{}, page));
+//   // send enc.stream(0) on the anchor lane, enc.stream(1) on the residual lane ...
+//   KVT_RETURN_IF_ERROR(DecodePage(enc.bytes, /*stages=*/1, out));   // anchor-only view
+//   KVT_RETURN_IF_ERROR(DecodePage(enc.bytes, /*stages=*/2, out));   // full 8-bit precision
+#ifndef KVT_CODEC_CODEC_H_
+#define KVT_CODEC_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/container.h"
+#include "codec/options.h"
+#include "codec/page.h"
+#include "codec/scheme.h"
+
+namespace kvt::codec {
+
+// One encoded page. `bytes` is the whole container; streams are contiguous ranges of it.
+struct EncodedPage {
+  std::vector<uint8_t> bytes;
+  ContainerLayout layout;
+
+  // Bytes of stream `i` as sent on the wire; stream 0 includes the container header (and metadata).
+  absl::Span<const uint8_t> stream(int i) const {
+    return absl::MakeConstSpan(bytes).subspan(layout.stream_offset[i], layout.stream_length[i]);
+  }
+};
+
+// Encodes `page` with `scheme`. INVALID_ARGUMENT for empty or oversized pages, tokens not a multiple of
+// options.chunk_tokens (the last chunk may be short only if the page is shorter than one chunk: it is
+// padded internally), invalid options, or NaN/Inf in the input (unless options.non_finite == kPassThrough,
+// where they travel exactly in the anchor stream as spikes).
+absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page);
+
+// Decodes `container` using its first `stages` streams (1 = anchor only; num_streams = full precision) into
+// `out`, which must have the container's tokens and channels. Only the bytes of streams [0, stages) are read,
+// so a receiver may call this while later streams are still arriving. Never reads or writes out of bounds:
+// DATA_LOSS for a bad CRC or corrupt contents, INVALID_ARGUMENT for a malformed header, lengths or dims that
+// disagree with `out`, or `stages` outside [1, num_streams].
+absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const MutablePageView& out,
+                        const CodecOptions& options = CodecOptions{});
+
+}  // namespace kvt::codec
+
+#endif  // KVT_CODEC_CODEC_H_

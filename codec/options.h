@@ -1,0 +1,51 @@
+// Codec options: everything that changes how a page is encoded or decoded, with its default.
+// The defaults of the lynx family (centering, alpha, anchor rule) are chosen by the sweep in docs/CODEC.md.
+#ifndef KVT_CODEC_OPTIONS_H_
+#define KVT_CODEC_OPTIONS_H_
+
+#include "absl/status/status.h"
+
+namespace kvt::codec {
+
+// Which implementation runs the codec. All produce identical codes (tests compare them).
+enum class CodecImpl {
+  kAuto,       // the fastest the CPU supports, chosen at run time (AVX-512, else AVX2, else reference)
+  kReference,  // the scalar reference: the spec
+  kAvx2,
+  kAvx512,
+};
+
+// What a lynx chunk is centred on before the log transform (DESIGN.md 4.3).
+enum class Centering {
+  kMidrange,  // (min + max) / 2: sigma = half the chunk's range, no level wasted
+  kMean,      // the chunk mean, as the source paper does: sigma = max |x - mean|, up to twice the range needed
+};
+
+// Where an anchor-only decode puts a value whose lower code bits are unknown.
+enum class AnchorRule {
+  kCodeCentre,   // centre of the anchor's interval in the code (log) domain
+  kValueCentre,  // centre of the anchor's interval in the value domain
+};
+
+enum class NonFinitePolicy {
+  kReject,       // NaN/Inf in the input -> INVALID_ARGUMENT naming the first bad (token, channel)
+};
+
+struct CodecOptions {
+  // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256; pages longer than one
+  // chunk must be a whole number of chunks.
+  int chunk_tokens = 32;
+  // The lynx log curve's steepness (alpha > 0); chosen by the sweep in docs/CODEC.md.
+  float alpha = 4.0f;
+  Centering centering = Centering::kMidrange;
+  AnchorRule anchor_rule = AnchorRule::kValueCentre;
+  NonFinitePolicy non_finite = NonFinitePolicy::kReject;
+  CodecImpl impl = CodecImpl::kAuto;
+
+  // OK, or INVALID_ARGUMENT saying which field is out of range.
+  absl::Status Validate() const;
+};
+
+}  // namespace kvt::codec
+
+#endif  // KVT_CODEC_OPTIONS_H_

@@ -1,0 +1,42 @@
+// A page: the codec's unit of work (DESIGN.md 4.1). `tokens` consecutive tokens of one layer's K or V, all
+// channels (a channel is one (head, dim) pair), token-major: value (t, c) is at data[t * row_stride + c].
+// Views do not own memory; the caller keeps it alive for the duration of the call that takes the view.
+#ifndef KVT_CODEC_PAGE_H_
+#define KVT_CODEC_PAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvt::codec {
+
+struct PageView {
+  const float* data = nullptr;
+  int tokens = 0;
+  int channels = 0;
+  // Floats between the starts of consecutive tokens; 0 means `channels` (dense).
+  size_t row_stride = 0;
+
+  size_t stride() const { return row_stride == 0 ? static_cast<size_t>(channels) : row_stride; }
+  float at(int t, int c) const { return data[static_cast<size_t>(t) * stride() + c]; }
+  size_t num_values() const { return static_cast<size_t>(tokens) * channels; }
+};
+
+struct MutablePageView {
+  float* data = nullptr;
+  int tokens = 0;
+  int channels = 0;
+  size_t row_stride = 0;
+
+  size_t stride() const { return row_stride == 0 ? static_cast<size_t>(channels) : row_stride; }
+  float& at(int t, int c) const { return data[static_cast<size_t>(t) * stride() + c]; }
+  size_t num_values() const { return static_cast<size_t>(tokens) * channels; }
+};
+
+// Limits enforced on every encode and on every container decoded (untrusted input).
+inline constexpr int kMaxPageTokens = 1 << 16;
+inline constexpr int kMaxPageChannels = 1 << 16;
+inline constexpr size_t kMaxPageValues = size_t{1} << 26;  // 64 Mi values, 256 MiB of float32
+
+}  // namespace kvt::codec
+
+#endif  // KVT_CODEC_PAGE_H_
