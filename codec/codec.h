@@ -37,9 +37,8 @@ struct EncodedPage {
 };
 
 // Encodes `page` with `scheme`. INVALID_ARGUMENT for empty or oversized pages, tokens not a multiple of
-// options.chunk_tokens (the last chunk may be short only if the page is shorter than one chunk: it is
-// padded internally), invalid options, or NaN/Inf in the input (unless options.non_finite == kPassThrough,
-// where they travel exactly in the anchor stream as spikes).
+// options.chunk_tokens (unless the page is shorter than one chunk: then the page is one short chunk), invalid
+// options, or NaN/Inf in the input (the message names the first bad (token, channel)).
 absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page);
 
 // Decodes `container` using its first `stages` streams (1 = anchor only; num_streams = full precision) into

@@ -17,6 +17,10 @@ namespace kvt::codec {
 
 inline constexpr uint32_t kContainerMagic = 0x3154564Bu;  // "KVT1" in little-endian byte order
 inline constexpr uint16_t kContainerVersion = 1;
+// The fixed header that opens every container (and stream 0); docs/FORMAT.md has its fields.
+inline constexpr size_t kContainerHeaderBytes = 104;
+// ContainerLayout::flags bits.
+inline constexpr uint8_t kFlagSpikeReserve = 0x01;
 
 // What a container says about itself, validated.
 struct ContainerLayout {
@@ -40,8 +44,25 @@ struct ContainerLayout {
 absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> bytes);
 
 // The exact size of stream `i` for a page of these dims, the same formula the encoder and the header check use.
-// Returns 0 if the dims are invalid for the scheme.
+// Returns 0 if the dims are invalid for the scheme. Stream 0's size here excludes the header.
 size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int channels, int chunk_tokens);
+
+// Chunks per channel in a page: tokens / chunk_tokens, or 1 for a page shorter than one chunk.
+int NumChunks(int tokens, int chunk_tokens);
+
+// OK if `scheme` is well formed (the widths its kind allows), else INVALID_ARGUMENT saying why.
+absl::Status ValidateScheme(const Scheme& scheme);
+
+// OK if (tokens, channels, chunk_tokens) is a page this codec handles (page.h limits; tokens a multiple of
+// chunk_tokens or fewer than it), else INVALID_ARGUMENT naming the bad dim.
+absl::Status ValidatePageDims(int tokens, int channels, int chunk_tokens);
+
+// Fills the layout's derived fields (header_bytes, offsets, lengths, total) from scheme and dims, which must be
+// valid. The encoder's way to build a layout; CRCs are left as they are.
+void ComputeLayout(ContainerLayout& layout);
+
+// Writes the header for `layout` (CRCs included) into header[0, kContainerHeaderBytes).
+void WriteContainerHeader(const ContainerLayout& layout, uint8_t* header);
 
 }  // namespace kvt::codec
 

@@ -31,20 +31,33 @@ enum class NonFinitePolicy {
   kReject,       // NaN/Inf in the input -> INVALID_ARGUMENT naming the first bad (token, channel)
 };
 
+inline constexpr float kMinAlpha = 1e-3f;
+inline constexpr float kMaxAlpha = 1e4f;
+
 struct CodecOptions {
   // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256; pages longer than one
-  // chunk must be a whole number of chunks.
+  // chunk must be a whole number of chunks. Encode-side only: the decoder reads it from the container.
   int chunk_tokens = 32;
-  // The lynx log curve's steepness (alpha > 0); chosen by the sweep in docs/CODEC.md.
+  // The lynx log curve's steepness, in [kMinAlpha, kMaxAlpha]; chosen by the sweep in docs/CODEC.md. It travels
+  // in the container, so the decoder uses the encoder's value (the decode-side field is ignored).
   float alpha = 4.0f;
+  // Encode-side only (the decoder needs no knowledge of it).
   Centering centering = Centering::kMidrange;
+  // Decode-side only: how a decode with fewer than all stages reconstructs values.
   AnchorRule anchor_rule = AnchorRule::kValueCentre;
   NonFinitePolicy non_finite = NonFinitePolicy::kReject;
+  // kAvx2 / kAvx512 on a CPU without them: INVALID_ARGUMENT (see ImplAvailable).
   CodecImpl impl = CodecImpl::kAuto;
 
   // OK, or INVALID_ARGUMENT saying which field is out of range.
   absl::Status Validate() const;
 };
+
+// Whether `impl` can run on this CPU (kAuto and kReference always can).
+bool ImplAvailable(CodecImpl impl);
+// What kAuto resolves to on this CPU.
+CodecImpl ResolveImpl(CodecImpl impl);
+const char* ImplName(CodecImpl impl);
 
 }  // namespace kvt::codec
 

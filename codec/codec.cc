@@ -1,0 +1,142 @@
+#include "codec/codec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "codec/internal/baselines.h"
+#include "codec/internal/lynx_codec.h"
+#include "codec/internal/lynx_kernels.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace kvt::codec {
+namespace {
+
+absl::Status CheckImpl(CodecImpl impl) {
+  if (!ImplAvailable(impl)) {
+    return absl::InvalidArgumentError(absl::StrCat("codec implementation ", ImplName(impl),
+                                                   " is not supported by this CPU"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FirstNonFinite(const PageView& page) {
+  for (int t = 0; t < page.tokens; ++t) {
+    for (int c = 0; c < page.channels; ++c) {
+      const float x = page.at(t, c);
+      if (!std::isfinite(x)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("page value at (token ", t, ", channel ", c, ") is ", x, ": NaN/Inf cannot be encoded"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
+  if (page.data == nullptr) return absl::InvalidArgumentError("page has no data");
+  KVT_RETURN_IF_ERROR(ValidatePageDims(page.tokens, page.channels, options.chunk_tokens));
+  if (page.row_stride != 0 && page.row_stride < static_cast<size_t>(page.channels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page row_stride ", page.row_stride, " is less than its ", page.channels, " channels"));
+  }
+  const CodecImpl impl = ResolveImpl(options.impl);
+  KVT_RETURN_IF_ERROR(CheckImpl(impl));
+  const internal::LynxKernels& kernels = internal::KernelsFor(impl);
+  if (!kernels.all_finite(page)) return FirstNonFinite(page);
+
+  EncodedPage enc;
+  ContainerLayout& layout = enc.layout;
+  layout.scheme = scheme;
+  layout.tokens = page.tokens;
+  layout.channels = page.channels;
+  layout.chunk_tokens = options.chunk_tokens;
+  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  ComputeLayout(layout);
+  enc.bytes.resize(layout.total_bytes);
+  std::array<uint8_t*, kMaxStreams> streams{};
+  for (int i = 0; i < scheme.num_streams(); ++i) {
+    streams[i] = enc.bytes.data() + layout.stream_offset[i] + (i == 0 ? layout.header_bytes : 0);
+  }
+  const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
+  switch (scheme.kind) {
+    case SchemeKind::kBf16:
+      internal::EncodeBf16(page, streams[0]);
+      break;
+    case SchemeKind::kInt8:
+    case SchemeKind::kInt4:
+      internal::EncodeUniform(page, scheme.stage_bits[0], chunk_len, streams[0]);
+      break;
+    case SchemeKind::kFp8:
+      internal::EncodeFp8(page, streams[0]);
+      break;
+    case SchemeKind::kLynx:
+      internal::EncodeLynx(scheme, options, page, kernels, streams);
+      break;
+  }
+  for (int i = 0; i < scheme.num_streams(); ++i) {
+    const size_t payload = layout.stream_length[i] - (i == 0 ? layout.header_bytes : 0);
+    layout.stream_crc[i] = Crc32c(streams[i], payload);
+  }
+  WriteContainerHeader(layout, enc.bytes.data());
+  return enc;
+}
+
+absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const MutablePageView& out,
+                        const CodecOptions& options) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  const CodecImpl impl = ResolveImpl(options.impl);
+  KVT_RETURN_IF_ERROR(CheckImpl(impl));
+  KVT_ASSIGN_OR_RETURN(ContainerLayout layout, ParseContainerHeader(container));
+  const Scheme& scheme = layout.scheme;
+  if (stages < 1 || stages > scheme.num_streams()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
+  }
+  if (out.data == nullptr) return absl::InvalidArgumentError("output page has no data");
+  if (out.tokens != layout.tokens || out.channels != layout.channels) {
+    return absl::InvalidArgumentError(absl::StrCat("output page is ", out.tokens, " x ", out.channels,
+                                                   " but the container holds ", layout.tokens, " x ",
+                                                   layout.channels));
+  }
+  if (out.row_stride != 0 && out.row_stride < static_cast<size_t>(out.channels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output row_stride ", out.row_stride, " is less than its ", out.channels, " channels"));
+  }
+  if (container.size() > layout.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("container has ", container.size() - layout.total_bytes,
+                                                   " bytes past its last stream"));
+  }
+  std::array<const uint8_t*, kMaxStreams> streams{};
+  for (int i = 0; i < stages; ++i) {
+    const size_t end = layout.stream_offset[i] + layout.stream_length[i];
+    if (container.size() < end) {
+      return absl::InvalidArgumentError(absl::StrCat("container truncated: stream ", i, " ends at byte ", end,
+                                                     " but only ", container.size(), " bytes are present"));
+    }
+    const size_t skip = i == 0 ? layout.header_bytes : 0;
+    streams[i] = container.data() + layout.stream_offset[i] + skip;
+    if (Crc32c(streams[i], layout.stream_length[i] - skip) != layout.stream_crc[i]) {
+      return absl::DataLossError(absl::StrCat("container stream ", i, " CRC32C mismatch"));
+    }
+  }
+  const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
+  switch (scheme.kind) {
+    case SchemeKind::kBf16:
+      return internal::DecodeBf16(streams[0], out);
+    case SchemeKind::kInt8:
+    case SchemeKind::kInt4:
+      return internal::DecodeUniform(streams[0], scheme.stage_bits[0], chunk_len, out);
+    case SchemeKind::kFp8:
+      return internal::DecodeFp8(streams[0], out);
+    case SchemeKind::kLynx:
+      return internal::DecodeLynx(layout, streams, stages, options.anchor_rule, internal::KernelsFor(impl), out);
+  }
+  return absl::InternalError("unreachable scheme kind");
+}
+
+}  // namespace kvt::codec

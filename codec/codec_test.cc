@@ -1,0 +1,298 @@
+// EncodePage / DecodePage over every scheme and implementation: fidelity, identical codes across
+// implementations, adversarial pages, progressive decoding and argument errors.
+#include "codec/codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codec/internal/lynx_math.h"
+#include "codec/test_pages.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<std::string> AllSchemeNames() {
+  std::vector<std::string> names = StandardSchemeNames();
+  for (const char* extra : {"lynx+spike", "lynx-a2r6+spike", "lynx4+spike", "lynx-a1r7", "lynx-a3r3r2",
+                            "lynx-a1r1r1r1r1r1r1r1", "lynx-a2r2"}) {
+    names.push_back(extra);
+  }
+  return names;
+}
+
+Scheme MustParse(const std::string& name) {
+  absl::StatusOr<Scheme> s = ParseScheme(name);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+std::vector<float> Decode(const EncodedPage& enc, int stages, CodecOptions options = {}) {
+  std::vector<float> out(static_cast<size_t>(enc.layout.tokens) * enc.layout.channels, -12345.0f);
+  MutablePageView view{out.data(), enc.layout.tokens, enc.layout.channels, 0};
+  absl::Status st = DecodePage(enc.bytes, stages, view, options);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+double Nmse(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
+    den += double{x[i]} * x[i];
+  }
+  return num / den;
+}
+
+class CodecImplTest : public ::testing::TestWithParam<CodecImpl> {
+ protected:
+  void SetUp() override {
+    if (!ImplAvailable(GetParam())) GTEST_SKIP() << ImplName(GetParam()) << " not supported by this CPU";
+  }
+  CodecOptions Options() const {
+    CodecOptions o;
+    o.impl = GetParam();
+    return o;
+  }
+};
+
+TEST_P(CodecImplTest, EveryStandardSchemeDecodesARealisticPageWithinItsErrorBound) {
+  const TestPage page = RealisticPage(256, 512, 1);
+  // Upper bounds on KV NMSE, loose enough for any sane seed, tight enough to catch a broken scheme.
+  const std::map<std::string, double> bound = {
+      {"bf16", 1e-5}, {"int8", 1e-3},   {"int4", 0.05},      {"fp8", 2e-3}, {"lynx", 1e-3},
+      {"lynx-a2r6", 1e-3}, {"lynx-a3r5", 1e-3}, {"lynx-a2r2r4", 1e-3}, {"lynx8", 1e-3}, {"lynx4", 0.05}};
+  for (const std::string& name : StandardSchemeNames()) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<EncodedPage> enc = EncodePage(MustParse(name), Options(), page.view());
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    const std::vector<float> out = Decode(*enc, enc->layout.scheme.num_streams(), Options());
+    EXPECT_LT(Nmse(page.data, out), bound.at(name));
+  }
+}
+
+TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
+  std::vector<TestPage> pages = AdversarialPages();
+  pages.push_back(RealisticPage(256, 1024, 2));
+  pages.push_back(RealisticPage(64, 77, 3));
+  for (Centering centering : {Centering::kMidrange, Centering::kMean}) {
+    for (float alpha : {4.0f, 0.5f, 60.0f}) {
+      for (const std::string& name : AllSchemeNames()) {
+        for (const TestPage& page : pages) {
+          SCOPED_TRACE(name + " on " + page.name + " alpha " + std::to_string(alpha));
+          CodecOptions ref;
+          ref.impl = CodecImpl::kReference;
+          ref.centering = centering;
+          ref.alpha = alpha;
+          CodecOptions impl = ref;
+          impl.impl = GetParam();
+          absl::StatusOr<EncodedPage> a = EncodePage(MustParse(name), ref, page.view());
+          absl::StatusOr<EncodedPage> b = EncodePage(MustParse(name), impl, page.view());
+          ASSERT_TRUE(a.ok()) << a.status();
+          ASSERT_TRUE(b.ok()) << b.status();
+          ASSERT_EQ(a->bytes, b->bytes);
+          for (int stages = 1; stages <= a->layout.scheme.num_streams(); ++stages) {
+            for (AnchorRule rule : {AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
+              ref.anchor_rule = impl.anchor_rule = rule;
+              // Same float ops in every implementation: decoded values are equal (+0 == -0).
+              const std::vector<float> x = Decode(*a, stages, ref);
+              const std::vector<float> y = Decode(*a, stages, impl);
+              for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << "value " << i << " stages " << stages;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CodecImplTest, AdversarialPagesDecodeToFiniteValuesInsideTheirChannelRange) {
+  for (const TestPage& page : AdversarialPages()) {
+    for (const std::string& name : AllSchemeNames()) {
+      SCOPED_TRACE(name + " on " + page.name);
+      const Scheme scheme = MustParse(name);
+      absl::StatusOr<EncodedPage> enc = EncodePage(scheme, Options(), page.view());
+      ASSERT_TRUE(enc.ok()) << enc.status();
+      for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
+        const std::vector<float> out = Decode(*enc, stages, Options());
+        for (int c = 0; c < page.channels; ++c) {
+          float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+          for (int t = 0; t < page.tokens; ++t) {
+            lo = std::fmin(lo, page.data[t * page.channels + c]);
+            hi = std::fmax(hi, page.data[t * page.channels + c]);
+          }
+          for (int t = 0; t < page.tokens; ++t) {
+            const float y = out[t * page.channels + c];
+            ASSERT_TRUE(std::isfinite(y)) << "(" << t << ", " << c << ")";
+            if (scheme.kind == SchemeKind::kLynx) {
+              ASSERT_GE(y, lo) << "(" << t << ", " << c << ")";
+              ASSERT_LE(y, hi) << "(" << t << ", " << c << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CodecImplTest, LynxDecodesConstantChannelsAndZerosExactly) {
+  for (const char* page_name : {"constant_channels", "all_zero", "signed_zeros"}) {
+    for (const TestPage& page : AdversarialPages()) {
+      if (page.name != page_name) continue;
+      for (const char* name : {"lynx", "lynx-a2r2r4", "lynx4", "lynx+spike"}) {
+        SCOPED_TRACE(std::string(name) + " on " + page.name);
+        absl::StatusOr<EncodedPage> enc = EncodePage(MustParse(name), Options(), page.view());
+        ASSERT_TRUE(enc.ok()) << enc.status();
+        for (int stages = 1; stages <= enc->layout.scheme.num_streams(); ++stages) {
+          EXPECT_EQ(Decode(*enc, stages, Options()), page.data);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CodecImplTest, SplitLynxSchemesAtFullPrecisionEqualTheSingleStreamLynx8) {
+  const TestPage page = RealisticPage(128, 256, 4);
+  absl::StatusOr<EncodedPage> single = EncodePage(MustParse("lynx8"), Options(), page.view());
+  ASSERT_TRUE(single.ok());
+  const std::vector<float> want = Decode(*single, 1, Options());
+  for (const char* name : {"lynx", "lynx-a2r6", "lynx-a3r5", "lynx-a2r2r4", "lynx-a1r7"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<EncodedPage> split = EncodePage(MustParse(name), Options(), page.view());
+    ASSERT_TRUE(split.ok());
+    EXPECT_EQ(Decode(*split, split->layout.scheme.num_streams(), Options()), want);
+  }
+}
+
+TEST_P(CodecImplTest, EachRefinementStageReducesTheError) {
+  const TestPage page = RealisticPage(256, 256, 5);
+  absl::StatusOr<EncodedPage> enc = EncodePage(MustParse("lynx-a2r2r4"), Options(), page.view());
+  ASSERT_TRUE(enc.ok());
+  const double e1 = Nmse(page.data, Decode(*enc, 1, Options()));
+  const double e2 = Nmse(page.data, Decode(*enc, 2, Options()));
+  const double e3 = Nmse(page.data, Decode(*enc, 3, Options()));
+  EXPECT_GT(e1, 2 * e2);
+  EXPECT_GT(e2, 2 * e3);
+}
+
+TEST_P(CodecImplTest, AnchorOnlyDecodeNeedsOnlyTheAnchorStreamBytes) {
+  const TestPage page = RealisticPage(64, 128, 6);
+  absl::StatusOr<EncodedPage> enc = EncodePage(MustParse("lynx"), Options(), page.view());
+  ASSERT_TRUE(enc.ok());
+  const absl::Span<const uint8_t> anchor = enc->stream(0);
+  ASSERT_EQ(anchor.data(), enc->bytes.data());
+  std::vector<float> from_prefix(page.data.size()), from_whole(page.data.size());
+  ASSERT_TRUE(DecodePage(anchor, 1, MutablePageView{from_prefix.data(), 64, 128, 0}, Options()).ok());
+  ASSERT_TRUE(DecodePage(enc->bytes, 1, MutablePageView{from_whole.data(), 64, 128, 0}, Options()).ok());
+  EXPECT_EQ(from_prefix, from_whole);
+  // The residual is not there yet: asking for it is an error, not a read past the end.
+  EXPECT_EQ(DecodePage(anchor, 2, MutablePageView{from_prefix.data(), 64, 128, 0}, Options()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(CodecImplTest, NonFiniteInputIsRejectedNamingTheTokenAndChannel) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    TestPage page = RealisticPage(64, 40, 7);
+    page.data[37 * 40 + 21] = bad;
+    page.data[50 * 40 + 3] = bad;
+    for (const std::string& name : AllSchemeNames()) {
+      absl::StatusOr<EncodedPage> enc = EncodePage(MustParse(name), Options(), page.view());
+      ASSERT_EQ(enc.status().code(), absl::StatusCode::kInvalidArgument) << name;
+      EXPECT_THAT(enc.status().message(), HasSubstr("(token 37, channel 21)"));
+    }
+  }
+}
+
+TEST_P(CodecImplTest, StridedPagesEncodeLikeDensePages) {
+  const TestPage page = RealisticPage(32, 48, 8);
+  std::vector<float> strided(32 * 64, std::numeric_limits<float>::quiet_NaN());  // padding must not be read
+  for (int t = 0; t < 32; ++t) std::memcpy(&strided[t * 64], &page.data[t * 48], 48 * sizeof(float));
+  for (const std::string& name : AllSchemeNames()) {
+    absl::StatusOr<EncodedPage> a = EncodePage(MustParse(name), Options(), page.view());
+    absl::StatusOr<EncodedPage> b = EncodePage(MustParse(name), Options(), PageView{strided.data(), 32, 48, 64});
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    EXPECT_EQ(a->bytes, b->bytes) << name;
+    std::vector<float> out(32 * 64, 7.0f);
+    ASSERT_TRUE(DecodePage(a->bytes, 1, MutablePageView{out.data(), 32, 48, 64}, Options()).ok());
+    EXPECT_EQ(out[48], 7.0f) << "decode wrote into the row padding";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllImpls, CodecImplTest,
+                         ::testing::Values(CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512),
+                         [](const auto& info) { return std::string(ImplName(info.param)); });
+
+TEST(CodecBitsTest, LynxFitsInsideInt8AndItsAnchorInsideInt4BitsPerValue) {
+  const TestPage page = RealisticPage(256, 1024, 9);
+  auto bits = [&](const std::string& name, int stages) {
+    absl::StatusOr<EncodedPage> enc = EncodePage(MustParse(name), CodecOptions{}, page.view());
+    EXPECT_TRUE(enc.ok());
+    size_t bytes = 0;
+    for (int i = 0; i < stages; ++i) bytes += enc->layout.stream_length[i];
+    return 8.0 * bytes / page.data.size();
+  };
+  const double int8 = bits("int8", 1), int4 = bits("int4", 1);
+  EXPECT_NEAR(int8, 9.0, 0.01);
+  EXPECT_NEAR(int4, 5.0, 0.01);
+  EXPECT_LE(bits("lynx", 2), int8);
+  EXPECT_LE(bits("lynx", 1), int4);
+  EXPECT_LE(bits("lynx-a3r5", 2), int8);
+  EXPECT_LE(bits("lynx-a2r2r4", 3), int8);
+  EXPECT_LE(bits("lynx8", 1), int8);
+  EXPECT_LE(bits("lynx4", 1), int4);
+}
+
+TEST(CodecArgumentsTest, BadPagesAndOptionsAreInvalidArguments) {
+  const TestPage page = RealisticPage(64, 16, 10);
+  const Scheme lynx = MustParse("lynx");
+  CodecOptions bad_chunk;
+  bad_chunk.chunk_tokens = 0;
+  EXPECT_EQ(EncodePage(lynx, bad_chunk, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  CodecOptions bad_alpha;
+  bad_alpha.alpha = -1.0f;
+  EXPECT_EQ(EncodePage(lynx, bad_alpha, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  bad_alpha.alpha = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(EncodePage(lynx, bad_alpha, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  CodecOptions chunk_24;
+  chunk_24.chunk_tokens = 24;  // 64 tokens is not a whole number of 24-token chunks
+  EXPECT_EQ(EncodePage(lynx, chunk_24, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePage(lynx, {}, PageView{nullptr, 64, 16, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePage(lynx, {}, PageView{page.data.data(), 0, 16, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePage(lynx, {}, PageView{page.data.data(), 64, 16, 8}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Scheme wrong = lynx;
+  wrong.stage_bits = {4, 5};
+  EXPECT_EQ(EncodePage(wrong, {}, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  Scheme int8_spike = MustParse("int8");
+  int8_spike.spike_reserve = true;
+  EXPECT_EQ(EncodePage(int8_spike, {}, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CodecArgumentsTest, DecodeRejectsStagesOutOfRangeAndMismatchedOutputs) {
+  const TestPage page = RealisticPage(64, 16, 11);
+  absl::StatusOr<EncodedPage> enc = EncodePage(MustParse("lynx"), CodecOptions{}, page.view());
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> out(64 * 16);
+  EXPECT_EQ(DecodePage(enc->bytes, 0, MutablePageView{out.data(), 64, 16, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePage(enc->bytes, 3, MutablePageView{out.data(), 64, 16, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePage(enc->bytes, 2, MutablePageView{out.data(), 32, 16, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePage(enc->bytes, 2, MutablePageView{out.data(), 64, 15, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePage(enc->bytes, 2, MutablePageView{nullptr, 64, 16, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(DecodePage(enc->bytes, 2, MutablePageView{out.data(), 64, 16, 0}).ok());
+}
+
+}  // namespace
+}  // namespace kvt::codec

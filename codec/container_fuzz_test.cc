@@ -1,0 +1,134 @@
+// DecodePage on untrusted bytes: truncations, flipped bytes, crafted metadata with valid CRCs and random
+// garbage always give a Status (DATA_LOSS or INVALID_ARGUMENT), never a crash or an out-of-bounds access
+// (run under --config=asan).
+#include <cstring>
+#include <random>
+
+#include "codec/codec.h"
+#include "codec/test_pages.h"
+#include "common/crc32c.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec {
+namespace {
+
+const char* const kSchemes[] = {"bf16", "int8", "int4", "fp8", "lynx", "lynx-a3r5", "lynx-a2r2r4", "lynx8",
+                                "lynx4", "lynx+spike"};
+
+EncodedPage Encode(const char* scheme, int tokens = 64, int channels = 12) {
+  const TestPage page = RealisticPage(tokens, channels, 99);
+  absl::StatusOr<EncodedPage> enc = EncodePage(*ParseScheme(scheme), CodecOptions{}, page.view());
+  EXPECT_TRUE(enc.ok()) << enc.status();
+  return *std::move(enc);
+}
+
+absl::StatusCode DecodeCode(absl::Span<const uint8_t> bytes, int stages, int tokens = 64, int channels = 12) {
+  std::vector<float> out(static_cast<size_t>(tokens) * channels);
+  return DecodePage(bytes, stages, MutablePageView{out.data(), tokens, channels, 0}).code();
+}
+
+// Rewrites the stream CRCs and the header after a deliberate edit, as a malicious sender would.
+void Reseal(std::vector<uint8_t>& b) {
+  absl::StatusOr<ContainerLayout> l = ParseContainerHeader(b);
+  ASSERT_TRUE(l.ok()) << l.status();
+  for (int i = 0; i < l->scheme.num_streams(); ++i) {
+    const size_t skip = i == 0 ? l->header_bytes : 0;
+    l->stream_crc[i] = Crc32c(b.data() + l->stream_offset[i] + skip, l->stream_length[i] - skip);
+  }
+  WriteContainerHeader(*l, b.data());
+}
+
+TEST(ContainerFuzzTest, EveryTruncationIsAnInvalidArgumentForTheStagesItCuts) {
+  for (const char* scheme : kSchemes) {
+    EncodedPage enc = Encode(scheme);
+    const int streams = enc.layout.scheme.num_streams();
+    for (size_t len = 0; len < enc.bytes.size(); ++len) {
+      const absl::Span<const uint8_t> prefix = absl::MakeConstSpan(enc.bytes).first(len);
+      for (int stages = 1; stages <= streams; ++stages) {
+        const size_t need = enc.layout.stream_offset[stages - 1] + enc.layout.stream_length[stages - 1];
+        const absl::StatusCode code = DecodeCode(prefix, stages);
+        if (len >= need) {
+          EXPECT_EQ(code, absl::StatusCode::kOk) << scheme << " len " << len << " stages " << stages;
+        } else {
+          EXPECT_EQ(code, absl::StatusCode::kInvalidArgument) << scheme << " len " << len << " stages " << stages;
+        }
+      }
+    }
+  }
+}
+
+TEST(ContainerFuzzTest, EveryFlippedByteIsDetected) {
+  for (const char* scheme : kSchemes) {
+    EncodedPage enc = Encode(scheme, 32, 8);
+    const int streams = enc.layout.scheme.num_streams();
+    for (size_t i = 0; i < enc.bytes.size(); ++i) {
+      std::vector<uint8_t> b = enc.bytes;
+      b[i] ^= 0x5A;
+      const absl::StatusCode code = DecodeCode(b, streams, 32, 8);
+      if (i < kContainerHeaderBytes) {
+        EXPECT_TRUE(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kInvalidArgument)
+            << scheme << " byte " << i << " gave " << code;
+      } else {
+        EXPECT_EQ(code, absl::StatusCode::kDataLoss) << scheme << " byte " << i;
+      }
+    }
+  }
+}
+
+TEST(ContainerFuzzTest, AFlipInALaterStreamDoesNotDisturbTheAnchorOnlyDecode) {
+  EncodedPage enc = Encode("lynx");
+  std::vector<uint8_t> b = enc.bytes;
+  b[enc.layout.stream_offset[1] + 3] ^= 0xFF;
+  EXPECT_EQ(DecodeCode(b, 1), absl::StatusCode::kOk);
+  EXPECT_EQ(DecodeCode(b, 2), absl::StatusCode::kDataLoss);
+}
+
+TEST(ContainerFuzzTest, ResealedMetadataNoEncoderWritesIsDataLoss) {
+  auto expect_data_loss = [](const char* scheme, auto edit) {
+    EncodedPage enc = Encode(scheme);
+    std::vector<uint8_t> b = enc.bytes;
+    uint8_t* payload = b.data() + kContainerHeaderBytes;
+    edit(payload);
+    Reseal(b);
+    EXPECT_EQ(DecodeCode(b, enc.layout.scheme.num_streams()), absl::StatusCode::kDataLoss) << scheme;
+  };
+  auto put_float = [](uint8_t* p, float v) { std::memcpy(p, &v, 4); };
+  // lynx: lo (channel 0) NaN, lo > hi, hi infinite.
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, std::nanf("")); });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, 1e30f); });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 4 * 12, INFINITY); });
+  // lynx+spike: spike index past the chunk, spike value NaN. Offsets: lo, hi (12 ch x 4 B each), q_mu, q_sigma
+  // (2 chunks x 12 ch each), spike values (24 x 4 B), spike indices (24).
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { p[96 + 48 + 96] = 32; });
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { put_float(p + 96 + 48, std::nanf("")); });
+  // int8: fp16 min = inf (0x7C00); fp8: scale NaN, scale so large that 448 * scale overflows, a NaN code.
+  expect_data_loss("int8", [&](uint8_t* p) { p[0] = 0x00; p[1] = 0x7C; });
+  expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, std::nanf("")); });
+  expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, 3e38f); });
+  expect_data_loss("fp8", [&](uint8_t* p) { p[4 * 64] = 0x7F; });
+}
+
+TEST(ContainerFuzzTest, RandomEditsNeverCrashTheDecoder) {
+  std::mt19937 rng(5);
+  for (const char* scheme : kSchemes) {
+    EncodedPage enc = Encode(scheme, 32, 8);
+    for (int iter = 0; iter < 300; ++iter) {
+      std::vector<uint8_t> b = enc.bytes;
+      const int edits = 1 + rng() % 4;
+      for (int e = 0; e < edits; ++e) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+      if (iter % 2 == 0 && ParseContainerHeader(b).ok()) Reseal(b);  // past the CRCs, into the payload checks
+      if (iter % 3 == 0) b.resize(rng() % (b.size() + 1));
+      std::vector<float> out(32 * 8);
+      const absl::Status st = DecodePage(b, 1 + rng() % 3, MutablePageView{out.data(), 32, 8, 0});
+      if (st.ok()) {
+        for (float v : out) ASSERT_TRUE(std::isfinite(v)) << scheme;
+      } else {
+        EXPECT_TRUE(st.code() == absl::StatusCode::kDataLoss || st.code() == absl::StatusCode::kInvalidArgument)
+            << st;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvt::codec

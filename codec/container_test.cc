@@ -1,0 +1,101 @@
+#include "codec/container.h"
+
+#include <cstring>
+
+#include "codec/codec.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec {
+namespace {
+
+EncodedPage EncodeRamp(const char* scheme_name, int tokens, int channels) {
+  std::vector<float> data(static_cast<size_t>(tokens) * channels);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 17) - 8.0f;
+  absl::StatusOr<EncodedPage> enc =
+      EncodePage(*ParseScheme(scheme_name), CodecOptions{}, PageView{data.data(), tokens, channels, 0});
+  EXPECT_TRUE(enc.ok()) << enc.status();
+  return *std::move(enc);
+}
+
+TEST(ContainerTest, HeaderParsesBackToTheEncodersLayout) {
+  EncodedPage enc = EncodeRamp("lynx-a2r2r4", 64, 24);
+  absl::StatusOr<ContainerLayout> got = ParseContainerHeader(enc.bytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->scheme, enc.layout.scheme);
+  EXPECT_EQ(got->tokens, 64);
+  EXPECT_EQ(got->channels, 24);
+  EXPECT_EQ(got->chunk_tokens, 32);
+  EXPECT_EQ(got->alpha, CodecOptions{}.alpha);
+  EXPECT_EQ(got->stream_offset, enc.layout.stream_offset);
+  EXPECT_EQ(got->stream_length, enc.layout.stream_length);
+  EXPECT_EQ(got->stream_crc, enc.layout.stream_crc);
+  EXPECT_EQ(got->total_bytes, enc.bytes.size());
+}
+
+TEST(ContainerTest, StreamsAreContiguousAndStreamZeroStartsWithTheHeader) {
+  EncodedPage enc = EncodeRamp("lynx", 256, 64);
+  EXPECT_EQ(enc.layout.stream_offset[0], 0u);
+  EXPECT_EQ(enc.layout.stream_offset[1], enc.layout.stream_length[0]);
+  EXPECT_EQ(enc.layout.stream_length[0], kContainerHeaderBytes + 8 * 64 + 2 * 8 * 64 + 256 * 64 / 2);
+  EXPECT_EQ(enc.layout.stream_length[1], 256u * 64 / 2);
+  uint32_t magic;
+  std::memcpy(&magic, enc.stream(0).data(), 4);
+  EXPECT_EQ(magic, kContainerMagic);
+}
+
+TEST(ContainerTest, StreamPayloadBytesFollowsTheDocumentedFormulas) {
+  const Scheme lynx = *ParseScheme("lynx-a3r5"), spike = *ParseScheme("lynx+spike");
+  EXPECT_EQ(StreamPayloadBytes(lynx, 0, 256, 1024, 32), 8 * 1024 + 2 * 8 * 1024 + (256 * 1024 * 3 + 7) / 8);
+  EXPECT_EQ(StreamPayloadBytes(lynx, 1, 256, 1024, 32), 256u * 1024 * 5 / 8);
+  EXPECT_EQ(StreamPayloadBytes(spike, 0, 64, 10, 32), 8 * 10 + 7 * 2 * 10 + 64 * 10 / 2);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("int4"), 0, 7, 3, 32), 4 * 3 + (21 * 4 + 7) / 8);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("fp8"), 0, 2, 129, 32), 4 * 2 * 2 + 2 * 129);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("bf16"), 0, 3, 5, 32), 30u);
+  EXPECT_EQ(StreamPayloadBytes(lynx, 2, 256, 1024, 32), 0u);   // no such stream
+  EXPECT_EQ(StreamPayloadBytes(lynx, 0, 48, 1024, 32), 0u);    // not a whole number of chunks
+  EXPECT_EQ(StreamPayloadBytes(lynx, 0, 256, 0, 32), 0u);
+}
+
+TEST(ContainerTest, BadMagicVersionAndTruncatedHeadersAreInvalidArguments) {
+  EncodedPage enc = EncodeRamp("int8", 32, 8);
+  std::vector<uint8_t> b = enc.bytes;
+  EXPECT_EQ(ParseContainerHeader(absl::MakeConstSpan(b).first(kContainerHeaderBytes - 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  b[0] ^= 1;
+  EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
+  b = enc.bytes;
+  b[4] = 2;  // version 2
+  EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ContainerTest, HeaderFieldFlipsFailTheHeaderCrc) {
+  EncodedPage enc = EncodeRamp("lynx", 64, 8);
+  for (size_t i = 6; i < kContainerHeaderBytes; ++i) {
+    std::vector<uint8_t> b = enc.bytes;
+    b[i] ^= 0x10;
+    EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kDataLoss) << "byte " << i;
+  }
+}
+
+TEST(ContainerTest, ConsistentButWrongFieldsAreInvalidArgumentsEvenWithAGoodCrc) {
+  EncodedPage enc = EncodeRamp("lynx", 64, 8);
+  auto rewrite = [&](auto mutate) {
+    ContainerLayout l = enc.layout;
+    mutate(l);
+    std::vector<uint8_t> b = enc.bytes;
+    WriteContainerHeader(l, b.data());
+    return ParseContainerHeader(b).status().code();
+  };
+  // Dims that disagree with the stream lengths written for the real dims.
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.tokens = 32; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.channels = 9; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.chunk_tokens = 0; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.alpha = -2.0f; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.stream_length[1] += 1; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.scheme.stage_bits = {4, 5}; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.flags = 0x80; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout&) {}), absl::StatusCode::kOk);
+}
+
+}  // namespace
+}  // namespace kvt::codec

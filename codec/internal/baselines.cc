@@ -1,0 +1,166 @@
+#include "codec/internal/baselines.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codec/internal/bitpack.h"
+#include "codec/internal/float_formats.h"
+
+namespace kvt::codec::internal {
+namespace {
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+void Store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+bool F16Finite(uint16_t h) { return ((h >> 10) & 0x1F) != 0x1F; }
+
+}  // namespace
+
+void EncodeBf16(const PageView& page, uint8_t* payload) {
+  for (int t = 0; t < page.tokens; ++t) {
+    uint8_t* row = payload + 2 * static_cast<size_t>(t) * page.channels;
+    for (int c = 0; c < page.channels; ++c) Store<uint16_t>(row + 2 * c, FloatToBf16(page.at(t, c)));
+  }
+}
+
+absl::Status DecodeBf16(const uint8_t* payload, const MutablePageView& out) {
+  for (int t = 0; t < out.tokens; ++t) {
+    const uint8_t* row = payload + 2 * static_cast<size_t>(t) * out.channels;
+    uint32_t non_finite = 0;
+    for (int c = 0; c < out.channels; ++c) {
+      const uint16_t b = Load<uint16_t>(row + 2 * c);
+      non_finite |= (b & 0x7F80) == 0x7F80;
+      out.at(t, c) = Bf16ToFloat(b);
+    }
+    if (non_finite) return absl::DataLossError(absl::StrCat("bf16 container: NaN/Inf value in token ", t));
+  }
+  return absl::OkStatus();
+}
+
+void EncodeUniform(const PageView& page, int bits, int chunk_len, uint8_t* payload) {
+  const int channels = page.channels;
+  const int num_chunks = page.tokens / chunk_len;
+  const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
+  const float qmax = static_cast<float>((1 << bits) - 1);
+  uint8_t* mins = payload;
+  uint8_t* scales = payload + 2 * chunk_values;
+  std::vector<uint8_t> codes(page.num_values());
+  for (int k = 0; k < num_chunks; ++k) {
+    for (int c = 0; c < channels; ++c) {
+      float cmin = std::numeric_limits<float>::infinity();
+      float cmax = -cmin;
+      for (int t = k * chunk_len; t < (k + 1) * chunk_len; ++t) {
+        cmin = std::fmin(cmin, page.at(t, c));
+        cmax = std::fmax(cmax, page.at(t, c));
+      }
+      const uint16_t m16 = FloatToF16(cmin, F16Round::kDown);
+      const float m = F16ToFloat(m16);
+      const float span = cmax - m;
+      const float want = span / qmax;
+      const uint16_t s16 = FloatToF16(want, F16Round::kUp);
+      const float s = F16ToFloat(s16);
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      Store<uint16_t>(mins + 2 * i, m16);
+      Store<uint16_t>(scales + 2 * i, s16);
+      for (int t = k * chunk_len; t < (k + 1) * chunk_len; ++t) {
+        float q = 0.0f;
+        if (s > 0.0f) {
+          q = std::nearbyint((page.at(t, c) - m) / s);
+          q = std::fmin(std::fmax(q, 0.0f), qmax);
+        }
+        codes[static_cast<size_t>(t) * channels + c] = static_cast<uint8_t>(q);
+      }
+    }
+  }
+  PackField(codes.data(), codes.size(), 0, bits, payload + 4 * chunk_values);
+}
+
+absl::Status DecodeUniform(const uint8_t* payload, int bits, int chunk_len, const MutablePageView& out) {
+  const int channels = out.channels;
+  const int num_chunks = out.tokens / chunk_len;
+  const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
+  const uint8_t* mins = payload;
+  const uint8_t* scales = payload + 2 * chunk_values;
+  std::vector<float> m(chunk_values), s(chunk_values);
+  for (size_t i = 0; i < chunk_values; ++i) {
+    const uint16_t m16 = Load<uint16_t>(mins + 2 * i);
+    const uint16_t s16 = Load<uint16_t>(scales + 2 * i);
+    if (!F16Finite(m16) || !F16Finite(s16)) {
+      return absl::DataLossError(absl::StrCat("int", bits, " container: non-finite fp16 metadata at chunk ",
+                                              i / channels, ", channel ", i % channels));
+    }
+    m[i] = F16ToFloat(m16);
+    s[i] = F16ToFloat(s16);
+  }
+  std::vector<uint8_t> codes(out.num_values());
+  AppendField(payload + 4 * chunk_values, codes.size(), bits, /*first=*/true, codes.data());
+  for (int t = 0; t < out.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / chunk_len) * channels;
+    for (int c = 0; c < channels; ++c) {
+      const float prod = static_cast<float>(codes[static_cast<size_t>(t) * channels + c]) * s[k + c];
+      out.at(t, c) = m[k + c] + prod;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EncodeFp8(const PageView& page, uint8_t* payload) {
+  const int channels = page.channels;
+  const int groups = (channels + 127) / 128;
+  uint8_t* scales = payload;
+  uint8_t* codes = payload + 4 * static_cast<size_t>(page.tokens) * groups;
+  for (int t = 0; t < page.tokens; ++t) {
+    for (int g = 0; g < groups; ++g) {
+      const int c0 = g * 128;
+      const int c1 = c0 + 128 < channels ? c0 + 128 : channels;
+      float amax = 0.0f;
+      for (int c = c0; c < c1; ++c) amax = std::fmax(amax, std::fabs(page.at(t, c)));
+      const float scale = amax / 448.0f;
+      Store<float>(scales + 4 * (static_cast<size_t>(t) * groups + g), scale);
+      for (int c = c0; c < c1; ++c) {
+        const float y = scale > 0.0f ? page.at(t, c) / scale : 0.0f;
+        codes[static_cast<size_t>(t) * channels + c] = FloatToE4m3(y);
+      }
+    }
+  }
+}
+
+absl::Status DecodeFp8(const uint8_t* payload, const MutablePageView& out) {
+  const int channels = out.channels;
+  const int groups = (channels + 127) / 128;
+  const uint8_t* scales = payload;
+  const uint8_t* codes = payload + 4 * static_cast<size_t>(out.tokens) * groups;
+  float table[256];
+  for (int i = 0; i < 256; ++i) table[i] = E4m3IsNan(static_cast<uint8_t>(i)) ? 0.0f : E4m3ToFloat(i);
+  for (int t = 0; t < out.tokens; ++t) {
+    for (int g = 0; g < groups; ++g) {
+      const float scale = Load<float>(scales + 4 * (static_cast<size_t>(t) * groups + g));
+      if (!std::isfinite(scale) || !(scale >= 0.0f) || !std::isfinite(scale * 448.0f)) {
+        return absl::DataLossError(absl::StrCat("fp8 container: bad scale ", scale, " at token ", t, ", group ", g));
+      }
+      const int c0 = g * 128;
+      const int c1 = c0 + 128 < channels ? c0 + 128 : channels;
+      for (int c = c0; c < c1; ++c) {
+        const uint8_t code = codes[static_cast<size_t>(t) * channels + c];
+        if (E4m3IsNan(code)) {
+          return absl::DataLossError(absl::StrCat("fp8 container: NaN code at token ", t, ", channel ", c));
+        }
+        out.at(t, c) = table[code] * scale;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvt::codec::internal

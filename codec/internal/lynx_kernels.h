@@ -1,0 +1,60 @@
+// The per-implementation inner loops of the lynx family, behind one table of function pointers per
+// implementation (reference, AVX2, AVX-512). Every implementation computes exactly the reference's codes and
+// metadata (tests compare container bytes); reconstruction uses the same float ops, so decoded values agree too.
+// Functions keep no state; thread-safe.
+#ifndef KVT_CODEC_INTERNAL_LYNX_KERNELS_H_
+#define KVT_CODEC_INTERNAL_LYNX_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "codec/internal/lynx_math.h"
+#include "codec/options.h"
+#include "codec/page.h"
+
+namespace kvt::codec::internal {
+
+// The metadata of one lynx page, as stored (lo .. spike_index) and as derived for coding (frames, mu, sigma).
+struct LynxPageMeta {
+  int tokens = 0;
+  int channels = 0;
+  int chunk_len = 0;   // tokens per chunk: min(chunk_tokens, tokens)
+  int num_chunks = 0;
+  bool spikes = false;
+  std::vector<float> lo, hi;               // [channels]
+  std::vector<uint8_t> q_mu, q_sigma;      // [num_chunks * channels], chunk-major
+  std::vector<float> spike_value;          // [num_chunks * channels] when spikes
+  std::vector<uint8_t> spike_index;        // token within the chunk, < chunk_len
+
+  std::vector<ChannelFrame> frames;        // [channels]
+  std::vector<float> mu, sigma;            // [num_chunks * channels]
+
+  void Resize(int tokens, int channels, int chunk_len, bool spikes);
+  // Fills frames, mu and sigma from lo, hi, q_mu, q_sigma (lynx_math.h's ChunkMu / ChunkSigma).
+  void Derive();
+};
+
+struct LynxKernels {
+  // Fills lo, hi, q_mu, q_sigma for a page without spike reserving (meta is already Resize()d).
+  void (*stats)(const PageView& page, Centering centering, LynxPageMeta& meta);
+  // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / sigma.
+  void (*codes)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes);
+  // out(t, c) = Reconstruct(table[prefix[t * channels + c]], mu, sigma, frame) (spikes are not applied here).
+  void (*reconstruct)(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out);
+  // Whether every value of the page is finite.
+  bool (*all_finite)(const PageView& page);
+};
+
+const LynxKernels& ReferenceLynxKernels();
+const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)
+const LynxKernels& Avx512LynxKernels();  // requires ImplAvailable(kAvx512)
+// The kernels for a resolved implementation (not kAuto).
+const LynxKernels& KernelsFor(CodecImpl impl);
+
+// Spike-reserving statistics (scalar, shared by every implementation): per chunk, the value farthest from the
+// chunk's centre is the spike; lo/hi and q_mu/q_sigma describe the remaining values.
+void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta);
+
+}  // namespace kvt::codec::internal
+
+#endif  // KVT_CODEC_INTERNAL_LYNX_KERNELS_H_

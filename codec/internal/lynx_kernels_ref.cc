@@ -1,0 +1,208 @@
+// The scalar reference of the lynx inner loops: the spec, written for clarity, not speed.
+#include <cmath>
+#include <limits>
+
+#include "codec/internal/lynx_kernels.h"
+
+namespace kvt::codec::internal {
+namespace {
+
+float CanonicalZero(float x) { return x == 0.0f ? 0.0f : x; }
+
+// The target centre of values x[0..n) (n >= 1) read with `at`: midrange 0.5f * min + 0.5f * max, or the mean
+// as sum over t in order of (x_t * (1.0f / n)), clamped into [min, max].
+template <typename At>
+void ChunkCentre(At at, int n, Centering centering, float& cmin, float& cmax, float& centre) {
+  cmin = std::numeric_limits<float>::infinity();
+  cmax = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < n; ++t) {
+    float x = at(t);
+    if (x < cmin) cmin = x;
+    if (x > cmax) cmax = x;
+  }
+  if (centering == Centering::kMidrange) {
+    float a = 0.5f * cmin;
+    float b = 0.5f * cmax;
+    centre = a + b;
+  } else {
+    const float inv = 1.0f / static_cast<float>(n);
+    float sum = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      float term = at(t) * inv;
+      sum = sum + term;
+    }
+    centre = sum;
+  }
+  centre = std::fmin(std::fmax(centre, cmin), cmax);
+}
+
+// Quantizes one chunk's (cmin, cmax, centre) in `frame` into q_mu / q_sigma.
+void QuantizeChunk(const ChannelFrame& frame, float cmin, float cmax, float centre, uint8_t& q_mu, uint8_t& q_sigma) {
+  int qm = QuantizeMu(frame, centre);
+  float mu = ChunkMu(frame, qm);
+  float need = std::fmax(cmax - mu, mu - cmin);
+  q_mu = static_cast<uint8_t>(qm);
+  q_sigma = static_cast<uint8_t>(QuantizeSigma(frame, need));
+}
+
+void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  const int channels = page.channels;
+  for (int c = 0; c < channels; ++c) {
+    float lo = std::numeric_limits<float>::infinity();
+    float hi = -std::numeric_limits<float>::infinity();
+    for (int t = 0; t < page.tokens; ++t) {
+      float x = page.at(t, c);
+      if (x < lo) lo = x;
+      if (x > hi) hi = x;
+    }
+    meta.lo[c] = CanonicalZero(lo);
+    meta.hi[c] = CanonicalZero(hi);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      const int t0 = k * meta.chunk_len;
+      float cmin, cmax, centre;
+      ChunkCentre([&](int t) { return page.at(t0 + t, c); }, meta.chunk_len, centering, cmin, cmax, centre);
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      QuantizeChunk(frame, cmin, cmax, centre, meta.q_mu[i], meta.q_sigma[i]);
+    }
+  }
+}
+
+void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
+  const int sign_shift = tables.bits - 1;
+  for (int t = 0; t < page.tokens; ++t) {
+    const int k = t / meta.chunk_len;
+    for (int c = 0; c < page.channels; ++c) {
+      const size_t i = static_cast<size_t>(k) * page.channels + c;
+      const float xf = FinalValue(page.at(t, c), meta.mu[i], meta.sigma[i]);
+      const int neg = xf < 0.0f ? 1 : 0;
+      const int mag = MagnitudeCode(tables, std::fabs(xf));
+      codes[static_cast<size_t>(t) * page.channels + c] = static_cast<uint8_t>((neg << sign_shift) | mag);
+    }
+  }
+}
+
+void RefReconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out) {
+  for (int t = 0; t < meta.tokens; ++t) {
+    const int k = t / meta.chunk_len;
+    for (int c = 0; c < meta.channels; ++c) {
+      const size_t i = static_cast<size_t>(k) * meta.channels + c;
+      const float v = table[prefix[static_cast<size_t>(t) * meta.channels + c]];
+      out.at(t, c) = Reconstruct(v, meta.mu[i], meta.sigma[i], meta.frames[c]);
+    }
+  }
+}
+
+bool RefAllFinite(const PageView& page) {
+  for (int t = 0; t < page.tokens; ++t) {
+    for (int c = 0; c < page.channels; ++c) {
+      if (!std::isfinite(page.at(t, c))) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool spikes_in) {
+  tokens = tokens_in;
+  channels = channels_in;
+  chunk_len = chunk_len_in;
+  num_chunks = tokens / chunk_len;
+  spikes = spikes_in;
+  const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
+  lo.assign(channels, 0.0f);
+  hi.assign(channels, 0.0f);
+  q_mu.assign(chunk_values, 0);
+  q_sigma.assign(chunk_values, 0);
+  spike_value.assign(spikes ? chunk_values : 0, 0.0f);
+  spike_index.assign(spikes ? chunk_values : 0, 0);
+  frames.assign(channels, ChannelFrame{});
+  mu.assign(chunk_values, 0.0f);
+  sigma.assign(chunk_values, 0.0f);
+}
+
+void LynxPageMeta::Derive() {
+  for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
+  for (int k = 0; k < num_chunks; ++k) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      mu[i] = ChunkMu(frames[c], q_mu[i]);
+      sigma[i] = ChunkSigma(frames[c], q_sigma[i]);
+    }
+  }
+}
+
+void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  const int channels = page.channels;
+  const int n = meta.chunk_len;
+  std::vector<float> rest(n);
+  std::vector<float> cmin_v(static_cast<size_t>(meta.num_chunks)), cmax_v(cmin_v.size()), centre_v(cmin_v.size());
+  for (int c = 0; c < channels; ++c) {
+    float lo = std::numeric_limits<float>::infinity();
+    float hi = -std::numeric_limits<float>::infinity();
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      const int t0 = k * n;
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      float cmin, cmax, centre;
+      ChunkCentre([&](int t) { return page.at(t0 + t, c); }, n, centering, cmin, cmax, centre);
+      // The spike: the first token with the largest |x - centre| (float subtraction, may be inf: still ordered).
+      int spike = 0;
+      float best = -1.0f;
+      for (int t = 0; t < n; ++t) {
+        float d = std::fabs(page.at(t0 + t, c) - centre);
+        if (d > best) {
+          best = d;
+          spike = t;
+        }
+      }
+      meta.spike_index[i] = static_cast<uint8_t>(spike);
+      meta.spike_value[i] = page.at(t0 + spike, c);
+      int m = 0;
+      for (int t = 0; t < n; ++t) {
+        if (t != spike) rest[m++] = page.at(t0 + t, c);
+      }
+      if (m == 0) {
+        cmin_v[k] = cmax_v[k] = centre_v[k] = std::numeric_limits<float>::quiet_NaN();  // marks "no values"
+        continue;
+      }
+      ChunkCentre([&](int t) { return rest[t]; }, m, centering, cmin, cmax, centre);
+      cmin_v[k] = cmin;
+      cmax_v[k] = cmax;
+      centre_v[k] = centre;
+      if (cmin < lo) lo = cmin;
+      if (cmax > hi) hi = cmax;
+    }
+    if (lo > hi) lo = hi = 0.0f;  // no non-spike value in this channel (one-token chunks)
+    meta.lo[c] = CanonicalZero(lo);
+    meta.hi[c] = CanonicalZero(hi);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      if (std::isnan(centre_v[k])) {
+        meta.q_mu[i] = 0;
+        meta.q_sigma[i] = 0;
+        continue;
+      }
+      QuantizeChunk(frame, cmin_v[k], cmax_v[k], centre_v[k], meta.q_mu[i], meta.q_sigma[i]);
+    }
+  }
+}
+
+const LynxKernels& ReferenceLynxKernels() {
+  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite};
+  return k;
+}
+
+const LynxKernels& KernelsFor(CodecImpl impl) {
+  switch (impl) {
+    case CodecImpl::kAvx2:
+      return Avx2LynxKernels();
+    case CodecImpl::kAvx512:
+      return Avx512LynxKernels();
+    default:
+      return ReferenceLynxKernels();
+  }
+}
+
+}  // namespace kvt::codec::internal

@@ -1,0 +1,164 @@
+// The three corrections of DESIGN.md 4.3 to the Lynx paper's Algorithm 1. Each test states a property kvt's
+// codec must have, checks it on EncodePage / DecodePage, and shows that Algorithm 1 as written (modelled here
+// in a few lines) violates it, so the test would fail on the paper's procedure.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/codec.h"
+#include "codec/internal/lynx_math.h"
+#include "codec/test_pages.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec {
+namespace {
+
+using internal::LynxTables;
+
+std::vector<float> Decode(const EncodedPage& enc, int stages, AnchorRule rule = AnchorRule::kValueCentre) {
+  std::vector<float> out(static_cast<size_t>(enc.layout.tokens) * enc.layout.channels);
+  CodecOptions o;
+  o.anchor_rule = rule;
+  EXPECT_TRUE(DecodePage(enc.bytes, stages, MutablePageView{out.data(), enc.layout.tokens, enc.layout.channels, 0}, o)
+                  .ok());
+  return out;
+}
+
+EncodedPage Encode(const char* scheme, const std::vector<float>& data, int tokens, int channels) {
+  absl::StatusOr<EncodedPage> enc =
+      EncodePage(*ParseScheme(scheme), CodecOptions{}, PageView{data.data(), tokens, channels, 0});
+  EXPECT_TRUE(enc.ok()) << enc.status();
+  return *std::move(enc);
+}
+
+// Algorithm 1's per-value steps for one chunk of page-normalized values, returning the reconstruction of the
+// full 8-bit code in the page's value domain (fp32 metadata kept exactly, as the paper's kernel does).
+std::vector<float> PaperAlgorithm1FullDecode(const std::vector<float>& x, float alpha) {
+  const float lo = *std::min_element(x.begin(), x.end());
+  const float scale = *std::max_element(x.begin(), x.end()) - lo;
+  const float eps = 1e-6f;
+  std::vector<float> xn(x.size());
+  float mean = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xn[i] = (x[i] - lo) / (scale + eps);
+    mean += xn[i] / x.size();
+  }
+  float sigma = 0;
+  for (float v : xn) sigma = std::max(sigma, std::fabs(v - mean));
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float xf = (xn[i] - mean) / (sigma + eps);
+    const int mag = static_cast<int>(std::lround(std::log1p(alpha * std::fabs(xf)) / std::log1p(alpha) * 127));
+    const int sign = xn[i] > 0 ? 1 : (xn[i] < 0 ? -1 : 0);  // line 12: Sign(X_view), the page-normalized value
+    const float v = std::expm1(mag / 127.0f * std::log1p(alpha)) / alpha;
+    out[i] = lo + (mean + sigma * sign * v) * scale;
+  }
+  return out;
+}
+
+TEST(LynxCorrectionsTest, SignIsTakenAfterCenteringSoValuesBelowTheChunkCentreStayBelowIt) {
+  // One channel, one chunk: a ramp. Every page-normalized value is >= 0, half of them lie below the centre.
+  std::vector<float> x(32);
+  for (int t = 0; t < 32; ++t) x[t] = 10.0f + t;
+  const EncodedPage enc = Encode("lynx", x, 32, 1);
+  const std::vector<float> ours = Decode(enc, 2);
+  const std::vector<float> paper = PaperAlgorithm1FullDecode(x, CodecOptions{}.alpha);
+  float ours_err = 0, paper_err = 0;
+  for (int t = 0; t < 32; ++t) {
+    ours_err = std::max(ours_err, std::fabs(ours[t] - x[t]));
+    paper_err = std::max(paper_err, std::fabs(paper[t] - x[t]));
+    if (x[t] < 25.5f) {
+      EXPECT_LT(ours[t], 25.5f) << "token " << t;
+    }
+  }
+  EXPECT_LT(ours_err, 0.01f * 31);   // within 1% of the range
+  EXPECT_GT(paper_err, 0.5f * 31);   // Algorithm 1 mirrors the lower half above the centre
+}
+
+TEST(LynxCorrectionsTest, AnchorIsSignPlusTopMagnitudeBitsAndAnchorOnlyDecodeIsUnbiased) {
+  // Chunks holding -1 and +1 and uniform values between: mu = 0 and sigma = 1 exactly, so x_final = x.
+  const int tokens = 256, channels = 16;
+  std::vector<float> x(tokens * channels);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : uni(rng));
+  }
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const EncodedPage enc = Encode("lynx", x, tokens, channels);
+  const std::vector<float> full = Decode(enc, 2);
+  const std::vector<float> anchor = Decode(enc, 1, AnchorRule::kValueCentre);
+  double bias_ours = 0, bias_truncated = 0;
+  int counted = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int mag = internal::MagnitudeCode(*tables, std::fabs(x[i]));
+    const float sign = x[i] < 0 ? -1.0f : 1.0f;
+    // Anchor + residual is exactly the 8-bit decode of (sign, I).
+    ASSERT_EQ(full[i], sign * tables->full_values[mag]) << i;
+    // The anchor names I's top 3 bits: the anchor-only value lies in that interval of x_final, with x's sign.
+    const int h = mag >> 4;
+    const float low = h == 0 ? 0.0f : tables->thresholds[h * 16];
+    const float high = h == 7 ? 1.0f : tables->thresholds[(h + 1) * 16];
+    ASSERT_GE(std::fabs(anchor[i]), low) << i;
+    ASSERT_LE(std::fabs(anchor[i]), high) << i;
+    ASSERT_EQ(std::signbit(anchor[i]), std::signbit(sign)) << i;
+    if (std::fabs(x[i]) == 1.0f) continue;  // the forced extremes are not uniform within their interval
+    bias_ours += std::fabs(anchor[i]) - std::fabs(x[i]);
+    bias_truncated += tables->full_values[h * 16] - std::fabs(x[i]);  // residual taken as 0
+    ++counted;
+  }
+  bias_ours /= counted;
+  bias_truncated /= counted;
+  EXPECT_LT(std::fabs(bias_ours), 0.005);
+  EXPECT_LT(bias_truncated, -0.02);
+  // Algorithm 1's anchor: V_mag = (I + 7) >> 4 reaches 8 at I = 127 and the two's-complement map gives -9..8:
+  // 18 values, which do not fit the 4 bits (16 values) the anchor stream has.
+  const int paper_max = (127 + 7) >> 4, paper_min = -paper_max - 1;
+  EXPECT_GT(paper_max - paper_min + 1, 16);
+  // kvt's anchor for the same extremes fits: sign + 3 bits.
+  EXPECT_LE(127 >> 4, 7);
+}
+
+TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCodesError) {
+  // Channel 0: chunk 0 spans [0, 100], chunk 1 sits in [50, 50.1] and its centre is off the 255-point grid.
+  const int tokens = 64;
+  std::vector<float> x(tokens);
+  for (int t = 0; t < 32; ++t) x[t] = 100.0f * t / 31.0f;
+  for (int t = 32; t < 64; ++t) x[t] = 50.0f + 0.1f * (t - 32) / 31.0f + 0.013f;
+  const EncodedPage enc = Encode("lynx8", x, tokens, 1);
+  const std::vector<float> ours = Decode(enc, 1);
+
+  // The stored metadata, read back as a decoder does (docs/FORMAT.md: lo, hi, q_mu[2], q_sigma[2]).
+  const uint8_t* p = enc.bytes.data() + kContainerHeaderBytes;
+  float lo, hi;
+  std::memcpy(&lo, p, 4);
+  std::memcpy(&hi, p + 4, 4);
+  const internal::ChannelFrame frame = internal::MakeChannelFrame(lo, hi);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  double max_gap = 0;  // the code's own worst error in x_final units
+  for (int i = 0; i <= tables->max_code; ++i) {
+    const double a = i == 0 ? 0.0 : tables->thresholds[i];
+    const double b = i == tables->max_code ? 1.0 : tables->thresholds[i + 1];
+    max_gap = std::max({max_gap, tables->full_values[i] - a, b - tables->full_values[i]});
+  }
+  for (int k = 0; k < 2; ++k) {
+    const float sigma = internal::ChunkSigma(frame, p[10 + k]);
+    for (int t = 32 * k; t < 32 * k + 32; ++t) {
+      EXPECT_LE(std::fabs(ours[t] - x[t]), sigma * max_gap * 1.001 + 1e-5) << "token " << t;
+    }
+    if (k == 1) {
+      // Algorithm 1 quantizes with the exact mean / max deviation; storing them on the same grid then moves
+      // every value of the chunk by the centre's rounding error, far beyond the code's error.
+      double mean = 0, dev = 0;
+      for (int t = 32; t < 64; ++t) mean += x[t] / 32.0;
+      for (int t = 32; t < 64; ++t) dev = std::max(dev, std::fabs(x[t] - mean));
+      const float stored_mu = internal::ChunkMu(frame, internal::QuantizeMu(frame, static_cast<float>(mean)));
+      EXPECT_GT(std::fabs(stored_mu - mean), 20 * sigma * max_gap);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvt::codec

@@ -1,0 +1,67 @@
+#include "codec/test_pages.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace kvt::codec {
+
+TestPage RealisticPage(int tokens, int channels, uint64_t seed) {
+  TestPage p{"realistic", tokens, channels, std::vector<float>(static_cast<size_t>(tokens) * channels)};
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<float> expo(1.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> scale(channels, 1.0f), offset(channels, 0.0f);
+  for (int c = 0; c < channels; ++c) {
+    if (rng() % 64 == 0) scale[c] = 20.0f + 60.0f * uni(rng);
+    offset[c] = 0.3f * (uni(rng) - 0.5f) * scale[c];
+  }
+  for (int t = 0; t < tokens; ++t) {
+    const float token_gain = t == 0 ? 6.0f : 1.0f;
+    for (int c = 0; c < channels; ++c) {
+      float lap = expo(rng) * (rng() & 1 ? 1.0f : -1.0f);
+      p.data[static_cast<size_t>(t) * channels + c] = offset[c] + token_gain * scale[c] * lap;
+    }
+  }
+  return p;
+}
+
+std::vector<TestPage> AdversarialPages() {
+  std::vector<TestPage> pages;
+  auto make = [&](const std::string& name, int tokens, int channels, auto fill) {
+    TestPage p{name, tokens, channels, std::vector<float>(static_cast<size_t>(tokens) * channels)};
+    std::mt19937 rng(static_cast<uint32_t>(pages.size() + 7));
+    for (int t = 0; t < tokens; ++t) {
+      for (int c = 0; c < channels; ++c) p.data[static_cast<size_t>(t) * channels + c] = fill(t, c, rng);
+    }
+    pages.push_back(std::move(p));
+  };
+  auto gauss = [](std::mt19937& rng) { return std::normal_distribution<float>(0.0f, 1.0f)(rng); };
+  const float kMax = std::numeric_limits<float>::max();
+  const float kDenorm = std::numeric_limits<float>::denorm_min();
+  make("constant_channels", 64, 33, [](int, int c, std::mt19937&) { return c * 0.37f - 5.0f; });
+  make("all_zero", 64, 16, [](int, int, std::mt19937&) { return 0.0f; });
+  make("zero_chunks_then_noise", 64, 16,
+       [&](int t, int, std::mt19937& rng) { return t < 32 ? 0.0f : gauss(rng); });
+  make("signed_zeros", 32, 17, [](int t, int c, std::mt19937&) { return (t + c) % 2 ? -0.0f : 0.0f; });
+  make("denormals", 32, 16, [&](int t, int c, std::mt19937&) { return ((t * 7 + c) % 5 - 2) * kDenorm; });
+  make("denormals_and_normals", 32, 16,
+       [&](int t, int c, std::mt19937& rng) { return c % 2 ? 100.0f * kDenorm * (t % 3) : gauss(rng); });
+  make("outliers_1e4", 64, 40, [&](int t, int c, std::mt19937& rng) {
+    return (t * 13 + c) % 97 == 0 ? 1e4f * (c % 2 ? 1.0f : -1.0f) : gauss(rng);
+  });
+  make("huge_3e38", 32, 16, [&](int t, int c, std::mt19937& rng) {
+    return (t + c) % 3 == 0 ? 3e38f : ((t + c) % 3 == 1 ? -3e38f : gauss(rng) * 1e37f);
+  });
+  make("flt_max_extremes", 32, 8, [&](int t, int, std::mt19937&) { return t % 2 ? kMax : -kMax; });
+  make("single_token", 1, 19, [&](int, int, std::mt19937& rng) { return gauss(rng); });
+  make("odd_channels_short_page", 7, 1023, [&](int, int, std::mt19937& rng) { return gauss(rng); });
+  make("one_channel", 96, 1, [&](int, int, std::mt19937& rng) { return gauss(rng); });
+  make("tiny_range_big_offset", 64, 16, [&](int t, int c, std::mt19937&) { return 1000.0f + 1e-4f * ((t + c) % 9); });
+  make("single_spike_per_chunk", 64, 16,
+       [&](int t, int c, std::mt19937& rng) { return t % 32 == c % 32 ? 500.0f : gauss(rng); });
+  make("ramp", 64, 8, [&](int t, int c, std::mt19937&) { return (t - 31.5f) * (c + 1); });
+  return pages;
+}
+
+}  // namespace kvt::codec
