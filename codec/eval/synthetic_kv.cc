@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -171,6 +172,15 @@ void ApplyRope(const ModelShape& m, int tokens, std::vector<float>& k) {
   }
 }
 
+float RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even (inputs are finite)
+  u &= 0xFFFF0000u;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
 }  // namespace
 
 std::vector<std::string> ModelPresetNames() { return {"llama-3.1-8b", "qwen3-32b", "tiny"}; }
@@ -240,6 +250,10 @@ LayerKv GenerateLayer(const SyntheticKvOptions& o, int layer) {
   FillBase(o, KeyParams(o, layer), sinks, krng, kv.k);
   FillBase(o, ValueParams(o, layer), sinks, vrng, kv.v);
   ApplyRope(o.model, o.tokens, kv.k);
+  if (o.bf16_values) {
+    for (float& x : kv.k) x = RoundToBf16(x);
+    for (float& x : kv.v) x = RoundToBf16(x);
+  }
   return kv;
 }
 

@@ -10,7 +10,8 @@
 //  - a few outlier channels per K head (both dims of a low-frequency pair), 10-100x the bulk scale, and a rare
 //    milder one in V;
 //  - a near-Laplacian bulk (or Student-t with 3 degrees of freedom, the heavier-tailed variant);
-//  - "sink" tokens (token 0 and a few others) with a much larger norm in K and V.
+//  - "sink" tokens (token 0 and a few others) with a much larger norm in K and V;
+//  - values representable in bfloat16, the dtype engines keep KV in.
 //
 //   KVT_ASSIGN_OR_RETURN(SyntheticKvOptions o, SyntheticKvOptions::ForModel("llama-3.1-8b", 2048));
 //   LayerKv kv = GenerateLayer(o, /*layer=*/3);   // kv.k.size() == 2048 * 8 * 128
@@ -61,6 +62,9 @@ struct SyntheticKvOptions {
   BulkDistribution bulk = BulkDistribution::kLaplace;
   // Roughly one sink token per this many tokens besides token 0 (0: token 0 only).
   int sink_every = 512;
+  // Round every value to bfloat16 (nearest even), as an engine's KV cache holds it; the bf16 scheme is then
+  // lossless, as it is on real KV.
+  bool bf16_values = true;
 
   // The preset `model_name` with `tokens` tokens and the other fields at their defaults.
   static absl::StatusOr<SyntheticKvOptions> ForModel(absl::string_view model_name, int tokens);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "gtest/gtest.h"
@@ -163,6 +164,24 @@ TEST(SyntheticKvTest, BulkIsHeavyTailedAndStudentTIsHeavierThanLaplace) {
   const auto student = BulkShape(GenerateLayer(Llama(1024, BulkDistribution::kStudentT), 0));
   EXPECT_GT(laplace.first, 1.0) << "near-Laplacian bulk: clearly leptokurtic";
   EXPECT_GT(student.first, laplace.first);
+}
+
+TEST(SyntheticKvTest, ValuesAreBf16UnlessAskedForFloat32) {
+  SyntheticKvOptions o = Llama(32);
+  auto low_bits = [](const std::vector<float>& x) {
+    int nonzero = 0;
+    for (float f : x) {
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof(u));
+      nonzero += (u & 0xFFFFu) != 0;
+    }
+    return nonzero;
+  };
+  const LayerKv bf16 = GenerateLayer(o, 0);
+  EXPECT_EQ(low_bits(bf16.k), 0);
+  EXPECT_EQ(low_bits(bf16.v), 0);
+  o.bf16_values = false;
+  EXPECT_GT(low_bits(GenerateLayer(o, 0).k), 1000);
 }
 
 TEST(SyntheticKvTest, InvalidOptionsAreRejected) {
