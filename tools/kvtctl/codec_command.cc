@@ -1,0 +1,416 @@
+// `kvtctl codec eval | roundtrip | sweep`; see codec_command.h.
+#include "tools/kvtctl/codec_command.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "codec/eval/npy.h"
+#include "codec/eval/roundtrip.h"
+#include "codec/eval/synthetic_kv.h"
+#include "tools/kvtctl/codec_report.h"
+#include "tools/kvtctl/flag_set.h"
+
+namespace kvt::kvtctl {
+namespace {
+
+using codec::eval::EvalOptions;
+using codec::eval::EvalReport;
+using codec::eval::KvSource;
+
+constexpr char kCodecUsage[] =
+    "Usage:\n"
+    "  kvtctl codec eval [--model M --tokens N --layers L | --in FILE.npy] [--schemes a,b,...] [--json]\n"
+    "      fidelity (bits/value, KV NMSE, attention vNMSE) and throughput per scheme and stage\n"
+    "  kvtctl codec roundtrip --scheme S --in X.npy --out-prefix P\n"
+    "      X: float32/float16 [T, C] or [L, 2, T, H, D]; writes P.stage0.npy (anchor only), P.stage1.npy, ...\n"
+    "      and P.full.npy, float32, same shape (single-stream schemes: P.full.npy only)\n"
+    "  kvtctl codec sweep [--bulks laplace,student-t] [--alphas ...] [--centerings ...] [--anchor-rules ...]\n"
+    "      the sweep behind the lynx defaults (docs/CODEC.md), beside the int8/int4 baselines\n"
+    "Run `kvtctl codec <subcommand> --help` for its flags.\n";
+
+// Codec option flags shared by the subcommands; defaults are CodecOptions{}'s.
+struct CodecFlags {
+  double alpha = codec::CodecOptions{}.alpha;
+  std::string centering;
+  std::string anchor_rule;
+  int chunk_tokens = codec::CodecOptions{}.chunk_tokens;
+  int page_tokens = codec::eval::kDefaultPageTokens;
+
+  void Register(FlagSet& flags) {
+    flags.Double("alpha", &alpha, "lynx log-curve steepness");
+    flags.String("centering", &centering, "lynx chunk centring: midrange | mean (empty: the codec default)");
+    flags.String("anchor-rule", &anchor_rule,
+                 "anchor-only reconstruction: code-centre | value-centre (empty: the codec default)");
+    flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity)");
+    flags.Int("page-tokens", &page_tokens, "tokens per page (a multiple of --chunk-tokens)");
+  }
+};
+
+absl::StatusOr<codec::Centering> ParseCentering(absl::string_view s) {
+  if (s == "midrange") return codec::Centering::kMidrange;
+  if (s == "mean") return codec::Centering::kMean;
+  return absl::InvalidArgumentError(absl::StrCat("unknown centering '", s, "'; use midrange or mean"));
+}
+
+absl::StatusOr<codec::AnchorRule> ParseAnchorRule(absl::string_view s) {
+  if (s == "code-centre" || s == "code-center") return codec::AnchorRule::kCodeCentre;
+  if (s == "value-centre" || s == "value-center") return codec::AnchorRule::kValueCentre;
+  return absl::InvalidArgumentError(absl::StrCat("unknown anchor rule '", s, "'; use code-centre or value-centre"));
+}
+
+absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
+  codec::CodecOptions o;
+  o.alpha = static_cast<float>(f.alpha);
+  o.chunk_tokens = f.chunk_tokens;
+  if (!f.centering.empty()) {
+    auto c = ParseCentering(f.centering);
+    if (!c.ok()) return c.status();
+    o.centering = *c;
+  }
+  if (!f.anchor_rule.empty()) {
+    auto a = ParseAnchorRule(f.anchor_rule);
+    if (!a.ok()) return a.status();
+    o.anchor_rule = *a;
+  }
+  if (auto st = o.Validate(); !st.ok()) return st;
+  return o;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  return absl::StrSplit(s, ',', absl::SkipWhitespace());
+}
+
+// --- eval ---------------------------------------------------------------------------------------------------
+
+struct EvalFlags {
+  std::string model = "llama-3.1-8b";
+  int tokens = 2048;
+  int layers = 4;
+  std::string in;
+  int gqa_group = 4;
+  std::string bulk = "laplace";
+  uint64_t seed = 1;
+  std::string schemes = absl::StrJoin(codec::StandardSchemeNames(), ",");
+  int queries = 8;
+  bool json = false;
+  bool progress = true;
+  CodecFlags codec;
+
+  void Register(FlagSet& flags) {
+    flags.String("model", &model,
+                 absl::StrCat("synthetic KV model preset: ", absl::StrJoin(codec::eval::ModelPresetNames(), ", ")));
+    flags.Int("tokens", &tokens, "synthetic context length in tokens");
+    flags.Int("layers", &layers, "layers evaluated, spread evenly over the depth (0 = all)");
+    flags.String("in", &in, "evaluate a .npy KV dump [L, 2, T, H, D] or [T, C] instead of synthetic KV");
+    flags.Int("gqa-group", &gqa_group, "query heads per kv head for --in (attention probe)");
+    flags.String("bulk", &bulk, "synthetic bulk distribution: laplace | student-t");
+    flags.Uint64("seed", &seed, "seed of the synthetic KV and the attention queries");
+    flags.String("schemes", &schemes, "comma-separated scheme names");
+    flags.Int("queries", &queries, "sampled queries per query head and layer");
+    flags.Bool("json", &json, "print one JSON document instead of the table");
+    flags.Bool("progress", &progress, "show progress on stderr");
+    codec.Register(flags);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<KvSource>> MakeSource(const EvalFlags& f) {
+  if (!f.in.empty()) {
+    auto array = codec::eval::ReadNpyFile(f.in);
+    if (!array.ok()) return array.status();
+    return codec::eval::MakeNpySource(*std::move(array), f.in, f.gqa_group);
+  }
+  auto o = codec::eval::SyntheticKvOptions::ForModel(f.model, f.tokens);
+  if (!o.ok()) return o.status();
+  auto bulk = codec::eval::ParseBulkDistribution(f.bulk);
+  if (!bulk.ok()) return bulk.status();
+  o->bulk = *bulk;
+  o->seed = f.seed;
+  return codec::eval::MakeSyntheticSource(*o);
+}
+
+int RunEval(const std::vector<std::string>& args, const CommandIo& io) {
+  const std::string cmd = "codec eval";
+  FlagSet flags("kvtctl codec eval");
+  EvalFlags f;
+  f.Register(flags);
+  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+  if (flags.help_requested()) {
+    io.out << kCodecUsage << "\n" << flags.Usage();
+    return kExitOk;
+  }
+  if (!flags.positional().empty()) {
+    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  }
+  if (!f.in.empty() && (flags.WasSet("model") || flags.WasSet("tokens") || flags.WasSet("bulk"))) {
+    return UsageError(io, cmd, "--in takes the KV from the file: drop --model, --tokens and --bulk",
+                      flags.Usage());
+  }
+  EvalOptions options;
+  auto schemes = ParseSchemeList(f.schemes);
+  if (!schemes.ok()) return UsageError(io, cmd, std::string(schemes.status().message()), flags.Usage());
+  options.schemes = *std::move(schemes);
+  auto codec_options = ToCodecOptions(f.codec);
+  if (!codec_options.ok()) return UsageError(io, cmd, std::string(codec_options.status().message()), flags.Usage());
+  options.codec = *codec_options;
+  options.page_tokens = f.codec.page_tokens;
+  options.max_layers = f.layers;
+  options.queries.queries_per_head = f.queries;
+  options.queries.seed = f.seed;
+  if (absl::Status st = options.Validate(); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+  auto source = MakeSource(f);
+  if (!source.ok()) {
+    if (f.in.empty()) return UsageError(io, cmd, std::string(source.status().message()), flags.Usage());
+    return Failure(io, cmd, source.status());
+  }
+  return RunEvaluationAndPrint(**source, options, f.json, f.progress, cmd, io);
+}
+
+// --- roundtrip ----------------------------------------------------------------------------------------------
+
+int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
+  const std::string cmd = "codec roundtrip";
+  FlagSet flags("kvtctl codec roundtrip");
+  std::string scheme_name, in, out_prefix;
+  CodecFlags cf;
+  flags.String("scheme", &scheme_name, "the scheme (required), e.g. lynx, int8, lynx-a2r2r4");
+  flags.String("in", &in, "input .npy, float32 or float16, [T, C] or [L, 2, T, H, D] (required)");
+  flags.String("out-prefix", &out_prefix, "output prefix P: writes P.stage<i>.npy and P.full.npy (required)");
+  cf.Register(flags);
+  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+  if (flags.help_requested()) {
+    io.out << kCodecUsage << "\n" << flags.Usage();
+    return kExitOk;
+  }
+  if (!flags.positional().empty()) {
+    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  }
+  if (scheme_name.empty() || in.empty() || out_prefix.empty()) {
+    return UsageError(io, cmd, "--scheme, --in and --out-prefix are all required", flags.Usage());
+  }
+  auto scheme = codec::ParseScheme(scheme_name);
+  if (!scheme.ok()) return UsageError(io, cmd, std::string(scheme.status().message()), flags.Usage());
+  auto options = ToCodecOptions(cf);
+  if (!options.ok()) return UsageError(io, cmd, std::string(options.status().message()), flags.Usage());
+  auto array = codec::eval::ReadNpyFile(in);
+  if (!array.ok()) return Failure(io, cmd, array.status());
+  auto result = codec::eval::RoundTrip(*array, *scheme, *options, cf.page_tokens);
+  if (!result.ok()) return Failure(io, cmd, absl::Status(result.status().code(),
+                                                         absl::StrCat(in, ": ", result.status().message())));
+  const std::vector<std::string> names = codec::eval::RoundTripFileNames(out_prefix, scheme->num_streams());
+  const double values = static_cast<double>(array->num_values());
+  io.out << absl::StrFormat("%s [%s] %s through %s (pages of %d tokens):\n", in, absl::StrJoin(array->shape, ", "),
+                            array->source_dtype == codec::eval::NpyDtype::kFloat16 ? "float16" : "float32",
+                            scheme->Name(), cf.page_tokens);
+  double cumulative_bits = 0;
+  for (size_t i = 0; i < result->stages.size(); ++i) {
+    cumulative_bits += 8.0 * result->stream_bytes[i] / values;
+    const std::string& name = names[i];  // one file per stage: stage<i> for partial decodes, full for the last
+    if (absl::Status st = codec::eval::WriteNpyFile(name, result->stages[i]); !st.ok()) return Failure(io, cmd, st);
+    io.out << absl::StrFormat("  %-40s streams 0..%d  %7.3f bits/value  NMSE %.3e\n", name, i, cumulative_bits,
+                              codec::eval::Nmse(array->data, result->stages[i].data));
+  }
+  return kExitOk;
+}
+
+// --- sweep --------------------------------------------------------------------------------------------------
+
+int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
+  const std::string cmd = "codec sweep";
+  FlagSet flags("kvtctl codec sweep");
+  std::string model = "llama-3.1-8b", bulks = "laplace,student-t", alphas = "1,2,4,8,16,32,64,128";
+  std::string centerings = "midrange,mean", anchor_rules = "code-centre,value-centre";
+  std::string schemes = "lynx", baselines = "int8,int4";
+  int tokens = 1024, layers = 2, queries = 8, chunk_tokens = codec::CodecOptions{}.chunk_tokens;
+  uint64_t seed = 1;
+  bool json = false, progress = true;
+  flags.String("model", &model, "synthetic KV model preset");
+  flags.Int("tokens", &tokens, "context length");
+  flags.Int("layers", &layers, "layers evaluated per configuration (spread evenly)");
+  flags.String("bulks", &bulks, "bulk distributions to sweep over: laplace, student-t");
+  flags.String("alphas", &alphas, "alpha values");
+  flags.String("centerings", &centerings, "centerings: midrange, mean");
+  flags.String("anchor-rules", &anchor_rules, "anchor rules: code-centre, value-centre");
+  flags.String("schemes", &schemes, "lynx-family schemes swept");
+  flags.String("baselines", &baselines, "schemes evaluated once per data set for comparison");
+  flags.Int("queries", &queries, "sampled queries per query head and layer");
+  flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk");
+  flags.Uint64("seed", &seed, "seed");
+  flags.Bool("json", &json, "print one JSON document instead of the table");
+  flags.Bool("progress", &progress, "show progress on stderr");
+  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+  if (flags.help_requested()) {
+    io.out << kCodecUsage << "\n" << flags.Usage();
+    return kExitOk;
+  }
+  if (!flags.positional().empty()) {
+    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  }
+  // Parse every list before running anything.
+  std::vector<codec::eval::BulkDistribution> bulk_list;
+  for (const std::string& b : SplitList(bulks)) {
+    auto d = codec::eval::ParseBulkDistribution(b);
+    if (!d.ok()) return UsageError(io, cmd, std::string(d.status().message()), flags.Usage());
+    bulk_list.push_back(*d);
+  }
+  std::vector<double> alpha_list;
+  for (const std::string& a : SplitList(alphas)) {
+    double v;
+    if (!absl::SimpleAtod(a, &v)) return UsageError(io, cmd, absl::StrCat("bad alpha '", a, "'"), flags.Usage());
+    alpha_list.push_back(v);
+  }
+  std::vector<codec::Centering> centering_list;
+  for (const std::string& c : SplitList(centerings)) {
+    auto v = ParseCentering(c);
+    if (!v.ok()) return UsageError(io, cmd, std::string(v.status().message()), flags.Usage());
+    centering_list.push_back(*v);
+  }
+  std::vector<codec::AnchorRule> rule_list;
+  for (const std::string& r : SplitList(anchor_rules)) {
+    auto v = ParseAnchorRule(r);
+    if (!v.ok()) return UsageError(io, cmd, std::string(v.status().message()), flags.Usage());
+    rule_list.push_back(*v);
+  }
+  auto swept = ParseSchemeList(schemes);
+  if (!swept.ok()) return UsageError(io, cmd, std::string(swept.status().message()), flags.Usage());
+  auto base = ParseSchemeList(baselines);
+  if (!base.ok()) return UsageError(io, cmd, std::string(base.status().message()), flags.Usage());
+  if (bulk_list.empty() || alpha_list.empty() || centering_list.empty() || rule_list.empty()) {
+    return UsageError(io, cmd, "every swept list needs at least one value", flags.Usage());
+  }
+
+  struct Row {
+    std::string data, scheme, config;
+    codec::eval::StageResult stage;
+  };
+  std::vector<Row> rows;
+  const auto start = std::chrono::steady_clock::now();
+  const size_t total = bulk_list.size() * (1 + alpha_list.size() * centering_list.size() * rule_list.size());
+  size_t done = 0;
+  for (codec::eval::BulkDistribution bulk : bulk_list) {
+    auto so = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
+    if (!so.ok()) return UsageError(io, cmd, std::string(so.status().message()), flags.Usage());
+    so->bulk = bulk;
+    so->seed = seed;
+    auto source = codec::eval::MakeSyntheticSource(*so);
+    if (!source.ok()) return UsageError(io, cmd, std::string(source.status().message()), flags.Usage());
+    const std::string data = codec::eval::BulkDistributionName(bulk);
+    // Each configuration is one evaluation; the baselines once per data set.
+    auto run = [&](const std::vector<codec::Scheme>& s, const codec::CodecOptions& co,
+                   const std::string& config) -> absl::Status {
+      EvalOptions o;
+      o.schemes = s;
+      o.codec = co;
+      o.max_layers = layers;
+      o.queries.queries_per_head = queries;
+      o.queries.seed = seed;
+      if (progress) io.err << absl::StrFormat("[%d/%d] %s: %s\n", ++done, total, data, config) << std::flush;
+      auto r = codec::eval::Evaluate(**source, o);
+      if (!r.ok()) return r.status();
+      for (const auto& sr : r->schemes) {
+        for (const auto& st : sr.stages) rows.push_back({data, sr.scheme, config, st});
+      }
+      return absl::OkStatus();
+    };
+    codec::CodecOptions co;
+    co.chunk_tokens = chunk_tokens;
+    if (absl::Status st = run(*base, co, "baseline"); !st.ok()) return Failure(io, cmd, st);
+    for (double alpha : alpha_list) {
+      for (codec::Centering c : centering_list) {
+        for (codec::AnchorRule r : rule_list) {
+          co.alpha = static_cast<float>(alpha);
+          co.centering = c;
+          co.anchor_rule = r;
+          if (absl::Status st = co.Validate(); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+          const std::string config =
+              absl::StrFormat("alpha=%g %s %s", alpha, CenteringName(c), AnchorRuleName(r));
+          if (absl::Status st = run(*swept, co, config); !st.ok()) return Failure(io, cmd, st);
+        }
+      }
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows) {
+      j.push_back({{"data", r.data},
+                   {"scheme", r.scheme},
+                   {"config", r.config},
+                   {"stage", StageLabel(r.stage)},
+                   {"bits_per_value", r.stage.bits_per_value},
+                   {"kv_nmse", r.stage.kv_nmse},
+                   {"attention_vnmse", r.stage.vnmse ? nlohmann::json(*r.stage.vnmse) : nlohmann::json(nullptr)}});
+    }
+    io.out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  io.out << absl::StrFormat("sweep: synthetic %s, %d tokens, %d layers per configuration, %d queries per query "
+                            "head, chunks of %d tokens\n\n",
+                            model, tokens, layers, queries, chunk_tokens);
+  io.out << absl::StrFormat("%-9s %-10s %-36s %-5s %9s %11s %11s\n", "data", "scheme", "configuration", "stage",
+                            "bits/val", "KV NMSE", "attn vNMSE");
+  for (const Row& r : rows) {
+    io.out << absl::StrFormat("%-9s %-10s %-36s %-5s %9.3f %11.3e %11.3e\n", r.data, r.scheme, r.config,
+                              StageLabel(r.stage), r.stage.bits_per_value, r.stage.kv_nmse,
+                              r.stage.vnmse.value_or(NAN));
+  }
+  io.out << absl::StrFormat("\n%.1f s\n", seconds);
+  return kExitOk;
+}
+
+int RunCodec(const std::vector<std::string>& args, const CommandIo& io) {
+  if (args.empty()) return UsageError(io, "codec", "which subcommand? eval, roundtrip or sweep", kCodecUsage);
+  const std::string& sub = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (sub == "eval") return RunEval(rest, io);
+  if (sub == "roundtrip") return RunRoundTrip(rest, io);
+  if (sub == "sweep") return RunSweep(rest, io);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    io.out << kCodecUsage;
+    return kExitOk;
+  }
+  return UsageError(io, "codec", absl::StrCat("unknown subcommand '", sub, "'"), kCodecUsage);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<codec::Scheme>> ParseSchemeList(const std::string& names) {
+  std::vector<codec::Scheme> schemes;
+  for (const std::string& name : SplitList(names)) {
+    auto s = codec::ParseScheme(name);
+    if (!s.ok()) return s.status();
+    schemes.push_back(*s);
+  }
+  if (schemes.empty()) return absl::InvalidArgumentError("--schemes lists no scheme");
+  return schemes;
+}
+
+int RunEvaluationAndPrint(const KvSource& source, const EvalOptions& options, bool json, bool progress,
+                          const std::string& command, const CommandIo& io) {
+  const auto start = std::chrono::steady_clock::now();
+  codec::eval::ProgressFn report_progress;
+  if (progress) {
+    report_progress = [&](absl::string_view line) {
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      io.err << absl::StrFormat("[%6.1fs] %s\n", t, line) << std::flush;
+    };
+  }
+  auto report = codec::eval::Evaluate(source, options, report_progress);
+  if (!report.ok()) return Failure(io, command, report.status());
+  if (json) {
+    io.out << EvalReportJson(*report).dump(2) << "\n";
+  } else {
+    io.out << FormatEvalTable(*report);
+  }
+  return kExitOk;
+}
+
+CommandGroup CodecCommandGroup() {
+  return {"codec", "codec eval | roundtrip | sweep: the codec's fidelity on synthetic or your own KV", RunCodec};
+}
+
+}  // namespace kvt::kvtctl

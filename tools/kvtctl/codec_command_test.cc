@@ -1,0 +1,219 @@
+#include "tools/kvtctl/codec_command.h"
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "codec/eval/npy.h"
+#include "codec/eval/tensor_codec.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tools/kvtctl/kvtctl.h"
+
+namespace kvt::kvtctl {
+namespace {
+
+using codec::eval::NpyArray;
+using codec::eval::NpyDtype;
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult Kvtctl(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunKvtctl(args, CommandIo{out, err});
+  return {code, out.str(), err.str()};
+}
+
+std::string TempPath(const std::string& name) { return std::string(testing::TempDir()) + "/" + name; }
+
+NpyArray RandomKv(std::vector<int64_t> shape, uint32_t seed) {
+  NpyArray a;
+  a.shape = std::move(shape);
+  a.data.resize(a.num_values());
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  for (float& v : a.data) v = d(gen);
+  return a;
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::vector<std::string> kTinyEval = {"codec", "eval", "--model=tiny", "--tokens=64", "--layers=1",
+                                            "--schemes=int8,lynx-a2r2r4"};
+
+TEST(CodecCommandTest, EvalPrintsOneRowPerSchemeAndStageAndProgressOnStderr) {
+  const CliResult r = Kvtctl(kTinyEval);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("bits/val"), std::string::npos);
+  EXPECT_NE(r.out.find("attn vNMSE"), std::string::npos);
+  EXPECT_NE(r.out.find("layers evaluated: 0 (1 of 4)"), std::string::npos) << r.out;
+  int lynx_rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) lynx_rows += line.rfind("lynx-a2r2r4 ", 0) == 0;
+  EXPECT_EQ(lynx_rows, 3);
+  EXPECT_NE(r.err.find("layer 0 (1/1): lynx-a2r2r4"), std::string::npos) << r.err;
+}
+
+TEST(CodecCommandTest, EvalJsonHasTheDocumentedFields) {
+  std::vector<std::string> args = kTinyEval;
+  args.push_back("--json");
+  args.push_back("--noprogress");
+  const CliResult r = Kvtctl(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* key : {"source", "layers_evaluated", "total_layers", "tokens", "kv_heads", "head_dim",
+                          "query_heads", "queries_per_head", "page_tokens", "values_per_scheme", "codec_options",
+                          "seconds", "schemes"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  ASSERT_EQ(j["schemes"].size(), 2u);
+  const auto& lynx = j["schemes"][1];
+  EXPECT_EQ(lynx["scheme"], "lynx-a2r2r4");
+  ASSERT_EQ(lynx["stages"].size(), 3u);
+  EXPECT_EQ(lynx["stages"][0]["label"], "0");
+  EXPECT_EQ(lynx["stages"][2]["label"], "full");
+  for (const char* key : {"stage", "full", "bits_per_value", "stream_bits_per_value", "kv_nmse", "k_nmse",
+                          "v_nmse", "attention_vnmse", "decode_values_per_s"}) {
+    EXPECT_TRUE(lynx["stages"][0].contains(key)) << key;
+  }
+  EXPECT_GT(lynx["stages"][0]["attention_vnmse"].get<double>(), lynx["stages"][2]["attention_vnmse"].get<double>());
+}
+
+TEST(CodecCommandTest, EvalUsageErrorsExitTwoAndSayWhatToDo) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"codec", "eval", "--modle=tiny"}, "unknown flag '--modle'"},
+      {{"codec", "eval", "--schemes=int9"}, "int9"},
+      {{"codec", "eval", "--model=gpt"}, "presets"},
+      {{"codec", "eval", "--tokens=many"}, "bad value 'many'"},
+      {{"codec", "eval", "--in=x.npy", "--model=tiny"}, "drop --model"},
+      {{"codec", "eval", "--centering=median"}, "midrange or mean"},
+      {{"codec", "eval", "--alpha=0"}, "alpha"},
+      {{"codec", "eval", "stray"}, "unexpected argument 'stray'"},
+      {{"codec"}, "eval, roundtrip or sweep"},
+      {{"codec", "compress"}, "unknown subcommand 'compress'"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = Kvtctl(c.args);
+    EXPECT_EQ(r.code, kExitUsage) << c.args.back();
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  }
+}
+
+TEST(CodecCommandTest, EvalOfAMissingFileFailsWithExitOne) {
+  const CliResult r = Kvtctl({"codec", "eval", "--in", TempPath("does_not_exist.npy")});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+}
+
+TEST(CodecCommandTest, EvalReadsAFiveDimensionalDump) {
+  const std::string path = TempPath("eval_dump.npy");
+  ASSERT_TRUE(codec::eval::WriteNpyFile(path, RandomKv({2, 2, 96, 2, 16}, 5), NpyDtype::kFloat16).ok());
+  const CliResult r = Kvtctl({"codec", "eval", "--in", path, "--schemes=int4", "--json", "--noprogress"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"], 96);
+  EXPECT_EQ(j["kv_heads"], 2);
+  EXPECT_EQ(j["total_layers"], 2);
+  EXPECT_TRUE(j["schemes"][0]["stages"][0]["attention_vnmse"].is_number());
+}
+
+TEST(CodecCommandTest, RoundTripWritesFloat32StagesOfTheInputShapeAndFullIsTheCodecDecode) {
+  const std::string in = TempPath("rt_in.npy"), prefix = TempPath("rt_out");
+  const NpyArray x = RandomKv({2, 2, 300, 2, 8}, 1);
+  ASSERT_TRUE(codec::eval::WriteNpyFile(in, x, NpyDtype::kFloat16).ok());
+  const CliResult r = Kvtctl({"codec", "roundtrip", "--scheme=lynx", "--in", in, "--out-prefix", prefix});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find(prefix + ".stage0.npy"), std::string::npos) << r.out;
+  auto stage0 = codec::eval::ReadNpyFile(prefix + ".stage0.npy");
+  auto full = codec::eval::ReadNpyFile(prefix + ".full.npy");
+  ASSERT_TRUE(stage0.ok()) << stage0.status();
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_FALSE(codec::eval::ReadNpyFile(prefix + ".stage1.npy").ok()) << "lynx has one partial stage";
+  EXPECT_EQ(stage0->shape, x.shape);
+  EXPECT_EQ(full->shape, x.shape);
+  EXPECT_EQ(stage0->source_dtype, NpyDtype::kFloat32);
+  EXPECT_EQ(full->source_dtype, NpyDtype::kFloat32);
+  EXPECT_NE(FileBytes(prefix + ".full.npy").find("'<f4'"), std::string::npos);
+  EXPECT_NE(stage0->data, full->data);
+  // The full decode is the codec's decode of the (float16-widened) input, page by page: check layer 0's K.
+  auto widened = codec::eval::ReadNpyFile(in);
+  ASSERT_TRUE(widened.ok());
+  auto enc = codec::eval::EncodeTensor(*codec::ParseScheme("lynx"), codec::CodecOptions{},
+                                       codec::eval::TensorView{widened->data.data(), 300, 16});
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> want(300 * 16);
+  ASSERT_TRUE(codec::eval::DecodeTensor(*enc, 2, codec::CodecOptions{}, want.data()).ok());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(full->data[i], want[i]) << i;
+}
+
+TEST(CodecCommandTest, RoundTripWritesEveryPartialStageOfMultiStageSchemes) {
+  const std::string in = TempPath("rt2_in.npy"), prefix = TempPath("rt2_out");
+  ASSERT_TRUE(codec::eval::WriteNpyFile(in, RandomKv({64, 12}, 2)).ok());
+  const CliResult r = Kvtctl({"codec", "roundtrip", "--scheme=lynx-a2r2r4", "--in", in, "--out-prefix", prefix});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* suffix : {".stage0.npy", ".stage1.npy", ".full.npy"}) {
+    auto a = codec::eval::ReadNpyFile(prefix + suffix);
+    ASSERT_TRUE(a.ok()) << suffix;
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{64, 12}));
+  }
+  const CliResult single = Kvtctl({"codec", "roundtrip", "--scheme=int8", "--in", in, "--out-prefix", prefix + "_i8"});
+  ASSERT_EQ(single.code, kExitOk) << single.err;
+  EXPECT_TRUE(codec::eval::ReadNpyFile(prefix + "_i8.full.npy").ok());
+  EXPECT_FALSE(codec::eval::ReadNpyFile(prefix + "_i8.stage0.npy").ok());
+}
+
+TEST(CodecCommandTest, RoundTripErrorsSayWhatIsWrong) {
+  const std::string in = TempPath("rt3_in.npy");
+  ASSERT_TRUE(codec::eval::WriteNpyFile(in, RandomKv({2, 3, 4}, 3)).ok());
+  CliResult r = Kvtctl({"codec", "roundtrip", "--in", in});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("required"), std::string::npos);
+  r = Kvtctl({"codec", "roundtrip", "--scheme=lynx9", "--in", in, "--out-prefix", TempPath("x")});
+  EXPECT_EQ(r.code, kExitUsage);
+  r = Kvtctl({"codec", "roundtrip", "--scheme=lynx", "--in", in, "--out-prefix", TempPath("x")});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_NE(r.err.find("[T, C]"), std::string::npos) << r.err;
+  r = Kvtctl({"codec", "roundtrip", "--scheme=lynx", "--in", TempPath("missing.npy"), "--out-prefix", TempPath("x")});
+  EXPECT_EQ(r.code, kExitFailure);
+  std::ofstream(TempPath("garbage.npy")) << "not an npy file";
+  r = Kvtctl({"codec", "roundtrip", "--scheme=lynx", "--in", TempPath("garbage.npy"), "--out-prefix", TempPath("x")});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_NE(r.err.find("magic"), std::string::npos) << r.err;
+}
+
+TEST(CodecCommandTest, SweepPrintsEveryConfigurationBesideTheBaselines) {
+  const CliResult r = Kvtctl({"codec", "sweep", "--model=tiny", "--tokens=64", "--layers=1", "--bulks=laplace,student-t",
+                        "--alphas=1,8", "--centerings=midrange", "--anchor-rules=code-centre", "--noprogress"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("alpha=8 midrange code-centre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("int4"), std::string::npos);
+  EXPECT_NE(r.out.find("student-t"), std::string::npos);
+  const CliResult bad = Kvtctl({"codec", "sweep", "--alphas=1,x"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("bad alpha 'x'"), std::string::npos);
+}
+
+TEST(CodecCommandTest, DemoIsTheCodecOnlyEvaluationAndIgnoresKvtd) {
+  const CliResult r = Kvtctl({"demo", "--kvtd=/nonexistent/kvtd", "--model=tiny", "--tokens=64", "--layers=1",
+                        "--schemes=int8,lynx"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("codec-only"), std::string::npos);
+  EXPECT_NE(r.out.find("lynx"), std::string::npos);
+  EXPECT_EQ(Kvtctl({"demo", "--daemon=x"}).code, kExitUsage);
+}
+
+}  // namespace
+}  // namespace kvt::kvtctl

@@ -1,0 +1,92 @@
+// Table and JSON output of the codec evaluation; see codec_report.h.
+#include "tools/kvtctl/codec_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace kvt::kvtctl {
+
+using codec::eval::EvalReport;
+using codec::eval::SchemeResult;
+using codec::eval::StageResult;
+
+const char* CenteringName(codec::Centering c) { return c == codec::Centering::kMidrange ? "midrange" : "mean"; }
+
+const char* AnchorRuleName(codec::AnchorRule r) {
+  return r == codec::AnchorRule::kCodeCentre ? "code-centre" : "value-centre";
+}
+
+std::string StageLabel(const StageResult& stage) { return stage.full ? "full" : absl::StrCat(stage.stage); }
+
+std::string FormatEvalTable(const EvalReport& r) {
+  std::string s = absl::StrCat("data: ", r.source, "\n");
+  absl::StrAppend(&s, "layers evaluated: ", absl::StrJoin(r.layers, " "), " (", r.layers.size(), " of ",
+                  r.total_layers, "); K and V in pages of ", r.page_tokens, " tokens, chunks of ",
+                  r.codec.chunk_tokens, "\n");
+  if (r.has_attention) {
+    absl::StrAppend(&s, "attention vNMSE: ", r.layout.query_heads, " query heads on ", r.layout.kv_heads,
+                    " kv heads (GQA ", r.layout.query_heads / r.layout.kv_heads, ":1), ", r.queries_per_head,
+                    " sampled peaked queries per query head and layer, over all ", r.layout.tokens, " tokens\n");
+  } else {
+    absl::StrAppend(&s, "attention vNMSE: n/a (a single [T, C] tensor has no K/V pairing)\n");
+  }
+  absl::StrAppendFormat(&s, "lynx options: alpha %g, %s centering, %s anchors\n", r.codec.alpha,
+                        CenteringName(r.codec.centering), AnchorRuleName(r.codec.anchor_rule));
+  absl::StrAppend(&s, "bits/value include container headers and metadata; stage 0 = anchor only; ",
+                  "throughput in million values per second, one core\n\n");
+  absl::StrAppendFormat(&s, "%-13s %-5s %9s %9s %11s %11s %10s %10s\n", "scheme", "stage", "bits/val",
+                        "stream", "KV NMSE", "attn vNMSE", "enc MV/s", "dec MV/s");
+  for (const SchemeResult& sr : r.schemes) {
+    for (const StageResult& st : sr.stages) {
+      const std::string vnmse = st.vnmse ? absl::StrFormat("%.3e", *st.vnmse) : "n/a";
+      const std::string enc = st.stage == 0 ? absl::StrFormat("%.1f", sr.encode_values_per_s / 1e6) : "";
+      absl::StrAppendFormat(&s, "%-13s %-5s %9.3f %9.3f %11.3e %11s %10s %10.1f\n", sr.scheme, StageLabel(st),
+                            st.bits_per_value, st.stream_bits_per_value, st.kv_nmse, vnmse, enc,
+                            st.decode_values_per_s / 1e6);
+    }
+  }
+  absl::StrAppendFormat(&s, "\n%.1f s\n", r.seconds);
+  return s;
+}
+
+nlohmann::json EvalReportJson(const EvalReport& r) {
+  nlohmann::json j;
+  j["source"] = r.source;
+  j["layers_evaluated"] = r.layers;
+  j["total_layers"] = r.total_layers;
+  j["tokens"] = r.layout.tokens;
+  j["kv_heads"] = r.layout.kv_heads;
+  j["head_dim"] = r.layout.head_dim;
+  j["query_heads"] = r.has_attention ? nlohmann::json(r.layout.query_heads) : nlohmann::json(nullptr);
+  j["queries_per_head"] = r.has_attention ? nlohmann::json(r.queries_per_head) : nlohmann::json(nullptr);
+  j["page_tokens"] = r.page_tokens;
+  j["values_per_scheme"] = r.values_per_scheme;
+  j["codec_options"] = {{"chunk_tokens", r.codec.chunk_tokens},
+                        {"alpha", r.codec.alpha},
+                        {"centering", CenteringName(r.codec.centering)},
+                        {"anchor_rule", AnchorRuleName(r.codec.anchor_rule)}};
+  j["seconds"] = r.seconds;
+  nlohmann::json schemes = nlohmann::json::array();
+  for (const SchemeResult& sr : r.schemes) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageResult& st : sr.stages) {
+      stages.push_back({{"stage", st.stage},
+                        {"label", StageLabel(st)},
+                        {"full", st.full},
+                        {"bits_per_value", st.bits_per_value},
+                        {"stream_bits_per_value", st.stream_bits_per_value},
+                        {"kv_nmse", st.kv_nmse},
+                        {"k_nmse", st.k_nmse},
+                        {"v_nmse", r.has_attention ? nlohmann::json(st.v_nmse) : nlohmann::json(nullptr)},
+                        {"attention_vnmse", st.vnmse ? nlohmann::json(*st.vnmse) : nlohmann::json(nullptr)},
+                        {"decode_values_per_s", st.decode_values_per_s}});
+    }
+    schemes.push_back(
+        {{"scheme", sr.scheme}, {"encode_values_per_s", sr.encode_values_per_s}, {"stages", std::move(stages)}});
+  }
+  j["schemes"] = std::move(schemes);
+  return j;
+}
+
+}  // namespace kvt::kvtctl
