@@ -1,0 +1,33 @@
+// Link-level control messages (not chunks): hello, credit, heartbeat, abort.
+// Layout (kControlMessageBytes = 24, little-endian): u32 magic "KVTM", u8 version (1), u8 type, u16 0, u64 a, u64 b.
+//   kHello: a = receive buffer the sender may fill (bytes)      kCredit: a = bytes consumed by the receiver
+//   kPing:  (nothing)                                           kAbort:  a = transfer id, b = absl::StatusCode
+// Pure functions, thread-safe.
+#ifndef KVT_TRANSPORT_INTERNAL_CONTROL_MESSAGE_H_
+#define KVT_TRANSPORT_INTERNAL_CONTROL_MESSAGE_H_
+
+#include <array>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvt::transport::internal {
+
+inline constexpr size_t kControlMessageBytes = 24;
+
+enum class ControlType : uint8_t { kHello = 1, kCredit = 2, kPing = 3, kAbort = 4 };
+
+struct ControlMessage {
+  ControlType type = ControlType::kPing;
+  uint64_t a = 0;
+  uint64_t b = 0;
+};
+
+std::array<uint8_t, kControlMessageBytes> EncodeControlMessage(const ControlMessage& m);
+// INVALID_ARGUMENT for a wrong size, magic, version or type.
+absl::StatusOr<ControlMessage> DecodeControlMessage(absl::Span<const uint8_t> bytes);
+
+}  // namespace kvt::transport::internal
+
+#endif  // KVT_TRANSPORT_INTERNAL_CONTROL_MESSAGE_H_

@@ -1,0 +1,698 @@
+#include "transport/internal/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/crc32c.h"
+#include "common/logging.h"
+
+namespace kvt::transport::internal {
+namespace {
+
+constexpr int kMaxChunksPerRound = 32;
+constexpr int kSpinRoundsBeforeSleep = 64;
+constexpr absl::Duration kShutdownDrain = absl::Seconds(2);
+// After a link fails, its transfers finish once the wire has completed (or cancelled) their sends, or after this
+// long regardless: some UCX transports (shared memory in UCX 1.13) cannot cancel sends to a vanished peer, and
+// a failed transfer must still finish in bounded time. The peer is gone, so nothing reads the bytes after that.
+constexpr absl::Duration kAbandonSendsAfter = absl::Milliseconds(500);
+
+template <typename T>
+void RaiseMax(std::atomic<T>& max, T value) {
+  T seen = max.load(std::memory_order_relaxed);
+  while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+absl::Status ValidateStreams(uint64_t transfer_id, const std::vector<OutboundStream>& streams) {
+  if (streams.empty()) return absl::InvalidArgumentError(absl::StrFormat("transfer %d has no streams", transfer_id));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const OutboundStream& s = streams[i];
+    if (s.stage >= kMaxStages) return absl::InvalidArgumentError(absl::StrFormat("stage %d out of range", s.stage));
+    if (s.bytes.empty()) return absl::InvalidArgumentError("a stream must not be empty");
+    for (size_t j = 0; j < i; ++j) {
+      if (streams[j].page == s.page && streams[j].stage == s.stage) {
+        return absl::InvalidArgumentError(absl::StrFormat("duplicate stream page %d stage %d", s.page, s.stage));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Engine::SendRecord {
+  MessageKind kind = MessageKind::kChunk;
+  LinkId link = 0;
+  uint64_t transfer_id = 0;  // chunks only
+  bool raw = false;          // SendRawChunkForTest: belongs to no transfer
+  std::array<uint8_t, kChunkHeaderBytes> chunk_header{};
+  std::array<uint8_t, kControlMessageBytes> control{};
+  std::vector<uint8_t> raw_header;
+  std::vector<uint8_t> raw_payload;
+};
+
+struct Engine::PendingRead {
+  LinkId link = 0;
+  ChunkHeader header;
+  std::unique_ptr<uint8_t[]> payload;
+  int64_t wire_bytes = 0;
+};
+
+struct Engine::ConnectWaiter {
+  absl::Notification done;
+  absl::Status status;  // written before done.Notify()
+};
+
+struct Engine::Counters {
+  std::atomic<uint64_t> chunks_sent{0}, payload_bytes_sent{0}, anchor_chunks_sent{0}, promoted_chunks_sent{0};
+  std::atomic<uint64_t> chunks_received{0}, payload_bytes_received{0};
+  std::atomic<uint64_t> rejected_malformed{0}, rejected_bad_crc{0}, rejected_unknown_transfer{0};
+  std::atomic<uint64_t> rejected_out_of_bounds{0}, rejected_over_window{0};
+  std::atomic<uint64_t> links_down{0}, transfers_stalled{0};
+  std::atomic<int64_t> max_inflight{0}, max_buffered{0};
+};
+
+Engine::Engine(Options options, Capabilities capabilities)
+    : options_(std::move(options)),
+      capabilities_(std::move(capabilities)),
+      clock_(options_.clock),
+      counters_(std::make_unique<Counters>()) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabilities capabilities,
+                                                       WireFactory make_wire) {
+  auto validated = ValidateOptions(std::move(options));
+  if (!validated.ok()) return validated.status();
+  std::unique_ptr<Engine> engine(new Engine(*std::move(validated), std::move(capabilities)));
+  auto started = std::make_shared<ConnectWaiter>();
+  Engine* e = engine.get();
+  engine->thread_ = std::thread([e, started, make_wire = std::move(make_wire)]() mutable {
+    auto wire = make_wire(e, [e] { e->Wake(); });
+    if (!wire.ok()) {
+      started->status = wire.status();
+      started->done.Notify();
+      return;
+    }
+    e->wire_ = *std::move(wire);
+    e->address_ = e->wire_->address();
+    started->done.Notify();
+    e->Run();
+  });
+  started->done.WaitForNotification();
+  if (!started->status.ok()) {
+    engine->thread_.join();
+    {
+      absl::MutexLock lock(&engine->cmd_mu_);
+      engine->stopping_ = true;
+    }
+    return started->status;
+  }
+  return engine;
+}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&cmd_mu_);
+    stopping_ = true;
+    wake_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Wake() {
+  absl::MutexLock lock(&cmd_mu_);
+  wake_ = true;
+}
+
+absl::Status Engine::RunOnLoop(std::function<void()> fn) {
+  auto done = std::make_shared<absl::Notification>();
+  {
+    absl::MutexLock lock(&cmd_mu_);
+    if (stopping_) return absl::UnavailableError("transport is shutting down");
+    commands_.push_back([fn = std::move(fn), done] {
+      fn();
+      done->Notify();
+    });
+  }
+  done->WaitForNotification();
+  return absl::OkStatus();
+}
+
+int Engine::RunCommands() {
+  std::vector<std::function<void()>> batch;
+  {
+    absl::MutexLock lock(&cmd_mu_);
+    batch.swap(commands_);
+    wake_ = false;
+  }
+  for (auto& fn : batch) fn();
+  return static_cast<int>(batch.size());
+}
+
+void Engine::IdleWait(absl::Duration max_wait) {
+  if (max_wait <= absl::ZeroDuration()) return;
+  absl::MutexLock lock(&cmd_mu_);
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cmd_mu_) {
+    return wake_ || stopping_ || !commands_.empty();
+  };
+  cmd_mu_.AwaitWithTimeout(absl::Condition(&has_work), max_wait);
+}
+
+void Engine::Run() {
+  int idle_rounds = 0;
+  while (true) {
+    bool stopping;
+    {
+      absl::MutexLock lock(&cmd_mu_);
+      stopping = stopping_;
+    }
+    if (stopping) break;
+    int work = wire_->Progress();
+    work += RunCommands();
+    const absl::Time now = clock_->Now();
+    absl::Time next_timer = now + wire_->idle_poll_interval();
+    if (!frozen_.load(std::memory_order_relaxed)) {
+      for (auto& [id, link] : links_) work += ServiceLink(*link, now, &next_timer);
+    }
+    if (work > 0) {
+      idle_rounds = 0;
+    } else if (++idle_rounds > kSpinRoundsBeforeSleep) {
+      IdleWait(next_timer - clock_->Now());
+    }
+  }
+  Shutdown();
+}
+
+void Engine::Shutdown() {
+  RunCommands();
+  for (auto& [id, link] : links_) LinkDown(*link, absl::UnavailableError("transport shut down"));
+  const absl::Time give_up = clock_->Now() + kShutdownDrain;
+  while (!send_records_.empty() && clock_->Now() < give_up) {
+    if (wire_->Progress() == 0) IdleWait(absl::Microseconds(100));
+  }
+  if (!send_records_.empty()) {
+    Logger("transport")->warn("{} sends still pending at shutdown", send_records_.size());
+  }
+  for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
+  outbound_.clear();
+  pending_reads_.clear();
+  wire_.reset();
+  // Commands queued while shutting down must not leave their callers waiting.
+  RunCommands();
+}
+
+PeerLink* Engine::FindLink(LinkId id) {
+  auto it = links_.find(id);
+  return it == links_.end() ? nullptr : it->second.get();
+}
+
+int Engine::ServiceLink(PeerLink& link, absl::Time now, absl::Time* next_timer) {
+  if (!link.down.ok()) {
+    if (link.transfers.empty()) return 0;
+    if (now - link.down_at < kAbandonSendsAfter) {
+      *next_timer = std::min(*next_timer, link.down_at + kAbandonSendsAfter);
+      return 0;
+    }
+    const std::vector<uint64_t> ids(link.transfers.begin(), link.transfers.end());
+    for (uint64_t id : ids) {
+      auto it = outbound_.find(id);
+      if (it == outbound_.end()) continue;
+      it->second.sends_outstanding = 0;  // late OnSendDone calls find no transfer and are ignored
+      MaybeFinish(id);
+    }
+    return 1;
+  }
+  int work = 0;
+  if (link.wire_up) {
+    const int64_t credit = link.credit->to_return.exchange(0, std::memory_order_acquire);
+    if (credit > 0) {
+      SendControl(link, ControlMessage{ControlType::kCredit, static_cast<uint64_t>(credit), 0}, now);
+      ++work;
+    }
+    if (now - link.last_heard >= options_.peer_timeout) {
+      LinkDown(link, absl::UnavailableError(absl::StrFormat("no message from peer for %s",
+                                                            absl::FormatDuration(now - link.last_heard))));
+      return work + 1;
+    }
+    if (now - link.last_sent >= options_.heartbeat_interval) {
+      SendControl(link, ControlMessage{ControlType::kPing, 0, 0}, now);
+      if (!link.down.ok()) return work + 1;
+    }
+    *next_timer = std::min(*next_timer, link.last_sent + options_.heartbeat_interval);
+  }
+  if (!link.ready()) return work;
+  for (int i = 0; i < kMaxChunksPerRound && link.down.ok(); ++i) {
+    const auto cut = link.scheduler.Peek(now);
+    if (!cut.has_value()) {
+      link.blocked_since = absl::InfiniteFuture();
+      break;
+    }
+    const int64_t wire_bytes = int64_t{cut->length} + static_cast<int64_t>(kChunkHeaderBytes);
+    if (link.inflight + wire_bytes > link.window) {
+      if (link.blocked_since == absl::InfiniteFuture()) link.blocked_since = now;
+      break;
+    }
+    link.blocked_since = absl::InfiniteFuture();
+    const absl::Duration wait = link.bucket.TimeUntilAvailable(wire_bytes);
+    if (wait > absl::ZeroDuration()) {
+      *next_timer = std::min(*next_timer, now + wait);
+      break;
+    }
+    link.bucket.TryTake(wire_bytes);
+    link.scheduler.Commit(*cut, now);
+    SendChunk(link, *cut, now);
+    ++work;
+  }
+  if (link.down.ok() && link.blocked_since != absl::InfiniteFuture() &&
+      now - link.blocked_since >= options_.stall_timeout) {
+    const std::vector<uint64_t> ids(link.transfers.begin(), link.transfers.end());
+    for (uint64_t id : ids) {
+      auto it = outbound_.find(id);
+      if (it == outbound_.end()) continue;
+      counters_->transfers_stalled.fetch_add(1, std::memory_order_relaxed);
+      FailTransfer(it->second, absl::DeadlineExceededError(absl::StrFormat(
+                                   "peer granted no credit for %s", absl::FormatDuration(now - link.blocked_since))));
+    }
+    link.blocked_since = absl::InfiniteFuture();
+    ++work;
+  }
+  return work;
+}
+
+void Engine::SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time now) {
+  OutboundTransfer& t = outbound_.at(cut.key.transfer_id);
+  const OutboundStream& s = t.streams[cut.key.index];
+  const uint8_t* bytes = s.bytes.data() + cut.offset;
+  ChunkHeader h;
+  h.transfer_id = t.id;
+  h.page = s.page;
+  h.stage = s.stage;
+  h.offset = cut.offset;
+  h.length = cut.length;
+  h.payload_crc32c = Crc32c(bytes, cut.length);
+  auto rec = std::make_unique<SendRecord>();
+  rec->kind = MessageKind::kChunk;
+  rec->link = link.id;
+  rec->transfer_id = t.id;
+  EncodeChunkHeader(h, absl::MakeSpan(rec->chunk_header));
+  const uint64_t cookie = next_cookie_++;
+  const absl::Status sent =
+      wire_->Send(link.id, MessageKind::kChunk, rec->chunk_header, absl::MakeConstSpan(bytes, cut.length), cookie);
+  t.bytes_unsent -= cut.length;
+  if (!sent.ok()) {
+    LinkDown(link, absl::UnavailableError(absl::StrCat("send failed: ", sent.message())));
+    return;
+  }
+  send_records_.emplace(cookie, std::move(rec));
+  const int64_t wire_bytes = int64_t{cut.length} + static_cast<int64_t>(kChunkHeaderBytes);
+  link.inflight += wire_bytes;
+  link.last_sent = now;
+  ++link.sends_outstanding;
+  ++t.sends_outstanding;
+  RaiseMax(counters_->max_inflight, link.inflight);
+  counters_->chunks_sent.fetch_add(1, std::memory_order_relaxed);
+  counters_->payload_bytes_sent.fetch_add(cut.length, std::memory_order_relaxed);
+  if (cut.stage == 0) counters_->anchor_chunks_sent.fetch_add(1, std::memory_order_relaxed);
+  if (cut.promoted) counters_->promoted_chunks_sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::SendControl(PeerLink& link, const ControlMessage& m, absl::Time now) {
+  auto rec = std::make_unique<SendRecord>();
+  rec->kind = MessageKind::kControl;
+  rec->link = link.id;
+  rec->control = EncodeControlMessage(m);
+  const uint64_t cookie = next_cookie_++;
+  const absl::Status sent = wire_->Send(link.id, MessageKind::kControl, rec->control, {}, cookie);
+  if (!sent.ok()) {
+    LinkDown(link, absl::UnavailableError(absl::StrCat("send failed: ", sent.message())));
+    return;
+  }
+  send_records_.emplace(cookie, std::move(rec));
+  ++link.sends_outstanding;
+  link.last_sent = now;
+}
+
+void Engine::FailTransfer(OutboundTransfer& t, absl::Status status) {
+  if (!t.failure.ok()) return;
+  t.failure = std::move(status);
+  if (PeerLink* link = FindLink(t.link)) link->scheduler.RemoveTransfer(t.id);
+  t.bytes_unsent = 0;
+  MaybeFinish(t.id);
+}
+
+void Engine::MaybeFinish(uint64_t transfer_id) {
+  auto it = outbound_.find(transfer_id);
+  if (it == outbound_.end()) return;
+  OutboundTransfer& t = it->second;
+  if (t.sends_outstanding > 0 || (t.failure.ok() && t.bytes_unsent > 0)) return;
+  t.state->Finish(t.failure);
+  if (PeerLink* link = FindLink(t.link)) link->transfers.erase(t.id);
+  outbound_.erase(it);
+}
+
+void Engine::LinkDown(PeerLink& link, absl::Status status) {
+  if (!link.down.ok()) return;
+  link.down = status;
+  link.down_at = clock_->Now();
+  counters_->links_down.fetch_add(1, std::memory_order_relaxed);
+  Logger("transport")->warn("link {} down: {}", link.id, status.ToString());
+  wire_->Close(link.id);
+  const std::vector<uint64_t> ids(link.transfers.begin(), link.transfers.end());
+  for (uint64_t id : ids) {
+    auto it = outbound_.find(id);
+    if (it != outbound_.end()) FailTransfer(it->second, status);
+  }
+  table_.FailLink(link.id, status);
+  auto waiter = connect_waiters_.find(link.id);
+  if (waiter != connect_waiters_.end()) {
+    waiter->second->status = status;
+    waiter->second->done.Notify();
+    connect_waiters_.erase(waiter);
+  }
+}
+
+void Engine::OnLinkUp(LinkId id, bool inbound) {
+  const absl::Time now = clock_->Now();
+  PeerLink* link = FindLink(id);
+  if (link == nullptr) {
+    auto made = std::make_unique<PeerLink>(id, inbound, options_.chunk_bytes, options_.starvation_bound,
+                                           options_.rate_bytes_per_second, options_.burst_bytes, clock_, now);
+    link = made.get();
+    links_.emplace(id, std::move(made));
+  }
+  link->wire_up = true;
+  link->last_heard = now;
+  SendControl(*link, ControlMessage{ControlType::kHello, static_cast<uint64_t>(options_.max_receive_buffer_bytes), 0},
+              now);
+}
+
+void Engine::OnLinkDown(LinkId id, absl::Status status) {
+  if (PeerLink* link = FindLink(id)) {
+    LinkDown(*link, absl::UnavailableError(absl::StrCat("peer link lost: ", status.message())));
+  }
+}
+
+void Engine::OnMessage(LinkId id, MessageKind kind, absl::Span<const uint8_t> header, InboundPayload& payload) {
+  PeerLink* link = FindLink(id);
+  if (link == nullptr || !link->down.ok() || frozen_.load(std::memory_order_relaxed)) return;
+  link->last_heard = clock_->Now();
+  if (kind == MessageKind::kChunk) {
+    HandleChunk(*link, header, payload);
+    return;
+  }
+  auto m = DecodeControlMessage(header);
+  if (!m.ok() || payload.length() != 0) {
+    counters_->rejected_malformed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  switch (m->type) {
+    case ControlType::kHello: {
+      link->window = std::min<int64_t>(options_.max_inflight_bytes, static_cast<int64_t>(m->a));
+      const int64_t one_chunk = int64_t{options_.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);
+      if (link->window < one_chunk) {
+        LinkDown(*link, absl::FailedPreconditionError(absl::StrFormat(
+                            "peer's receive buffer %d is below one chunk of %d bytes", link->window, one_chunk)));
+        return;
+      }
+      link->hello_received = true;
+      auto waiter = connect_waiters_.find(id);
+      if (waiter != connect_waiters_.end()) {
+        waiter->second->status = absl::OkStatus();
+        waiter->second->done.Notify();
+        connect_waiters_.erase(waiter);
+      }
+      break;
+    }
+    case ControlType::kCredit:
+      link->inflight = std::max<int64_t>(0, link->inflight - static_cast<int64_t>(m->a));
+      link->blocked_since = absl::InfiniteFuture();
+      break;
+    case ControlType::kPing:
+      break;
+    case ControlType::kAbort: {
+      auto it = outbound_.find(m->a);
+      if (it != outbound_.end() && it->second.link == id) {
+        const auto code = static_cast<absl::StatusCode>(m->b);
+        FailTransfer(it->second, absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kAborted : code,
+                                              absl::StrFormat("receiver rejected transfer %d", m->a)));
+      }
+      break;
+    }
+  }
+}
+
+void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, InboundPayload& payload) {
+  const int64_t wire_bytes = static_cast<int64_t>(header.size() + payload.length());
+  auto h = DecodeChunkHeader(header);
+  if (!h.ok() || h->length != payload.length()) {
+    counters_->rejected_malformed.fetch_add(1, std::memory_order_relaxed);
+    link.credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
+    return;
+  }
+  absl::Status admitted = table_.Admit(link.id, *h);
+  if (!admitted.ok()) {
+    if (admitted.code() == absl::StatusCode::kNotFound) {
+      counters_->rejected_unknown_transfer.fetch_add(1, std::memory_order_relaxed);
+      link.credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
+    } else {
+      counters_->rejected_out_of_bounds.fetch_add(1, std::memory_order_relaxed);
+      RejectChunk(link.id, h->transfer_id, admitted, wire_bytes);
+    }
+    return;
+  }
+  const int64_t buffered = link.credit->buffered.load(std::memory_order_relaxed) + wire_bytes;
+  if (buffered > options_.max_receive_buffer_bytes) {
+    counters_->rejected_over_window.fetch_add(1, std::memory_order_relaxed);
+    RejectChunk(link.id, h->transfer_id,
+                absl::ResourceExhaustedError(absl::StrFormat(
+                    "peer sent past its receive buffer of %d bytes", options_.max_receive_buffer_bytes)),
+                wire_bytes);
+    return;
+  }
+  link.credit->buffered.fetch_add(wire_bytes, std::memory_order_relaxed);
+  RaiseMax(counters_->max_buffered, buffered);
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[h->length]);
+  const uint64_t cookie = next_cookie_++;
+  auto done = payload.ReadInto(buf.get(), cookie);
+  if (!done.ok()) {
+    table_.Fail(h->transfer_id, absl::UnavailableError(absl::StrCat("chunk payload lost: ", done.status().message())));
+    link.credit->Return(wire_bytes);
+    return;
+  }
+  if (*done) {
+    FinishChunk(link.id, *h, std::move(buf), wire_bytes);
+    return;
+  }
+  auto pending = std::make_unique<PendingRead>();
+  pending->link = link.id;
+  pending->header = *h;
+  pending->payload = std::move(buf);
+  pending->wire_bytes = wire_bytes;
+  pending_reads_.emplace(cookie, std::move(pending));
+}
+
+void Engine::RejectChunk(LinkId id, uint64_t transfer_id, const absl::Status& status, int64_t wire_bytes) {
+  table_.Fail(transfer_id, status);
+  PeerLink* link = FindLink(id);
+  if (link == nullptr) return;
+  link->credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
+  if (link->down.ok() && link->wire_up) {
+    SendControl(*link,
+                ControlMessage{ControlType::kAbort, transfer_id, static_cast<uint64_t>(status.code())},
+                clock_->Now());
+  }
+}
+
+void Engine::FinishChunk(LinkId id, const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t wire_bytes) {
+  PeerLink* link = FindLink(id);
+  if (link == nullptr) return;
+  if (Crc32c(payload.get(), h.length) != h.payload_crc32c) {
+    counters_->rejected_bad_crc.fetch_add(1, std::memory_order_relaxed);
+    link->credit->buffered.fetch_sub(wire_bytes, std::memory_order_relaxed);
+    RejectChunk(id, h.transfer_id,
+                absl::DataLossError(absl::StrFormat("chunk [%d, +%d) of transfer %d page %d stage %d: bad CRC32C",
+                                                    h.offset, h.length, h.transfer_id, h.page, h.stage)),
+                wire_bytes);
+    return;
+  }
+  counters_->chunks_received.fetch_add(1, std::memory_order_relaxed);
+  counters_->payload_bytes_received.fetch_add(h.length, std::memory_order_relaxed);
+  table_.Deliver(h, std::move(payload), wire_bytes, link->credit);
+}
+
+void Engine::OnPayloadRead(uint64_t cookie, absl::Status status) {
+  auto it = pending_reads_.find(cookie);
+  if (it == pending_reads_.end()) return;
+  std::unique_ptr<PendingRead> read = std::move(it->second);
+  pending_reads_.erase(it);
+  if (!status.ok()) {
+    table_.Fail(read->header.transfer_id, absl::UnavailableError(absl::StrCat("chunk payload lost: ", status.message())));
+    if (PeerLink* link = FindLink(read->link)) link->credit->Return(read->wire_bytes);
+    return;
+  }
+  FinishChunk(read->link, read->header, std::move(read->payload), read->wire_bytes);
+}
+
+void Engine::OnSendDone(uint64_t cookie, absl::Status status) {
+  auto it = send_records_.find(cookie);
+  if (it == send_records_.end()) return;
+  std::unique_ptr<SendRecord> rec = std::move(it->second);
+  send_records_.erase(it);
+  PeerLink* link = FindLink(rec->link);
+  if (link != nullptr) {
+    --link->sends_outstanding;
+    if (!status.ok()) LinkDown(*link, absl::UnavailableError(absl::StrCat("send failed: ", status.message())));
+  }
+  if (rec->kind == MessageKind::kChunk && !rec->raw) {
+    auto t = outbound_.find(rec->transfer_id);
+    if (t != outbound_.end()) {
+      --t->second.sends_outstanding;
+      MaybeFinish(rec->transfer_id);
+    }
+  }
+}
+
+absl::StatusOr<PeerId> Engine::Connect(const std::string& address, absl::Duration timeout) {
+  auto waiter = std::make_shared<ConnectWaiter>();
+  absl::StatusOr<LinkId> id = absl::UnknownError("not run");
+  absl::Status queued = RunOnLoop([&] {
+    id = wire_->Connect(address);
+    if (!id.ok()) return;
+    const absl::Time now = clock_->Now();
+    links_.emplace(*id, std::make_unique<PeerLink>(*id, false, options_.chunk_bytes, options_.starvation_bound,
+                                                   options_.rate_bytes_per_second, options_.burst_bytes, clock_,
+                                                   now));
+    connect_waiters_.emplace(*id, waiter);
+  });
+  if (!queued.ok()) return queued;
+  if (!id.ok()) return id.status();
+  if (!waiter->done.WaitForNotificationWithTimeout(timeout)) {
+    const LinkId link_id = *id;
+    RunOnLoop([&] {
+      connect_waiters_.erase(link_id);
+      if (PeerLink* link = FindLink(link_id)) {
+        LinkDown(*link, absl::UnavailableError(absl::StrFormat("no answer from %s within %s", address,
+                                                               absl::FormatDuration(timeout))));
+      }
+    }).IgnoreError();
+    if (!waiter->done.HasBeenNotified()) {
+      return absl::UnavailableError(
+          absl::StrFormat("no answer from %s within %s", address, absl::FormatDuration(timeout)));
+    }
+  }
+  if (!waiter->status.ok()) return waiter->status;
+  return *id;
+}
+
+absl::StatusOr<std::shared_ptr<SendHandle>> Engine::Send(PeerId peer, uint64_t transfer_id,
+                                                         std::vector<OutboundStream> streams) {
+  absl::Status valid = ValidateStreams(transfer_id, streams);
+  if (!valid.ok()) return valid;
+  auto state = std::make_shared<SendState>();
+  absl::Status result;
+  absl::Status queued = RunOnLoop([&] {
+    PeerLink* link = FindLink(peer);
+    if (link == nullptr || link->inbound) {
+      result = absl::NotFoundError(absl::StrFormat("no peer %d", peer));
+      return;
+    }
+    if (!link->down.ok()) {
+      result = absl::UnavailableError(absl::StrCat("peer link is down: ", link->down.message()));
+      return;
+    }
+    if (outbound_.contains(transfer_id)) {
+      result = absl::AlreadyExistsError(absl::StrFormat("transfer %d is already being sent", transfer_id));
+      return;
+    }
+    if (static_cast<int>(link->transfers.size()) >= options_.max_transfers_per_link) {
+      result = absl::ResourceExhaustedError(
+          absl::StrFormat("%d transfers already queued on peer %d", link->transfers.size(), peer));
+      return;
+    }
+    const absl::Time now = clock_->Now();
+    OutboundTransfer& t = outbound_[transfer_id];
+    t.id = transfer_id;
+    t.link = peer;
+    t.state = state;
+    t.streams = std::move(streams);
+    for (uint32_t i = 0; i < t.streams.size(); ++i) {
+      t.bytes_unsent += t.streams[i].bytes.size();
+      link->scheduler.Add(StreamKey{transfer_id, i}, t.streams[i].stage, t.streams[i].bytes.size(), now);
+    }
+    link->transfers.insert(transfer_id);
+  });
+  if (!queued.ok()) return queued;
+  if (!result.ok()) return result;
+  return std::shared_ptr<SendHandle>(state);
+}
+
+absl::Status Engine::Expect(uint64_t transfer_id, std::vector<StreamBounds> streams) {
+  return table_.Expect(transfer_id, std::move(streams));
+}
+
+absl::StatusOr<ReceivedChunk> Engine::Receive(uint64_t transfer_id, absl::Duration timeout) {
+  return table_.Receive(transfer_id, timeout);
+}
+
+void Engine::Cancel(uint64_t transfer_id) {
+  table_.Cancel(transfer_id);
+  RunOnLoop([&] {
+    auto it = outbound_.find(transfer_id);
+    if (it != outbound_.end()) {
+      FailTransfer(it->second, absl::CancelledError(absl::StrFormat("transfer %d cancelled", transfer_id)));
+    }
+  }).IgnoreError();
+}
+
+TransportStats Engine::stats() const {
+  const Counters& c = *counters_;
+  TransportStats s;
+  s.chunks_sent = c.chunks_sent.load();
+  s.payload_bytes_sent = c.payload_bytes_sent.load();
+  s.anchor_chunks_sent = c.anchor_chunks_sent.load();
+  s.promoted_chunks_sent = c.promoted_chunks_sent.load();
+  s.chunks_received = c.chunks_received.load();
+  s.payload_bytes_received = c.payload_bytes_received.load();
+  s.rejected_malformed = c.rejected_malformed.load();
+  s.rejected_bad_crc = c.rejected_bad_crc.load();
+  s.rejected_unknown_transfer = c.rejected_unknown_transfer.load();
+  s.rejected_out_of_bounds = c.rejected_out_of_bounds.load();
+  s.rejected_over_window = c.rejected_over_window.load();
+  s.links_down = c.links_down.load();
+  s.transfers_stalled = c.transfers_stalled.load();
+  s.max_inflight_bytes_seen = c.max_inflight.load();
+  s.max_receive_buffered_bytes_seen = c.max_buffered.load();
+  return s;
+}
+
+absl::Status Engine::SendRawChunkForTest(PeerId peer, std::vector<uint8_t> header, std::vector<uint8_t> payload) {
+  absl::Status result;
+  absl::Status queued = RunOnLoop([&] {
+    PeerLink* link = FindLink(peer);
+    if (link == nullptr || !link->ready()) {
+      result = absl::UnavailableError("peer link not ready");
+      return;
+    }
+    auto rec = std::make_unique<SendRecord>();
+    rec->kind = MessageKind::kChunk;
+    rec->link = peer;
+    rec->raw = true;
+    rec->raw_header = std::move(header);
+    rec->raw_payload = std::move(payload);
+    const uint64_t cookie = next_cookie_++;
+    result = wire_->Send(peer, MessageKind::kChunk, rec->raw_header, rec->raw_payload, cookie);
+    if (result.ok()) {
+      ++link->sends_outstanding;
+      send_records_.emplace(cookie, std::move(rec));
+    }
+  });
+  if (!queued.ok()) return queued;
+  return result;
+}
+
+void Engine::FreezeForTest() { frozen_.store(true); }
+
+}  // namespace kvt::transport::internal

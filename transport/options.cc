@@ -1,0 +1,37 @@
+#include "transport/options.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "transport/chunk_header.h"
+
+namespace kvt::transport {
+
+absl::StatusOr<Options> ValidateOptions(Options o) {
+  const int64_t wire_chunk = int64_t{o.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);
+  if (o.chunk_bytes == 0 || o.chunk_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("chunk_bytes %d not in (0, 64 MiB]", o.chunk_bytes));
+  }
+  if (o.starvation_bound <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("starvation_bound must be positive");
+  }
+  if (o.rate_bytes_per_second < 0) return absl::InvalidArgumentError("rate_bytes_per_second must be >= 0");
+  if (o.burst_bytes < 0) return absl::InvalidArgumentError("burst_bytes must be >= 0");
+  if (o.burst_bytes == 0) o.burst_bytes = wire_chunk;
+  if (o.max_inflight_bytes < wire_chunk) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_inflight_bytes %d is below one chunk (%d)", o.max_inflight_bytes, wire_chunk));
+  }
+  if (o.max_receive_buffer_bytes < wire_chunk) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_receive_buffer_bytes %d is below one chunk (%d)",
+                                                      o.max_receive_buffer_bytes, wire_chunk));
+  }
+  if (o.max_transfers_per_link <= 0) return absl::InvalidArgumentError("max_transfers_per_link must be positive");
+  if (o.heartbeat_interval <= absl::ZeroDuration() || o.peer_timeout <= o.heartbeat_interval) {
+    return absl::InvalidArgumentError("need 0 < heartbeat_interval < peer_timeout");
+  }
+  if (o.stall_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("stall_timeout must be positive");
+  if (o.clock == nullptr) o.clock = RealClock();
+  return o;
+}
+
+}  // namespace kvt::transport

@@ -1,0 +1,57 @@
+// Options of a transport endpoint (one per daemon): chunking, lanes, rate limit, flow control, failure
+// detection, and which transports UCX may use. Plain data; validate with ValidateOptions before use.
+#ifndef KVT_TRANSPORT_OPTIONS_H_
+#define KVT_TRANSPORT_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/clock.h"
+
+namespace kvt::transport {
+
+struct Options {
+  // Largest chunk payload. Bounds how long an anchor waits behind a residual chunk (one chunk time).
+  uint32_t chunk_bytes = 512 << 10;
+  // A residual lane that has waited this long while anchors kept going is served one chunk.
+  absl::Duration starvation_bound = absl::Seconds(1);
+
+  // Token bucket per peer link over bytes on the wire (chunk header + payload). 0 = unlimited.
+  double rate_bytes_per_second = 0;
+  // Bucket depth; 0 means one chunk (header included).
+  int64_t burst_bytes = 0;
+
+  // Flow control. The sender keeps at most min(own max_inflight_bytes, peer's max_receive_buffer_bytes) of chunk
+  // bytes unacknowledged per link; the receiver holds at most max_receive_buffer_bytes of received, unconsumed
+  // chunk bytes per link. Both must be >= chunk_bytes + kChunkHeaderBytes.
+  int64_t max_inflight_bytes = 32 << 20;
+  int64_t max_receive_buffer_bytes = 32 << 20;
+  // Outbound transfers queued or in flight per link; Send beyond this fails with RESOURCE_EXHAUSTED.
+  int max_transfers_per_link = 1024;
+
+  // Failure detection. A link from which nothing (data, credit or heartbeat) arrived for peer_timeout is down:
+  // its transfers fail with UNAVAILABLE. A link that has had data waiting for credit for stall_timeout with no
+  // credit arriving fails its outbound transfers with DEADLINE_EXCEEDED.
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  absl::Duration peer_timeout = absl::Seconds(3);
+  absl::Duration stall_timeout = absl::Seconds(10);
+
+  // UCX (ignored by the loopback transport). Passed to ucp_config_modify, never read from the environment.
+  // ucx_tls: UCX_TLS, e.g. "tcp", "shm", "sm,cma", "posix", "rc,ud" ("" = UCX's default, all).
+  std::string ucx_tls = "tcp";
+  // UCX_NET_DEVICES, e.g. "lo" or "veth0" ("" = UCX's default, all). Restricts which interfaces the tcp
+  // transport listens on and advertises in the worker address.
+  std::string ucx_net_devices = "";
+
+  // Clock used for pacing and timeouts; null = RealClock(). Must outlive the transport.
+  const Clock* clock = nullptr;
+};
+
+// Checks the options and fills defaults (burst, clock). INVALID_ARGUMENT names the bad field.
+absl::StatusOr<Options> ValidateOptions(Options options);
+
+}  // namespace kvt::transport
+
+#endif  // KVT_TRANSPORT_OPTIONS_H_

@@ -1,0 +1,36 @@
+#include "transport/options.h"
+
+#include "gtest/gtest.h"
+
+namespace kvt::transport {
+namespace {
+
+TEST(OptionsTest, DefaultsAreValidAndFillBurstAndClock) {
+  auto o = ValidateOptions(Options{});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->burst_bytes, int64_t{Options{}.chunk_bytes} + 40);
+  EXPECT_EQ(o->clock, RealClock());
+}
+
+TEST(OptionsTest, ReceiveBufferBelowOneChunkIsInvalidArgument) {
+  Options o;
+  o.chunk_bytes = 1 << 20;
+  o.max_receive_buffer_bytes = 1 << 20;  // the header does not fit
+  EXPECT_EQ(ValidateOptions(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OptionsTest, BadFieldsAreInvalidArgument) {
+  Options zero_chunk;
+  zero_chunk.chunk_bytes = 0;
+  EXPECT_EQ(ValidateOptions(zero_chunk).status().code(), absl::StatusCode::kInvalidArgument);
+  Options negative_rate;
+  negative_rate.rate_bytes_per_second = -1;
+  EXPECT_EQ(ValidateOptions(negative_rate).status().code(), absl::StatusCode::kInvalidArgument);
+  Options heartbeat_too_slow;
+  heartbeat_too_slow.heartbeat_interval = absl::Seconds(5);
+  heartbeat_too_slow.peer_timeout = absl::Seconds(1);
+  EXPECT_EQ(ValidateOptions(heartbeat_too_slow).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvt::transport

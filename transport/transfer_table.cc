@@ -1,0 +1,193 @@
+#include "transport/transfer_table.h"
+
+#include <deque>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "transport/internal/range_set.h"
+
+namespace kvt::transport {
+namespace {
+
+constexpr uint64_t kUnbound = ~uint64_t{0};
+
+// A verified chunk that arrived ahead of a gap in its stream. Returns its credit if dropped.
+struct HeldChunk {
+  ChunkHeader header;
+  std::unique_ptr<uint8_t[]> payload;
+  int64_t credit_bytes = 0;
+  std::shared_ptr<CreditReturn> credit;
+
+  HeldChunk(HeldChunk&&) = default;
+  HeldChunk(ChunkHeader h, std::unique_ptr<uint8_t[]> p, int64_t b, std::shared_ptr<CreditReturn> c)
+      : header(h), payload(std::move(p)), credit_bytes(b), credit(std::move(c)) {}
+  ~HeldChunk() {
+    if (credit != nullptr) credit->Return(credit_bytes);
+  }
+};
+
+struct InboundStream {
+  StreamBounds bounds;
+  internal::RangeSet admitted;
+  uint64_t next_deliver = 0;
+  std::map<uint64_t, HeldChunk> held;  // offset -> chunk arrived ahead of next_deliver
+};
+
+}  // namespace
+
+// All fields are guarded by TransferTable::mu_.
+struct TransferTable::Entry {
+  uint64_t link = kUnbound;
+  std::vector<InboundStream> streams;
+  uint64_t total_bytes = 0;
+  uint64_t delivered_bytes = 0;  // handed to the ready queue
+  std::deque<ReceivedChunk> ready;
+  absl::Status status;  // non-OK once failed
+  bool complete_handed_out = false;
+
+  InboundStream* Find(uint32_t page, uint8_t stage) {
+    for (InboundStream& s : streams) {
+      if (s.bounds.page == page && s.bounds.stage == stage) return &s;
+    }
+    return nullptr;
+  }
+  void FailWith(absl::Status s) {
+    if (!status.ok()) return;
+    status = std::move(s);
+    ready.clear();  // chunks return their credit as they are destroyed
+    for (InboundStream& st : streams) st.held.clear();
+  }
+};
+
+TransferTable::TransferTable() = default;
+TransferTable::~TransferTable() = default;
+
+absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> streams) {
+  if (streams.empty()) return absl::InvalidArgumentError("a transfer needs at least one stream");
+  auto entry = std::make_shared<Entry>();
+  for (const StreamBounds& b : streams) {
+    if (b.length == 0) return absl::InvalidArgumentError("stream length must be positive");
+    if (b.stage >= kMaxStages) return absl::InvalidArgumentError(absl::StrFormat("stage %d out of range", b.stage));
+    if (entry->Find(b.page, b.stage) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("duplicate stream page %d stage %d", b.page, b.stage));
+    }
+    InboundStream s;
+    s.bounds = b;
+    entry->streams.push_back(std::move(s));
+    entry->total_bytes += b.length;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!entries_.emplace(id, std::move(entry)).second) {
+    return absl::AlreadyExistsError(absl::StrFormat("transfer %d is already expected", id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(h.transfer_id);
+  if (it == entries_.end() || !it->second->status.ok()) {
+    return absl::NotFoundError(absl::StrFormat("chunk for unknown transfer %d", h.transfer_id));
+  }
+  Entry& e = *it->second;
+  if (e.link != kUnbound && e.link != link) {
+    return absl::NotFoundError(absl::StrFormat("chunk for transfer %d from a link it is not bound to", h.transfer_id));
+  }
+  InboundStream* s = e.Find(h.page, h.stage);
+  absl::Status bad;
+  if (s == nullptr) {
+    bad = absl::OutOfRangeError(absl::StrFormat("transfer %d has no stream page %d stage %d", h.transfer_id,
+                                                h.page, h.stage));
+  } else if (h.length == 0 || h.offset + h.length > s->bounds.length) {
+    bad = absl::OutOfRangeError(absl::StrFormat("chunk [%d, +%d) outside stream page %d stage %d of length %d",
+                                                h.offset, h.length, h.page, h.stage, s->bounds.length));
+  } else if (!s->admitted.InsertIfDisjoint(h.offset, h.offset + h.length)) {
+    bad = absl::OutOfRangeError(absl::StrFormat("chunk [%d, +%d) of page %d stage %d overlaps received bytes",
+                                                h.offset, h.length, h.page, h.stage));
+  }
+  if (!bad.ok()) {
+    e.FailWith(bad);
+    return bad;
+  }
+  e.link = link;
+  return absl::OkStatus();
+}
+
+void TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+                            std::shared_ptr<CreditReturn> credit) {
+  HeldChunk chunk(h, std::move(payload), credit_bytes, std::move(credit));
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(h.transfer_id);
+  if (it == entries_.end() || !it->second->status.ok()) return;  // `chunk` returns its credit
+  Entry& e = *it->second;
+  InboundStream* s = e.Find(h.page, h.stage);
+  if (s == nullptr) return;
+  s->held.emplace(h.offset, std::move(chunk));
+  while (!s->held.empty() && s->held.begin()->first == s->next_deliver) {
+    HeldChunk& c = s->held.begin()->second;
+    s->next_deliver += c.header.length;
+    e.delivered_bytes += c.header.length;
+    const bool stream_complete = s->next_deliver == s->bounds.length;
+    const bool transfer_complete = e.delivered_bytes == e.total_bytes;
+    e.ready.emplace_back(c.header, std::move(c.payload), stream_complete, transfer_complete, c.credit_bytes,
+                         std::move(c.credit));
+    c.credit = nullptr;
+    s->held.erase(s->held.begin());
+  }
+}
+
+void TransferTable::Fail(uint64_t id, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) it->second->FailWith(std::move(status));
+}
+
+void TransferTable::FailLink(uint64_t link, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, entry] : entries_) {
+    if (entry->link == link) entry->FailWith(status);
+  }
+}
+
+bool TransferTable::Cancel(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  it->second->FailWith(absl::CancelledError(absl::StrFormat("transfer %d cancelled", id)));
+  entries_.erase(it);
+  return true;
+}
+
+absl::StatusOr<ReceivedChunk> TransferTable::Receive(uint64_t id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return absl::NotFoundError(absl::StrFormat("transfer %d is not expected", id));
+  std::shared_ptr<Entry> entry = it->second;
+  Entry* e = entry.get();
+  auto has_news = [e]() { return !e->ready.empty() || !e->status.ok(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrFormat("no chunk of transfer %d within %s", id, absl::FormatDuration(timeout)));
+  }
+  if (!e->status.ok()) {
+    absl::Status s = e->status;
+    auto again = entries_.find(id);
+    if (again != entries_.end() && again->second == entry) entries_.erase(again);
+    return s;
+  }
+  ReceivedChunk chunk = std::move(e->ready.front());
+  e->ready.pop_front();
+  if (chunk.transfer_complete()) {
+    auto again = entries_.find(id);
+    if (again != entries_.end() && again->second == entry) entries_.erase(again);
+  }
+  return chunk;
+}
+
+size_t TransferTable::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+}  // namespace kvt::transport

@@ -1,0 +1,66 @@
+// The receive side's table of inbound transfers: what was announced (Expect), which byte ranges arrived, and
+// the verified chunks waiting for the consumer. The progress thread admits and delivers chunks; consumer threads
+// Receive. Chunks of one stream are handed out in offset order; a chunk that arrives early waits (within the
+// link's receive-buffer credit) until the gap before it is filled.
+// Thread-safe.
+#ifndef KVT_TRANSPORT_TRANSFER_TABLE_H_
+#define KVT_TRANSPORT_TRANSFER_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/chunk_header.h"
+#include "transport/transport.h"
+
+namespace kvt::transport {
+
+class TransferTable {
+ public:
+  TransferTable();
+  ~TransferTable();
+
+  // Announces transfer `id`. INVALID_ARGUMENT: no streams, a zero length, a stage >= kMaxStages, or a
+  // duplicate (page, stage). ALREADY_EXISTS: `id` is already in the table.
+  absl::Status Expect(uint64_t id, std::vector<StreamBounds> streams);
+
+  // Checks an arriving chunk and reserves its byte range. `link` identifies the link it came on; the first
+  // admitted chunk binds the transfer to its link. Errors (the chunk must then be dropped):
+  //   NOT_FOUND: unknown or finished transfer, or one bound to another link (the transfer is left alone);
+  //   OUT_OF_RANGE: no such (page, stage), range outside the stream, or overlapping received bytes (the transfer
+  //   fails with OUT_OF_RANGE).
+  absl::Status Admit(uint64_t link, const ChunkHeader& header);
+
+  // Hands a verified chunk, previously admitted, to the consumer. `credit_bytes` go back through `credit` when the
+  // consumer drops the chunk (or at once if the transfer is gone).
+  void Deliver(const ChunkHeader& header, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+               std::shared_ptr<CreditReturn> credit);
+
+  // Fails transfer `id` (no-op if unknown): its waiting chunks are dropped, Receive returns `status` once.
+  void Fail(uint64_t id, absl::Status status);
+  // Fails every transfer bound to `link`.
+  void FailLink(uint64_t link, const absl::Status& status);
+  // Fails with CANCELLED and forgets `id`. Returns whether it was there.
+  bool Cancel(uint64_t id);
+
+  // See Transport::Receive.
+  absl::StatusOr<ReceivedChunk> Receive(uint64_t id, absl::Duration timeout);
+
+  size_t size() const;
+
+ private:
+  struct Entry;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvt::transport
+
+#endif  // KVT_TRANSPORT_TRANSFER_TABLE_H_

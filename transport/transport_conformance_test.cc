@@ -1,0 +1,422 @@
+// One behavioural suite for every Transport implementation: the loopback fake, UCX over tcp, UCX over shared
+// memory. Timing-sensitive properties are asserted by counting chunks and bytes, and rates within wide bounds:
+// CI runs on two noisy cores (speed targets live in transport/bench).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/crc32c.h"
+#include "gtest/gtest.h"
+#include "transport/chunk_header.h"
+#include "transport/internal/engine.h"
+#include "transport/loopback/loopback_transport.h"
+#include "transport/options.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace kvt::transport {
+namespace {
+
+using Factory = std::function<absl::StatusOr<std::unique_ptr<Transport>>(Options)>;
+
+struct Backend {
+  std::string name;
+  Factory make;
+};
+
+std::vector<Backend> Backends() {
+  return {
+      {"Loopback", [](Options o) { return NewLoopbackTransport(o); }},
+      {"UcxTcp",
+       [](Options o) {
+         o.ucx_tls = "tcp";
+         o.ucx_net_devices = "lo";
+         return NewUcxTransport(o);
+       }},
+      {"UcxShm",
+       [](Options o) {
+         o.ucx_tls = "shm";
+         return NewUcxTransport(o);
+       }},
+  };
+}
+
+constexpr uint32_t kChunk = 64 << 10;
+
+Options SmallChunks() {
+  Options o;
+  o.chunk_bytes = kChunk;
+  o.max_inflight_bytes = 2 << 20;
+  o.max_receive_buffer_bytes = 2 << 20;
+  o.heartbeat_interval = absl::Milliseconds(100);
+  o.peer_timeout = absl::Seconds(2);
+  o.stall_timeout = absl::Seconds(20);
+  return o;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    const uint32_t x = rng();
+    std::memcpy(&v[i], &x, 4);
+  }
+  for (size_t i = n & ~size_t{3}; i < n; ++i) v[i] = static_cast<uint8_t>(rng());
+  return v;
+}
+
+internal::Engine* AsEngine(Transport* t) { return static_cast<internal::Engine*>(t); }
+
+// A connected sender/receiver pair.
+class TransportTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void Start(const Options& sender_options, const Options& receiver_options) {
+    auto rx = GetParam().make(receiver_options);
+    ASSERT_TRUE(rx.ok()) << rx.status();
+    receiver_ = *std::move(rx);
+    auto tx = GetParam().make(sender_options);
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    sender_ = *std::move(tx);
+    auto peer = sender_->Connect(receiver_->address(), absl::Seconds(20));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    peer_ = *peer;
+  }
+  void Start(const Options& options) { Start(options, options); }
+
+  std::unique_ptr<Transport> receiver_;
+  std::unique_ptr<Transport> sender_;
+  PeerId peer_ = 0;
+};
+
+// Receives every chunk of `id` into `out` (indexed by stream), checking offset order. Returns the status.
+absl::Status ReceiveAll(Transport& t, uint64_t id, std::vector<std::vector<uint8_t>>& out,
+                        const std::vector<StreamBounds>& bounds, std::vector<uint64_t>* order = nullptr) {
+  std::vector<uint64_t> next(bounds.size(), 0);
+  while (true) {
+    auto c = t.Receive(id, absl::Seconds(30));
+    if (!c.ok()) return c.status();
+    const ChunkHeader& h = c->header();
+    size_t s = 0;
+    while (s < bounds.size() && !(bounds[s].page == h.page && bounds[s].stage == h.stage)) ++s;
+    if (s == bounds.size()) return absl::InternalError("chunk of an unannounced stream was delivered");
+    if (h.offset != next[s]) return absl::InternalError("chunks of a stream came out of offset order");
+    next[s] += h.length;
+    out[s].resize(bounds[s].length);
+    std::memcpy(out[s].data() + h.offset, c->payload().data(), h.length);
+    if (order != nullptr) order->push_back(h.stage);
+    if (c->transfer_complete()) return absl::OkStatus();
+  }
+}
+
+TEST_P(TransportTest, MultiMebibyteStreamsArriveIntactAndInOffsetOrder) {
+  Start(SmallChunks());
+  const std::vector<uint8_t> anchor = RandomBytes((3 << 20) / 2 + 123, 1);
+  const std::vector<uint8_t> residual = RandomBytes(3 << 20, 2);
+  const std::vector<uint8_t> other_page = RandomBytes(100000, 3);
+  const std::vector<StreamBounds> bounds = {
+      {5, 0, anchor.size()}, {5, 1, residual.size()}, {6, 0, other_page.size()}};
+  ASSERT_TRUE(receiver_->Expect(42, bounds).ok());
+  auto handle = sender_->Send(peer_, 42, {{5, 0, anchor}, {5, 1, residual}, {6, 0, other_page}});
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  std::vector<std::vector<uint8_t>> got(3);
+  std::vector<uint64_t> stages;
+  ASSERT_TRUE(ReceiveAll(*receiver_, 42, got, bounds, &stages).ok());
+  EXPECT_TRUE((*handle)->Wait().ok()) << (*handle)->status();
+  EXPECT_EQ(got[0], anchor);
+  EXPECT_EQ(got[1], residual);
+  EXPECT_EQ(got[2], other_page);
+  // With no starvation, every anchor chunk (both pages) precedes every residual chunk.
+  EXPECT_TRUE(std::is_sorted(stages.begin(), stages.end()));
+  const TransportStats rx = receiver_->stats();
+  EXPECT_EQ(rx.payload_bytes_received, anchor.size() + residual.size() + other_page.size());
+  EXPECT_EQ(rx.rejected_bad_crc + rx.rejected_malformed + rx.rejected_out_of_bounds, 0u);
+  EXPECT_EQ(receiver_->Receive(42, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 40e6;  // ~1.6 ms per chunk: residual A is still queued when B arrives
+  o.starvation_bound = absl::Seconds(60);
+  Start(o);
+  const auto a_anchor = RandomBytes(4 * kChunk, 10), a_residual = RandomBytes(48 * kChunk, 11);
+  const auto b_anchor = RandomBytes(8 * kChunk, 12), b_residual = RandomBytes(8 * kChunk, 13);
+  ASSERT_TRUE(receiver_->Expect(1, {{0, 0, a_anchor.size()}, {0, 1, a_residual.size()}}).ok());
+  ASSERT_TRUE(receiver_->Expect(2, {{0, 0, b_anchor.size()}, {0, 1, b_residual.size()}}).ok());
+
+  // Every received chunk gets a global sequence number, so the test can count what overtook what.
+  absl::Mutex mu;
+  std::vector<std::pair<uint64_t, int>> log;  // (transfer, stage) in arrival order
+  std::atomic<bool> a_residual_started{false};
+  auto drain = [&](uint64_t id) {
+    while (true) {
+      auto c = receiver_->Receive(id, absl::Seconds(30));
+      if (!c.ok()) return;
+      {
+        absl::MutexLock lock(&mu);
+        log.emplace_back(id, c->header().stage);
+      }
+      if (id == 1 && c->header().stage == 1) a_residual_started = true;
+      if (c->transfer_complete()) return;
+    }
+  };
+  std::thread rx_a(drain, 1), rx_b(drain, 2);
+  auto a = sender_->Send(peer_, 1, {{0, 0, a_anchor}, {0, 1, a_residual}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  while (!a_residual_started) absl::SleepFor(absl::Milliseconds(1));
+  size_t logged_at_submit;
+  {
+    absl::MutexLock lock(&mu);
+    logged_at_submit = log.size();
+  }
+  auto b = sender_->Send(peer_, 2, {{0, 0, b_anchor}, {0, 1, b_residual}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  rx_a.join();
+  rx_b.join();
+  ASSERT_TRUE((*a)->Wait().ok());
+  ASSERT_TRUE((*b)->Wait().ok());
+
+  ASSERT_EQ(log.size(), 4u + 48u + 8u + 8u);
+  size_t b_anchor_done = 0, a_residual_done = 0, a_residual_after_submit = 0, b_anchor_seen = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i] == std::make_pair(uint64_t{2}, 0) && ++b_anchor_seen == 8) b_anchor_done = i;
+    if (log[i] == std::make_pair(uint64_t{1}, 1)) a_residual_done = i;
+  }
+  for (size_t i = logged_at_submit; i < b_anchor_done; ++i) {
+    if (log[i] == std::make_pair(uint64_t{1}, 1)) ++a_residual_after_submit;
+  }
+  EXPECT_LT(b_anchor_done, a_residual_done) << "B's anchor must finish while A's residual is still going";
+  // Only chunks already paced onto the wire (the bucket's burst) plus the one in progress may slip in between.
+  EXPECT_LE(a_residual_after_submit, 4u);
+  EXPECT_EQ(sender_->stats().promoted_chunks_sent, 0u);
+}
+
+TEST_P(TransportTest, ResidualStarvedPastTheBoundIsPromotedBeforeTheAnchorsFinish) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 20e6;  // 40 anchor chunks take ~130 ms
+  o.starvation_bound = absl::Milliseconds(20);
+  Start(o);
+  const auto residual = RandomBytes(2 * kChunk, 20);
+  const auto anchor = RandomBytes(40 * kChunk, 21);
+  ASSERT_TRUE(receiver_->Expect(7, {{0, 1, residual.size()}, {1, 0, anchor.size()}}).ok());
+  auto h = sender_->Send(peer_, 7, {{0, 1, residual}, {1, 0, anchor}});
+  ASSERT_TRUE(h.ok());
+  std::vector<std::vector<uint8_t>> got(2);
+  std::vector<uint64_t> stages;
+  ASSERT_TRUE(ReceiveAll(*receiver_, 7, got, {{0, 1, residual.size()}, {1, 0, anchor.size()}}, &stages).ok());
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(got[0], residual);
+  EXPECT_EQ(got[1], anchor);
+  // The residual was not left until the end: its last chunk came before the last anchor chunk...
+  const auto last_residual = std::find(stages.rbegin(), stages.rend(), 1u);
+  EXPECT_NE(last_residual, stages.rbegin());
+  // ... but it did wait: anchors went first until the bound passed.
+  EXPECT_EQ(stages.front(), 0u);
+  EXPECT_GE(sender_->stats().promoted_chunks_sent, 1u);
+}
+
+TEST_P(TransportTest, ThrottledLinkDeliversCloseToTheConfiguredRate) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 25e6;
+  Start(o);
+  const auto data = RandomBytes(6 << 20, 30);  // ~250 ms at 25 MB/s
+  ASSERT_TRUE(receiver_->Expect(9, {{0, 0, data.size()}}).ok());
+  const absl::Time start = absl::Now();
+  auto h = sender_->Send(peer_, 9, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  std::vector<std::vector<uint8_t>> got(1);
+  ASSERT_TRUE(ReceiveAll(*receiver_, 9, got, {{0, 0, data.size()}}).ok());
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double rate = data.size() / seconds;
+  // The first burst (two chunks) goes at once; everything else is paced.
+  EXPECT_LT(rate, 1.15 * o.rate_bytes_per_second) << seconds << " s";
+  EXPECT_GT(rate, 0.5 * o.rate_bytes_per_second) << seconds << " s";
+}
+
+TEST_P(TransportTest, ReceiverThatStopsReadingHoldsTheSenderWithinTheWindow) {
+  Options o = SmallChunks();
+  o.max_inflight_bytes = 16 << 20;
+  Options rx = o;
+  rx.max_receive_buffer_bytes = 8 * (kChunk + kChunkHeaderBytes);
+  Start(o, rx);
+  const auto data = RandomBytes(4 << 20, 40);
+  ASSERT_TRUE(receiver_->Expect(3, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 3, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  // Nobody reads for a while: the sender must stop at the receiver's buffer, not finish.
+  EXPECT_FALSE((*h)->WaitFor(absl::Milliseconds(400)));
+  EXPECT_LE(sender_->stats().max_inflight_bytes_seen, rx.max_receive_buffer_bytes);
+  EXPECT_LE(receiver_->stats().max_receive_buffered_bytes_seen, rx.max_receive_buffer_bytes);
+  EXPECT_LE(receiver_->stats().payload_bytes_received, 8u * kChunk);
+  std::vector<std::vector<uint8_t>> got(1);
+  ASSERT_TRUE(ReceiveAll(*receiver_, 3, got, {{0, 0, data.size()}}).ok());
+  EXPECT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ(got[0], data);
+  EXPECT_EQ(receiver_->stats().rejected_over_window, 0u);
+}
+
+TEST_P(TransportTest, ReceiverThatNeverReadsFailsTheSenderWithDeadlineExceeded) {
+  Options o = SmallChunks();
+  o.stall_timeout = absl::Milliseconds(300);
+  Options rx = o;
+  rx.max_receive_buffer_bytes = 4 * (kChunk + kChunkHeaderBytes);
+  Start(o, rx);
+  const auto data = RandomBytes(2 << 20, 50);
+  ASSERT_TRUE(receiver_->Expect(4, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 4, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE((*h)->WaitFor(absl::Seconds(20)));
+  EXPECT_EQ((*h)->status().code(), absl::StatusCode::kDeadlineExceeded) << (*h)->status();
+  EXPECT_EQ(sender_->stats().transfers_stalled, 1u);
+}
+
+TEST_P(TransportTest, PeerDestroyedMidStreamFailsTheSenderWithUnavailable) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 20e6;
+  Start(o);
+  const auto data = RandomBytes(8 << 20, 60);
+  ASSERT_TRUE(receiver_->Expect(5, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 5, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  auto first = receiver_->Receive(5, absl::Seconds(20));
+  ASSERT_TRUE(first.ok()) << first.status();
+  first = absl::CancelledError("dropped");
+  const absl::Time killed = absl::Now();
+  receiver_.reset();
+  ASSERT_TRUE((*h)->WaitFor(absl::Seconds(20)));
+  EXPECT_EQ((*h)->status().code(), absl::StatusCode::kUnavailable) << (*h)->status();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(15));
+  EXPECT_EQ(sender_->Send(peer_, 6, {{0, 0, data}}).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_P(TransportTest, HungPeerIsDetectedByHeartbeatAndFailsBothSidesWithUnavailable) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 20e6;
+  o.peer_timeout = absl::Milliseconds(800);
+  Start(o);
+  const auto data = RandomBytes(8 << 20, 70);
+  ASSERT_TRUE(receiver_->Expect(8, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 8, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(receiver_->Receive(8, absl::Seconds(20)).ok());
+  AsEngine(sender_.get())->FreezeForTest();  // the sender hangs: no data, no heartbeats
+  absl::Status last;
+  do {
+    last = receiver_->Receive(8, absl::Seconds(20)).status();
+  } while (last.ok());
+  EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable) << last;
+}
+
+TEST_P(TransportTest, CorruptChunkFailsOnlyItsOwnTransferWithDataLoss) {
+  Start(SmallChunks());
+  const auto good = RandomBytes(1 << 20, 80);
+  ASSERT_TRUE(receiver_->Expect(100, {{0, 0, 4096}}).ok());
+  ASSERT_TRUE(receiver_->Expect(101, {{0, 0, good.size()}}).ok());
+  // A chunk for transfer 100 whose payload does not match its CRC.
+  std::vector<uint8_t> payload = RandomBytes(4096, 81);
+  ChunkHeader h{100, 0, 0, 0, 4096, Crc32c(payload.data(), payload.size())};
+  payload[17] ^= 0x20;
+  std::vector<uint8_t> header(kChunkHeaderBytes);
+  EncodeChunkHeader(h, absl::MakeSpan(header));
+  ASSERT_TRUE(AsEngine(sender_.get())->SendRawChunkForTest(peer_, header, payload).ok());
+  EXPECT_EQ(receiver_->Receive(100, absl::Seconds(20)).status().code(), absl::StatusCode::kDataLoss);
+  // The other transfer on the same link is untouched.
+  auto handle = sender_->Send(peer_, 101, {{0, 0, good}});
+  ASSERT_TRUE(handle.ok());
+  std::vector<std::vector<uint8_t>> got(1);
+  ASSERT_TRUE(ReceiveAll(*receiver_, 101, got, {{0, 0, good.size()}}).ok());
+  EXPECT_EQ(got[0], good);
+  EXPECT_TRUE((*handle)->Wait().ok());
+  EXPECT_EQ(receiver_->stats().rejected_bad_crc, 1u);
+}
+
+TEST_P(TransportTest, HostileChunksAreRejectedCountedAndHarmNoOtherTransfer) {
+  Start(SmallChunks());
+  ASSERT_TRUE(receiver_->Expect(200, {{0, 0, 1000}}).ok());
+  ASSERT_TRUE(receiver_->Expect(201, {{0, 0, 1000}}).ok());
+  auto raw = [&](ChunkHeader h, std::vector<uint8_t> payload) {
+    h.payload_crc32c = Crc32c(payload.data(), payload.size());
+    std::vector<uint8_t> header(kChunkHeaderBytes);
+    EncodeChunkHeader(h, absl::MakeSpan(header));
+    return AsEngine(sender_.get())->SendRawChunkForTest(peer_, header, payload);
+  };
+  // Unknown transfer: counted, nobody fails.
+  ASSERT_TRUE(raw({999, 0, 0, 0, 10, 0}, std::vector<uint8_t>(10, 1)).ok());
+  // Offset outside the announced stream: fails transfer 200 only.
+  ASSERT_TRUE(raw({200, 0, 0, 995, 10, 0}, std::vector<uint8_t>(10, 2)).ok());
+  // Garbage header: counted.
+  ASSERT_TRUE(AsEngine(sender_.get())
+                  ->SendRawChunkForTest(peer_, std::vector<uint8_t>(kChunkHeaderBytes, 0x5a), {1, 2, 3})
+                  .ok());
+  // Header length disagreeing with the payload: counted.
+  ASSERT_TRUE(AsEngine(sender_.get())
+                  ->SendRawChunkForTest(peer_,
+                                        [] {
+                                          std::vector<uint8_t> hb(kChunkHeaderBytes);
+                                          EncodeChunkHeader({201, 0, 0, 0, 500, 0}, absl::MakeSpan(hb));
+                                          return hb;
+                                        }(),
+                                        std::vector<uint8_t>(20, 3))
+                  .ok());
+  EXPECT_EQ(receiver_->Receive(200, absl::Seconds(20)).status().code(), absl::StatusCode::kOutOfRange);
+  // A valid chunk for transfer 201 still lands.
+  ASSERT_TRUE(raw({201, 0, 0, 0, 1000, 0}, std::vector<uint8_t>(1000, 4)).ok());
+  auto c = receiver_->Receive(201, absl::Seconds(20));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->transfer_complete());
+  const TransportStats s = receiver_->stats();
+  EXPECT_EQ(s.rejected_unknown_transfer, 1u);
+  EXPECT_EQ(s.rejected_out_of_bounds, 1u);
+  EXPECT_EQ(s.rejected_malformed, 2u);
+}
+
+TEST_P(TransportTest, SenderOfATransferTheReceiverRejectsLearnsTheReason) {
+  Start(SmallChunks());
+  const auto data = RandomBytes(256 << 10, 90);
+  ASSERT_TRUE(receiver_->Expect(300, {{0, 0, 1000}}).ok());  // announced far shorter than what comes
+  auto h = sender_->Send(peer_, 300, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE((*h)->WaitFor(absl::Seconds(20)));
+  EXPECT_EQ(receiver_->Receive(300, absl::Seconds(20)).status().code(), absl::StatusCode::kOutOfRange);
+  // The sender either saw the abort or had already handed every chunk over.
+  EXPECT_TRUE((*h)->status().ok() || (*h)->status().code() == absl::StatusCode::kOutOfRange) << (*h)->status();
+}
+
+TEST_P(TransportTest, BadRequestsGetCanonicalCodes) {
+  Start(SmallChunks());
+  const std::vector<uint8_t> data(100, 1);
+  EXPECT_EQ(sender_->Send(peer_ + 1000, 1, {{0, 0, data}}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sender_->Send(peer_, 1, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sender_->Send(peer_, 1, {{0, kMaxStages, data}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sender_->Send(peer_, 1, {{0, 0, data}, {0, 0, data}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(receiver_->Receive(77, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(sender_->Connect("definitely not an address", absl::Seconds(2)).ok());
+}
+
+TEST_P(TransportTest, CancelFinishesTheSenderWithCancelled) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 10e6;
+  Start(o);
+  const auto data = RandomBytes(8 << 20, 95);
+  ASSERT_TRUE(receiver_->Expect(400, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 400, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  sender_->Cancel(400);
+  ASSERT_TRUE((*h)->WaitFor(absl::Seconds(20)));
+  EXPECT_EQ((*h)->status().code(), absl::StatusCode::kCancelled);
+  receiver_->Cancel(400);
+  EXPECT_EQ(receiver_->Receive(400, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::ValuesIn(Backends()),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kvt::transport
