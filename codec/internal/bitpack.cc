@@ -1,10 +1,13 @@
 #include "codec/internal/bitpack.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cstring>
 
 namespace kvt::codec::internal {
 
-void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out) {
+void PackFieldPortable(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out) {
   const uint32_t mask = (1u << width) - 1;
   if (width == 8) {
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(codes[i] >> shift);
@@ -41,7 +44,7 @@ void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* ou
   }
 }
 
-void AppendField(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix) {
+void AppendFieldPortable(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix) {
   const uint32_t mask = (1u << width) - 1;
   auto put = [&](size_t i, uint32_t field) {
     prefix[i] = first ? static_cast<uint8_t>(field) : static_cast<uint8_t>((prefix[i] << width) | field);
@@ -72,6 +75,68 @@ void AppendField(const uint8_t* in, size_t n, int width, bool first, uint8_t* pr
     put(i, static_cast<uint32_t>(acc) & mask);
     acc >>= width;
     bits -= width;
+  }
+}
+
+bool Bmi2Available() {
+  static const bool available = __builtin_cpu_supports("bmi2");
+  return available;
+}
+
+// Eight values at a time: their fields, one per byte of a 64-bit word, are the word's bits under lane_mask, and
+// 8 fields of `width` bits are exactly `width` bytes of the stream (8 * width bits, byte aligned).
+__attribute__((target("bmi2"))) void PackFieldBmi2(const uint8_t* codes, size_t n, int shift, int width,
+                                                    uint8_t* out) {
+  const uint64_t lane_mask = ((uint64_t{1} << width) - 1) * 0x0101010101010101ull;
+  // Groups whose 8-byte store stays inside the output; the rest (at most 8 / width + 1 groups and the n % 8
+  // tail, byte aligned) go through the portable loop.
+  const size_t out_size = PackedSize(n, width);
+  const size_t groups = std::min(n / 8, out_size >= 8 ? (out_size - 8) / width + 1 : 0);
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t x;
+    std::memcpy(&x, codes + 8 * g, 8);
+    // Bits shifted down from the next byte land above the field and are masked off (shift + width <= 8).
+    const uint64_t fields = width == 8 ? (x >> shift) & lane_mask : _pext_u64(x >> shift, lane_mask);
+    std::memcpy(out + g * width, &fields, 8);  // the bytes past `width` are rewritten by the next group
+  }
+  if (8 * groups < n) PackFieldPortable(codes + 8 * groups, n - 8 * groups, shift, width, out + groups * width);
+}
+
+__attribute__((target("bmi2"))) void AppendFieldBmi2(const uint8_t* in, size_t n, int width, bool first,
+                                                      uint8_t* prefix) {
+  const uint64_t lane_mask = ((uint64_t{1} << width) - 1) * 0x0101010101010101ull;
+  const size_t in_size = PackedSize(n, width);
+  const size_t groups = std::min(n / 8, in_size >= 8 ? (in_size - 8) / width + 1 : 0);
+  const uint64_t keep = width == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * width)) - 1;
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t bits;
+    std::memcpy(&bits, in + g * width, 8);
+    bits &= keep;
+    const uint64_t fields = width == 8 ? bits : _pdep_u64(bits, lane_mask);
+    uint64_t p = 0;
+    if (!first) {
+      std::memcpy(&p, prefix + 8 * g, 8);
+      p <<= width;  // each byte's prefix has at most 8 - width bits, so nothing crosses into the next byte
+    }
+    p |= fields;
+    std::memcpy(prefix + 8 * g, &p, 8);
+  }
+  if (8 * groups < n) AppendFieldPortable(in + groups * width, n - 8 * groups, width, first, prefix + 8 * groups);
+}
+
+void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out) {
+  if (Bmi2Available()) {
+    PackFieldBmi2(codes, n, shift, width, out);
+  } else {
+    PackFieldPortable(codes, n, shift, width, out);
+  }
+}
+
+void AppendField(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix) {
+  if (Bmi2Available()) {
+    AppendFieldBmi2(in, n, width, first, prefix);
+  } else {
+    AppendFieldPortable(in, n, width, first, prefix);
   }
 }
 

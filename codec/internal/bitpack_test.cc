@@ -28,6 +28,28 @@ TEST(BitpackTest, EveryWidthAndShiftRoundTripsForEveryLength) {
   }
 }
 
+TEST(BitpackTest, Bmi2AndPortablePathsWriteTheSameBytes) {
+  if (!Bmi2Available()) GTEST_SKIP() << "no BMI2";
+  std::mt19937 rng(3);
+  for (int width = 1; width <= 8; ++width) {
+    for (int shift = 0; shift + width <= 8; ++shift) {
+      for (size_t n : {size_t{1}, size_t{8}, size_t{9}, size_t{15}, size_t{16}, size_t{17}, size_t{1000}}) {
+        std::vector<uint8_t> codes(n);
+        for (auto& c : codes) c = static_cast<uint8_t>(rng());
+        std::vector<uint8_t> a(PackedSize(n, width)), b(a.size());
+        PackFieldPortable(codes.data(), n, shift, width, a.data());
+        PackFieldBmi2(codes.data(), n, shift, width, b.data());
+        ASSERT_EQ(a, b) << width << " " << shift << " " << n;
+        std::vector<uint8_t> pa(n), pb(n);
+        for (size_t i = 0; i < n; ++i) pa[i] = pb[i] = codes[i] & ((1 << (8 - width)) - 1);
+        AppendFieldPortable(a.data(), n, width, /*first=*/false, pa.data());
+        AppendFieldBmi2(a.data(), n, width, /*first=*/false, pb.data());
+        ASSERT_EQ(pa, pb) << width << " " << n;
+      }
+    }
+  }
+}
+
 TEST(BitpackTest, FieldsAreLsbFirstAndTheLastByteIsZeroPadded) {
   const uint8_t codes[] = {0x5, 0x3, 0x6};
   uint8_t packed[2] = {0xFF, 0xFF};

@@ -27,17 +27,18 @@ struct LynxPageMeta {
   std::vector<uint8_t> spike_index;        // token within the chunk, < chunk_len
 
   std::vector<ChannelFrame> frames;        // [channels]
-  std::vector<float> mu, sigma;            // [num_chunks * channels]
+  std::vector<float> mu, sigma, inv_sigma; // [num_chunks * channels]
 
   void Resize(int tokens, int channels, int chunk_len, bool spikes);
-  // Fills frames, mu and sigma from lo, hi, q_mu, q_sigma (lynx_math.h's ChunkMu / ChunkSigma).
+  // Fills frames, mu, sigma and inv_sigma from lo, hi, q_mu, q_sigma (lynx_math.h's ChunkMu, ChunkSigma,
+  // InverseSigma).
   void Derive();
 };
 
 struct LynxKernels {
   // Fills lo, hi, q_mu, q_sigma for a page without spike reserving (meta is already Resize()d).
   void (*stats)(const PageView& page, Centering centering, LynxPageMeta& meta);
-  // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / sigma.
+  // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / inv_sigma.
   void (*codes)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes);
   // out(t, c) = Reconstruct(table[prefix[t * channels + c]], mu, sigma, frame) (spikes are not applied here).
   void (*reconstruct)(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out);
@@ -50,6 +51,14 @@ const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)
 const LynxKernels& Avx512LynxKernels();  // requires ImplAvailable(kAvx512)
 // The kernels for a resolved implementation (not kAuto).
 const LynxKernels& KernelsFor(CodecImpl impl);
+
+// The reference loops restricted to channels [c_begin, c_end): the vectorized kernels run them on the channels
+// left over after their last full vector, so those channels get exactly the reference's results.
+void RefStatsRange(const PageView& page, Centering centering, LynxPageMeta& meta, int c_begin, int c_end);
+void RefCodesRange(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes,
+                   int c_begin, int c_end);
+void RefReconstructRange(const uint8_t* prefix, const LynxPageMeta& meta, const float* table,
+                         const MutablePageView& out, int c_begin, int c_end);
 
 // Spike-reserving statistics (scalar, shared by every implementation): per chunk, the value farthest from the
 // chunk's centre is the spike; lo/hi and q_mu/q_sigma describe the remaining values.

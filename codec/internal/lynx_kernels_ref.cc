@@ -33,21 +33,25 @@ void ChunkCentre(At at, int n, Centering centering, float& cmin, float& cmax, fl
     }
     centre = sum;
   }
-  centre = std::fmin(std::fmax(centre, cmin), cmax);
+  centre = Clamp(centre, cmin, cmax);
 }
 
 // Quantizes one chunk's (cmin, cmax, centre) in `frame` into q_mu / q_sigma.
 void QuantizeChunk(const ChannelFrame& frame, float cmin, float cmax, float centre, uint8_t& q_mu, uint8_t& q_sigma) {
   int qm = QuantizeMu(frame, centre);
   float mu = ChunkMu(frame, qm);
-  float need = std::fmax(cmax - mu, mu - cmin);
+  float above = cmax - mu;
+  float below = mu - cmin;
+  float need = above > below ? above : below;
   q_mu = static_cast<uint8_t>(qm);
   q_sigma = static_cast<uint8_t>(QuantizeSigma(frame, need));
 }
 
-void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+}  // namespace
+
+void RefStatsRange(const PageView& page, Centering centering, LynxPageMeta& meta, int c_begin, int c_end) {
   const int channels = page.channels;
-  for (int c = 0; c < channels; ++c) {
+  for (int c = c_begin; c < c_end; ++c) {
     float lo = std::numeric_limits<float>::infinity();
     float hi = -std::numeric_limits<float>::infinity();
     for (int t = 0; t < page.tokens; ++t) {
@@ -68,13 +72,14 @@ void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   }
 }
 
-void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
+void RefCodesRange(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes,
+                   int c_begin, int c_end) {
   const int sign_shift = tables.bits - 1;
   for (int t = 0; t < page.tokens; ++t) {
     const int k = t / meta.chunk_len;
-    for (int c = 0; c < page.channels; ++c) {
+    for (int c = c_begin; c < c_end; ++c) {
       const size_t i = static_cast<size_t>(k) * page.channels + c;
-      const float xf = FinalValue(page.at(t, c), meta.mu[i], meta.sigma[i]);
+      const float xf = FinalValue(page.at(t, c), meta.mu[i], meta.inv_sigma[i]);
       const int neg = xf < 0.0f ? 1 : 0;
       const int mag = MagnitudeCode(tables, std::fabs(xf));
       codes[static_cast<size_t>(t) * page.channels + c] = static_cast<uint8_t>((neg << sign_shift) | mag);
@@ -82,15 +87,28 @@ void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& 
   }
 }
 
-void RefReconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out) {
+void RefReconstructRange(const uint8_t* prefix, const LynxPageMeta& meta, const float* table,
+                         const MutablePageView& out, int c_begin, int c_end) {
   for (int t = 0; t < meta.tokens; ++t) {
     const int k = t / meta.chunk_len;
-    for (int c = 0; c < meta.channels; ++c) {
+    for (int c = c_begin; c < c_end; ++c) {
       const size_t i = static_cast<size_t>(k) * meta.channels + c;
       const float v = table[prefix[static_cast<size_t>(t) * meta.channels + c]];
       out.at(t, c) = Reconstruct(v, meta.mu[i], meta.sigma[i], meta.frames[c]);
     }
   }
+}
+
+namespace {
+
+void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  RefStatsRange(page, centering, meta, 0, page.channels);
+}
+void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
+  RefCodesRange(page, meta, tables, codes, 0, page.channels);
+}
+void RefReconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out) {
+  RefReconstructRange(prefix, meta, table, out, 0, meta.channels);
 }
 
 bool RefAllFinite(const PageView& page) {
@@ -120,15 +138,18 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
   frames.assign(channels, ChannelFrame{});
   mu.assign(chunk_values, 0.0f);
   sigma.assign(chunk_values, 0.0f);
+  inv_sigma.assign(chunk_values, 0.0f);
 }
 
 void LynxPageMeta::Derive() {
   for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
+  const std::array<float, 256>& sigma_scale = SigmaScaleTable();
   for (int k = 0; k < num_chunks; ++k) {
     for (int c = 0; c < channels; ++c) {
       const size_t i = static_cast<size_t>(k) * channels + c;
       mu[i] = ChunkMu(frames[c], q_mu[i]);
-      sigma[i] = ChunkSigma(frames[c], q_sigma[i]);
+      sigma[i] = frames[c].half * sigma_scale[q_sigma[i]];  // ChunkSigma without the table lookup per call
+      inv_sigma[i] = InverseSigma(sigma[i]);
     }
   }
 }

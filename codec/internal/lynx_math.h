@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -78,21 +79,35 @@ const std::array<float, 256>& SigmaScaleTable();
 //   mu = min(max(centre + half * ((q_mu - 127.0f) / 127.0f), lo), hi)
 // The grid has 255 points with one exactly at the channel centre (q_mu = 127); encoders write 0..254, and a
 // decoder reading 255 lands on hi by the clamp.
+// Clamp(x, lo, hi) = min(max(x, lo), hi) for non-NaN operands (the vector min/max instructions' semantics; only
+// the sign of a zero result may differ between implementations, which no code depends on).
+inline float Clamp(float x, float lo, float hi) {
+  float y = x > lo ? x : lo;
+  return y < hi ? y : hi;
+}
+
 inline float ChunkMu(const ChannelFrame& f, int q_mu) {
   float off = (static_cast<float>(q_mu) - 127.0f) / 127.0f;
   float prod = f.half * off;
   float mu = f.centre + prod;
-  return std::fmin(std::fmax(mu, f.lo), f.hi);
+  return Clamp(mu, f.lo, f.hi);
 }
 //   sigma = half * sigma_scale[q_sigma]
 inline float ChunkSigma(const ChannelFrame& f, int q_sigma) { return f.half * SigmaScaleTable()[q_sigma]; }
+//   inv_sigma = sigma > 0 ? min(1.0f / sigma, FLT_MAX) : 0   (correctly rounded float division; the encoder
+// multiplies by it, so a vector path needs no division per value)
+inline float InverseSigma(float sigma) {
+  if (!(sigma > 0.0f)) return 0.0f;
+  float inv = 1.0f / sigma;
+  return inv < std::numeric_limits<float>::max() ? inv : std::numeric_limits<float>::max();
+}
 
 // q_mu for a target centre m in [lo, hi]: 0 when half == 0, else
 //   u = min(max((m - centre) / half, -1), 1); q = nearbyint(u * 127.0f + 127.0f)   (round half to even)
 inline int QuantizeMu(const ChannelFrame& f, float m) {
   if (f.half == 0.0f) return 0;
   float u = (m - f.centre) / f.half;
-  u = std::fmin(std::fmax(u, -1.0f), 1.0f);
+  u = Clamp(u, -1.0f, 1.0f);
   float q = std::nearbyint(u * 127.0f + 127.0f);
   return static_cast<int>(q);
 }
@@ -109,18 +124,19 @@ inline int QuantizeSigma(const ChannelFrame& f, float need) {
   return pos + 1 > 255 ? 255 : pos + 1;
 }
 
-// x_final for one value: d = x - mu; xf = d / sigma; clamp to [-1, 1]; 0 when sigma == 0.
-inline float FinalValue(float x, float mu, float sigma) {
-  if (sigma == 0.0f) return 0.0f;
-  float xf = (x - mu) / sigma;
-  return std::fmin(std::fmax(xf, -1.0f), 1.0f);
+// x_final for one value: d = x - mu; xf = d * inv_sigma; clamp to [-1, 1]; 0 when inv_sigma == 0 (sigma == 0).
+inline float FinalValue(float x, float mu, float inv_sigma) {
+  if (inv_sigma == 0.0f) return 0.0f;
+  float d = x - mu;
+  float xf = d * inv_sigma;
+  return Clamp(xf, -1.0f, 1.0f);
 }
 
 // Reconstruction: y = mu + sigma * v; clamp to [lo, hi].
 inline float Reconstruct(float v, float mu, float sigma, const ChannelFrame& f) {
   float prod = sigma * v;
   float y = mu + prod;
-  return std::fmin(std::fmax(y, f.lo), f.hi);
+  return Clamp(y, f.lo, f.hi);
 }
 
 }  // namespace kvt::codec::internal

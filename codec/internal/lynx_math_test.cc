@@ -112,7 +112,7 @@ TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
     EXPECT_TRUE(std::isfinite(ChunkMu(f, q)));
     EXPECT_TRUE(std::isfinite(ChunkSigma(f, q)));
   }
-  EXPECT_EQ(FinalValue(max, -max, f.half), 1.0f);  // (x - mu) overflows to inf, clamps to 1
+  EXPECT_EQ(FinalValue(max, -max, InverseSigma(f.half)), 1.0f);  // (x - mu) overflows to inf, clamps to 1
   EXPECT_EQ(FinalValue(5.0f, 5.0f, 0.0f), 0.0f);   // flat chunk
 }
 

@@ -1,0 +1,114 @@
+// Codec throughput on one core: EncodePage and DecodePage (every stage count) of each scheme and
+// implementation on a realistic 256 x 1024 page, beside memcpy of the same float bytes in the same run.
+// Counters: values/s ("items_per_second") and input float bytes/s ("bytes_per_second").
+//   bazel run -c opt //codec:codec_benchmark -- --benchmark_filter=lynx
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "codec/codec.h"
+#include "codec/test_pages.h"
+
+namespace kvt::codec {
+namespace {
+
+constexpr int kTokens = 256;
+constexpr int kChannels = 1024;
+
+const TestPage& Page() {
+  static const TestPage* page = new TestPage(RealisticPage(kTokens, kChannels, 42));
+  return *page;
+}
+
+void SetCounters(benchmark::State& state) {
+  const int64_t values = static_cast<int64_t>(kTokens) * kChannels;
+  state.SetItemsProcessed(state.iterations() * values);
+  state.SetBytesProcessed(state.iterations() * values * static_cast<int64_t>(sizeof(float)));
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const TestPage& page = Page();
+  std::vector<float> dst(page.data.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), page.data.data(), page.data.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state);
+}
+BENCHMARK(BM_Memcpy);
+
+void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl) {
+  if (!ImplAvailable(impl)) {
+    state.SkipWithError("implementation not supported by this CPU");
+    return;
+  }
+  const Scheme scheme = *ParseScheme(scheme_name);
+  CodecOptions options;
+  options.impl = impl;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page().view());
+    if (!enc.ok()) {
+      state.SkipWithError(std::string(enc.status().message()).c_str());
+      return;
+    }
+    bytes = enc->bytes.size();
+    benchmark::DoNotOptimize(enc->bytes.data());
+  }
+  SetCounters(state);
+  state.counters["bits_per_value"] = 8.0 * bytes / (kTokens * kChannels);
+}
+
+void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int stages) {
+  if (!ImplAvailable(impl)) {
+    state.SkipWithError("implementation not supported by this CPU");
+    return;
+  }
+  const Scheme scheme = *ParseScheme(scheme_name);
+  CodecOptions options;
+  options.impl = impl;
+  absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page().view());
+  std::vector<float> out(Page().data.size());
+  MutablePageView view{out.data(), kTokens, kChannels, 0};
+  for (auto _ : state) {
+    absl::Status st = DecodePage(enc->bytes, stages, view, options);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  SetCounters(state);
+}
+
+void RegisterAll() {
+  std::vector<std::string> schemes = StandardSchemeNames();
+  schemes.push_back("lynx+spike");
+  for (const std::string& name : schemes) {
+    const Scheme scheme = *ParseScheme(name);
+    for (CodecImpl impl : {CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512}) {
+      // The baselines have one (scalar) implementation; list them once.
+      if (scheme.kind != SchemeKind::kLynx && impl != CodecImpl::kReference) continue;
+      const std::string suffix = name + "/" + ImplName(impl);
+      benchmark::RegisterBenchmark(("BM_Encode/" + suffix).c_str(), BM_Encode, name, impl);
+      for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
+        benchmark::RegisterBenchmark(("BM_Decode/" + suffix + "/stages:" + std::to_string(stages)).c_str(),
+                                     BM_Decode, name, impl, stages);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvt::codec
+
+int main(int argc, char** argv) {
+  kvt::codec::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
