@@ -21,6 +21,7 @@ namespace {
 using codec::eval::EvalOptions;
 using codec::eval::EvalReport;
 using codec::eval::KvSource;
+using codec::eval::NpyDtype;
 
 constexpr char kCodecUsage[] =
     "Usage:\n"
@@ -31,6 +32,8 @@ constexpr char kCodecUsage[] =
     "      and P.full.npy, float32, same shape (single-stream schemes: P.full.npy only)\n"
     "  kvtctl codec sweep [--bulks laplace,student-t] [--alphas ...] [--centerings ...] [--anchor-rules ...]\n"
     "      the sweep behind the lynx defaults (docs/CODEC.md), beside the int8/int4 baselines\n"
+    "  kvtctl codec synth --out FILE.npy [--model M --tokens N --layers L --bulk B --seed S --dtype float16]\n"
+    "      writes synthetic KV as [L, 2, T, H, D] (input for roundtrip, or for other tools)\n"
     "Run `kvtctl codec <subcommand> --help` for its flags.\n";
 
 // Codec option flags shared by the subcommands; defaults are CodecOptions{}'s.
@@ -362,13 +365,66 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   return kExitOk;
 }
 
+// --- synth --------------------------------------------------------------------------------------------------
+
+int RunSynth(const std::vector<std::string>& args, const CommandIo& io) {
+  const std::string cmd = "codec synth";
+  FlagSet flags("kvtctl codec synth");
+  std::string out, model = "llama-3.1-8b", bulk = "laplace", dtype = "float32";
+  int tokens = 2048, layers = 1;
+  uint64_t seed = 1;
+  flags.String("out", &out, "output .npy path (required)");
+  flags.String("model", &model, "synthetic KV model preset");
+  flags.Int("tokens", &tokens, "context length in tokens");
+  flags.Int("layers", &layers, "the first this many layers (0 = all of the model's)");
+  flags.String("bulk", &bulk, "bulk distribution: laplace | student-t");
+  flags.Uint64("seed", &seed, "seed");
+  flags.String("dtype", &dtype, "float32 | float16");
+  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+  if (flags.help_requested()) {
+    io.out << kCodecUsage << "\n" << flags.Usage();
+    return kExitOk;
+  }
+  if (!flags.positional().empty()) {
+    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  }
+  if (out.empty()) return UsageError(io, cmd, "--out is required", flags.Usage());
+  if (dtype != "float32" && dtype != "float16") {
+    return UsageError(io, cmd, absl::StrCat("unknown dtype '", dtype, "'; use float32 or float16"), flags.Usage());
+  }
+  auto o = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
+  if (!o.ok()) return UsageError(io, cmd, std::string(o.status().message()), flags.Usage());
+  auto b = codec::eval::ParseBulkDistribution(bulk);
+  if (!b.ok()) return UsageError(io, cmd, std::string(b.status().message()), flags.Usage());
+  o->bulk = *b;
+  o->seed = seed;
+  if (layers < 0 || layers > o->model.layers) {
+    return UsageError(io, cmd, absl::StrCat("--layers must be in [0, ", o->model.layers, "]"), flags.Usage());
+  }
+  const int n_layers = layers == 0 ? o->model.layers : layers;
+  codec::eval::NpyArray array;
+  array.shape = {n_layers, 2, tokens, o->model.kv_heads, o->model.head_dim};
+  array.data.reserve(array.num_values());
+  for (int l = 0; l < n_layers; ++l) {
+    const codec::eval::LayerKv kv = codec::eval::GenerateLayer(*o, l);
+    array.data.insert(array.data.end(), kv.k.begin(), kv.k.end());
+    array.data.insert(array.data.end(), kv.v.begin(), kv.v.end());
+  }
+  const auto type = dtype == "float16" ? NpyDtype::kFloat16 : NpyDtype::kFloat32;
+  if (absl::Status st = codec::eval::WriteNpyFile(out, array, type); !st.ok()) return Failure(io, cmd, st);
+  io.out << absl::StrFormat("%s: [%s] %s, synthetic %s (%s bulk, seed %d)\n", out, absl::StrJoin(array.shape, ", "),
+                            dtype, model, bulk, seed);
+  return kExitOk;
+}
+
 int RunCodec(const std::vector<std::string>& args, const CommandIo& io) {
-  if (args.empty()) return UsageError(io, "codec", "which subcommand? eval, roundtrip or sweep", kCodecUsage);
+  if (args.empty()) return UsageError(io, "codec", "which subcommand? eval, roundtrip, sweep or synth", kCodecUsage);
   const std::string& sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "eval") return RunEval(rest, io);
   if (sub == "roundtrip") return RunRoundTrip(rest, io);
   if (sub == "sweep") return RunSweep(rest, io);
+  if (sub == "synth") return RunSynth(rest, io);
   if (sub == "--help" || sub == "-h" || sub == "help") {
     io.out << kCodecUsage;
     return kExitOk;
@@ -410,7 +466,7 @@ int RunEvaluationAndPrint(const KvSource& source, const EvalOptions& options, bo
 }
 
 CommandGroup CodecCommandGroup() {
-  return {"codec", "codec eval | roundtrip | sweep: the codec's fidelity on synthetic or your own KV", RunCodec};
+  return {"codec", "codec eval | roundtrip | sweep | synth: the codec's fidelity on synthetic or your own KV", RunCodec};
 }
 
 }  // namespace kvt::kvtctl

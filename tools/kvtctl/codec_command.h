@@ -1,7 +1,9 @@
-// `kvtctl codec ...`: the codec's fidelity evaluation, the roundtrip contract and the parameter sweep.
+// `kvtctl codec ...`: the codec's fidelity evaluation, the roundtrip contract, the parameter sweep and a
+// synthetic-KV writer.
 //   kvtctl codec eval [--model M --tokens N --layers L | --in FILE.npy] [--schemes a,b,...] [--json]
 //   kvtctl codec roundtrip --scheme S --in X.npy --out-prefix P
 //   kvtctl codec sweep [--bulks laplace,student-t] [--alphas 1,4,16] [--centerings ...] [--anchor-rules ...]
+//   kvtctl codec synth --out FILE.npy [--model M --tokens N --layers L]
 // Thread-compatible.
 #ifndef KVT_TOOLS_KVTCTL_CODEC_COMMAND_H_
 #define KVT_TOOLS_KVTCTL_CODEC_COMMAND_H_

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "codec/eval/npy.h"
+#include "codec/eval/synthetic_kv.h"
 #include "codec/eval/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -102,7 +103,7 @@ TEST(CodecCommandTest, EvalUsageErrorsExitTwoAndSayWhatToDo) {
       {{"codec", "eval", "--centering=median"}, "midrange or mean"},
       {{"codec", "eval", "--alpha=0"}, "alpha"},
       {{"codec", "eval", "stray"}, "unexpected argument 'stray'"},
-      {{"codec"}, "eval, roundtrip or sweep"},
+      {{"codec"}, "eval, roundtrip, sweep or synth"},
       {{"codec", "compress"}, "unknown subcommand 'compress'"},
   };
   for (const Case& c : cases) {
@@ -204,6 +205,26 @@ TEST(CodecCommandTest, SweepPrintsEveryConfigurationBesideTheBaselines) {
   const CliResult bad = Kvtctl({"codec", "sweep", "--alphas=1,x"});
   EXPECT_EQ(bad.code, kExitUsage);
   EXPECT_NE(bad.err.find("bad alpha 'x'"), std::string::npos);
+}
+
+TEST(CodecCommandTest, SynthWritesTheGeneratorsLayersAsAFiveDimensionalArray) {
+  const std::string path = TempPath("synth.npy");
+  const CliResult r = Kvtctl({"codec", "synth", "--model=tiny", "--tokens=40", "--layers=2", "--dtype=float16",
+                              "--out", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  auto a = codec::eval::ReadNpyFile(path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 2, 40, 2, 16}));
+  EXPECT_EQ(a->source_dtype, NpyDtype::kFloat16);
+  auto o = codec::eval::SyntheticKvOptions::ForModel("tiny", 40);
+  const codec::eval::LayerKv kv = codec::eval::GenerateLayer(*o, 1);
+  const size_t n = 40 * 32;
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a->data[3 * n + i], codec::eval::HalfToFloat(codec::eval::FloatToHalf(kv.v[i]))) << i;
+  }
+  EXPECT_EQ(Kvtctl({"codec", "synth", "--model=tiny"}).code, kExitUsage) << "--out is required";
+  EXPECT_EQ(Kvtctl({"codec", "synth", "--out", path, "--dtype=int8"}).code, kExitUsage);
+  EXPECT_EQ(Kvtctl({"codec", "synth", "--out", path, "--model=tiny", "--layers=5"}).code, kExitUsage);
 }
 
 TEST(CodecCommandTest, DemoIsTheCodecOnlyEvaluationAndIgnoresKvtd) {
