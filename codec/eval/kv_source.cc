@@ -58,7 +58,7 @@ class NpySource : public KvSource {
   }
   std::string Describe() const override {
     return absl::StrCat(name_, " [", absl::StrJoin(a_.shape, ", "), "] ",
-                        a_.source_dtype == NpyDtype::kFloat16 ? "float16" : "float32");
+                        DtypeName(a_.source_dtype));
   }
 
  private:

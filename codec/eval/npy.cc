@@ -155,6 +155,18 @@ float BitsFloat(uint32_t u) {
 
 }  // namespace
 
+const char* DtypeName(NpyDtype d) {
+  switch (d) {
+    case NpyDtype::kFloat32:
+      return "float32";
+    case NpyDtype::kFloat16:
+      return "float16";
+    case NpyDtype::kBfloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
 int64_t NpyArray::num_values() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -282,6 +294,9 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
 }
 
 absl::StatusOr<std::string> SerializeNpy(const NpyArray& array, NpyDtype dtype) {
+  if (dtype != NpyDtype::kFloat32 && dtype != NpyDtype::kFloat16) {
+    return absl::InvalidArgumentError(".npy files are written as float32 or float16");
+  }
   if (array.shape.empty()) return absl::InvalidArgumentError("cannot write a rank-0 .npy array");
   for (int64_t d : array.shape) {
     if (d < 0) return absl::InvalidArgumentError("negative dimension in .npy shape");

@@ -19,9 +19,13 @@
 namespace kvt::codec::eval {
 
 enum class NpyDtype {
-  kFloat32,  // '<f4'
-  kFloat16,  // '<f2'
+  kFloat32,   // '<f4'
+  kFloat16,   // '<f2'
+  kBfloat16,  // read from .safetensors only (.npy has no bfloat16); never written
 };
+
+// "float32", "float16", "bfloat16".
+const char* DtypeName(NpyDtype d);
 
 // A dense C-order array, values widened to float32. data.size() == product of shape.
 struct NpyArray {
@@ -42,7 +46,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes);
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path);
 
 // Serializes `array` as a version 1.0 .npy file with dtype `dtype` (float16 rounds to nearest even;
-// values beyond the float16 range become +-inf). INVALID_ARGUMENT if data.size() disagrees with the shape.
+// values beyond the float16 range become +-inf). INVALID_ARGUMENT if data.size() disagrees with the shape or
+// for kBfloat16.
 absl::StatusOr<std::string> SerializeNpy(const NpyArray& array, NpyDtype dtype = NpyDtype::kFloat32);
 
 // Writes `array` to `path` (replacing it). INTERNAL with the path if the file cannot be written.

@@ -180,6 +180,14 @@ TEST(NpyTest, SerializeRejectsDataThatDisagreesWithShape) {
   EXPECT_EQ(SerializeNpy(a).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(NpyTest, Bfloat16IsNeverWritten) {
+  NpyArray a;
+  a.shape = {1};
+  a.data = {1.0f};
+  EXPECT_EQ(SerializeNpy(a, NpyDtype::kBfloat16).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_STREQ(DtypeName(NpyDtype::kBfloat16), "bfloat16");
+}
+
 TEST(NpyTest, FilesRoundTripAndMissingFilesAreNotFound) {
   const std::string path = std::string(testing::TempDir()) + "/npy_test.npy";
   NpyArray a;

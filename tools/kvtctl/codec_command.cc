@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "codec/eval/npy.h"
 #include "codec/eval/roundtrip.h"
+#include "codec/eval/safetensors.h"
 #include "codec/eval/synthetic_kv.h"
 #include "tools/kvtctl/codec_report.h"
 #include "tools/kvtctl/flag_set.h"
@@ -28,7 +30,7 @@ constexpr char kCodecUsage[] =
     "  kvtctl codec eval [--model M --tokens N --layers L | --in FILE.npy] [--schemes a,b,...] [--json]\n"
     "      fidelity (bits/value, KV NMSE, attention vNMSE) and throughput per scheme and stage\n"
     "  kvtctl codec roundtrip --scheme S --in X.npy --out-prefix P\n"
-    "      X: float32/float16 [T, C] or [L, 2, T, H, D]; writes P.stage0.npy (anchor only), P.stage1.npy, ...\n"
+    "      X: .npy float32/float16 or .safetensors (--tensor NAME) F32/F16/BF16, [T, C] or [L, 2, T, H, D]; writes P.stage0.npy (anchor only), P.stage1.npy, ...\n"
     "      and P.full.npy, float32, same shape (single-stream schemes: P.full.npy only)\n"
     "  kvtctl codec sweep [--bulks laplace,student-t] [--alphas ...] [--centerings ...] [--anchor-rules ...]\n"
     "      the sweep behind the lynx defaults (docs/CODEC.md), beside the int8/int4 baselines\n"
@@ -84,6 +86,15 @@ absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
   return o;
 }
 
+// A KV array from `path`: .safetensors (tensor `tensor`, or its only one) or .npy (`tensor` must be empty).
+absl::StatusOr<codec::eval::NpyArray> LoadKvArray(const std::string& path, const std::string& tensor) {
+  if (absl::EndsWith(path, ".safetensors")) return codec::eval::ReadSafetensorsFile(path, tensor);
+  if (!tensor.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor applies to .safetensors input, not '", path, "'"));
+  }
+  return codec::eval::ReadNpyFile(path);
+}
+
 std::vector<std::string> SplitList(const std::string& s) {
   return absl::StrSplit(s, ',', absl::SkipWhitespace());
 }
@@ -95,6 +106,7 @@ struct EvalFlags {
   int tokens = 2048;
   int layers = 4;
   std::string in;
+  std::string tensor;
   int gqa_group = 4;
   std::string bulk = "laplace";
   uint64_t seed = 1;
@@ -109,7 +121,9 @@ struct EvalFlags {
                  absl::StrCat("synthetic KV model preset: ", absl::StrJoin(codec::eval::ModelPresetNames(), ", ")));
     flags.Int("tokens", &tokens, "synthetic context length in tokens");
     flags.Int("layers", &layers, "layers evaluated, spread evenly over the depth (0 = all)");
-    flags.String("in", &in, "evaluate a .npy KV dump [L, 2, T, H, D] or [T, C] instead of synthetic KV");
+    flags.String("in", &in,
+                 "evaluate a KV dump (.npy or .safetensors) [L, 2, T, H, D] or [T, C] instead of synthetic KV");
+    flags.String("tensor", &tensor, "the tensor of a .safetensors --in (needed if it holds several)");
     flags.Int("gqa-group", &gqa_group, "query heads per kv head for --in (attention probe)");
     flags.String("bulk", &bulk, "synthetic bulk distribution: laplace | student-t");
     flags.Uint64("seed", &seed, "seed of the synthetic KV and the attention queries");
@@ -123,7 +137,7 @@ struct EvalFlags {
 
 absl::StatusOr<std::unique_ptr<KvSource>> MakeSource(const EvalFlags& f) {
   if (!f.in.empty()) {
-    auto array = codec::eval::ReadNpyFile(f.in);
+    auto array = LoadKvArray(f.in, f.tensor);
     if (!array.ok()) return array.status();
     return codec::eval::MakeNpySource(*std::move(array), f.in, f.gqa_group);
   }
@@ -148,6 +162,9 @@ int RunEval(const std::vector<std::string>& args, const CommandIo& io) {
   }
   if (!flags.positional().empty()) {
     return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  }
+  if (!f.tensor.empty() && !absl::EndsWith(f.in, ".safetensors")) {
+    return UsageError(io, cmd, "--tensor names a tensor of a .safetensors --in", flags.Usage());
   }
   if (!f.in.empty() && (flags.WasSet("model") || flags.WasSet("tokens") || flags.WasSet("bulk"))) {
     return UsageError(io, cmd, "--in takes the KV from the file: drop --model, --tokens and --bulk",
@@ -178,10 +195,12 @@ int RunEval(const std::vector<std::string>& args, const CommandIo& io) {
 int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "codec roundtrip";
   FlagSet flags("kvtctl codec roundtrip");
-  std::string scheme_name, in, out_prefix;
+  std::string scheme_name, in, out_prefix, tensor;
   CodecFlags cf;
   flags.String("scheme", &scheme_name, "the scheme (required), e.g. lynx, int8, lynx-a2r2r4");
-  flags.String("in", &in, "input .npy, float32 or float16, [T, C] or [L, 2, T, H, D] (required)");
+  flags.String("in", &in,
+               "input .npy (float32/float16) or .safetensors (F32/F16/BF16), [T, C] or [L, 2, T, H, D] (required)");
+  flags.String("tensor", &tensor, "the tensor of a .safetensors --in (needed if it holds several)");
   flags.String("out-prefix", &out_prefix, "output prefix P: writes P.stage<i>.npy and P.full.npy (required)");
   cf.Register(flags);
   if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
@@ -195,11 +214,14 @@ int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
   if (scheme_name.empty() || in.empty() || out_prefix.empty()) {
     return UsageError(io, cmd, "--scheme, --in and --out-prefix are all required", flags.Usage());
   }
+  if (!tensor.empty() && !absl::EndsWith(in, ".safetensors")) {
+    return UsageError(io, cmd, "--tensor names a tensor of a .safetensors --in", flags.Usage());
+  }
   auto scheme = codec::ParseScheme(scheme_name);
   if (!scheme.ok()) return UsageError(io, cmd, std::string(scheme.status().message()), flags.Usage());
   auto options = ToCodecOptions(cf);
   if (!options.ok()) return UsageError(io, cmd, std::string(options.status().message()), flags.Usage());
-  auto array = codec::eval::ReadNpyFile(in);
+  auto array = LoadKvArray(in, tensor);
   if (!array.ok()) return Failure(io, cmd, array.status());
   auto result = codec::eval::RoundTrip(*array, *scheme, *options, cf.page_tokens);
   if (!result.ok()) return Failure(io, cmd, absl::Status(result.status().code(),
@@ -207,7 +229,7 @@ int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
   const std::vector<std::string> names = codec::eval::RoundTripFileNames(out_prefix, scheme->num_streams());
   const double values = static_cast<double>(array->num_values());
   io.out << absl::StrFormat("%s [%s] %s through %s (pages of %d tokens):\n", in, absl::StrJoin(array->shape, ", "),
-                            array->source_dtype == codec::eval::NpyDtype::kFloat16 ? "float16" : "float32",
+                            codec::eval::DtypeName(array->source_dtype),
                             scheme->Name(), cf.page_tokens);
   double cumulative_bits = 0;
   for (size_t i = 0; i < result->stages.size(); ++i) {

@@ -1,9 +1,11 @@
 #include "tools/kvtctl/codec_command.h"
 
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "codec/eval/npy.h"
 #include "codec/eval/synthetic_kv.h"
 #include "codec/eval/tensor_codec.h"
@@ -193,6 +195,37 @@ TEST(CodecCommandTest, RoundTripErrorsSayWhatIsWrong) {
   r = Kvtctl({"codec", "roundtrip", "--scheme=lynx", "--in", TempPath("garbage.npy"), "--out-prefix", TempPath("x")});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_NE(r.err.find("magic"), std::string::npos) << r.err;
+}
+
+TEST(CodecCommandTest, RoundTripReadsABf16SafetensorsTensor) {
+  // One tensor "kv" of shape [1, 2, 64, 1, 4], BF16 (each value the high half of a float).
+  const NpyArray x = RandomKv({1, 2, 64, 1, 4}, 9);
+  std::string data;
+  for (float f : x.data) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    data.push_back(static_cast<char>((u >> 16) & 0xFF));
+    data.push_back(static_cast<char>(u >> 24));
+  }
+  const std::string header = absl::StrCat(R"({"kv": {"dtype": "BF16", "shape": [1, 2, 64, 1, 4], "data_offsets": [0, )",
+                                          data.size(), "]}}");
+  ASSERT_LT(header.size(), 256u);
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  file += header + data;
+  const std::string in = TempPath("rt_st.safetensors"), prefix = TempPath("rt_st");
+  std::ofstream(in, std::ios::binary) << file;
+  const CliResult r = Kvtctl({"codec", "roundtrip", "--scheme=int8", "--in", in, "--out-prefix", prefix});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("bfloat16"), std::string::npos) << r.out;
+  auto full = codec::eval::ReadNpyFile(prefix + ".full.npy");
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->shape, x.shape);
+  EXPECT_EQ(Kvtctl({"codec", "roundtrip", "--scheme=int8", "--in", in, "--tensor=k", "--out-prefix", prefix}).code,
+            kExitFailure);
+  const CliResult npy_tensor = Kvtctl({"codec", "eval", "--in", TempPath("rt_in.npy"), "--tensor=kv"});
+  EXPECT_EQ(npy_tensor.code, kExitUsage);
+  EXPECT_NE(npy_tensor.err.find("--tensor names a tensor of a .safetensors"), std::string::npos) << npy_tensor.err;
 }
 
 TEST(CodecCommandTest, SweepPrintsEveryConfigurationBesideTheBaselines) {
