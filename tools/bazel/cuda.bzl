@@ -3,8 +3,12 @@
     kvt_cuda_library(name = "lynx_kernels", srcs = ["lynx_kernels.cu"], hdrs = ["lynx_cuda.h"], deps = [...])
 
 compiles each .cu to an object for sm_90 plus compute_90 PTX (so newer GPUs JIT it), and wraps the objects in a
-cc_library linked against the static CUDA runtime. The .cu files may include headers from `textual_hdrs` and
-`deps`' headers by repo-root paths. Builds on machines with no GPU; only running needs one.
+cc_library linked against the static CUDA runtime. The .cu files may include headers from `hdrs`, `textual_hdrs`
+and `cu_hdrs` (headers of other packages the .cu reads, e.g. "//codec:scheme.h": nvcc runs in a sandbox that
+holds only declared inputs) by repo-root paths; system headers (Abseil) come from /usr/include. `copts` are
+extra nvcc flags for this target, e.g. ["--fmad=false"] where results must match a CPU reference bit for bit.
+Binaries and tests that use one need `linkstatic = True` (fastbuild tests otherwise load each library as a .so that
+cannot see the executable's static cudart). Builds on machines with no GPU; only running needs one.
 """
 
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -19,15 +23,15 @@ CUDA_FLAGS = " ".join([
     "-I$(GENDIR)",
 ])
 
-def kvt_cuda_library(name, srcs, hdrs = [], textual_hdrs = [], deps = [], visibility = None):
+def kvt_cuda_library(name, srcs, hdrs = [], textual_hdrs = [], cu_hdrs = [], deps = [], copts = [], visibility = None):
     objs = []
     for src in srcs:
         obj = src[:-len(".cu")] + ".cu.o"
         native.genrule(
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
-            srcs = [src] + hdrs + textual_hdrs,
+            srcs = [src] + hdrs + textual_hdrs + cu_hdrs,
             outs = [obj],
-            cmd = "%s %s -c $(location %s) -o $@" % (NVCC, CUDA_FLAGS, src),
+            cmd = "%s %s %s -c $(location %s) -o $@" % (NVCC, CUDA_FLAGS, " ".join(copts), src),
             message = "nvcc " + src,
         )
         objs.append(obj)
