@@ -1,0 +1,416 @@
+// Host side of the GPU codec (codec_cuda.h): argument checks, the staging layout, container assembly with the
+// CPU codec's header and CRC code, and device status. CUDA itself is reached only through cuda_util.h and
+// codec_kernels.h.
+#include "codec/gpu/codec_cuda.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/gpu/codec_kernels.h"
+#include "codec/internal/bitpack.h"
+#include "codec/internal/lynx_math.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace kvt::codec::gpu {
+namespace {
+
+namespace cpu = ::kvt::codec::internal;
+
+constexpr size_t kAlign = 256;
+size_t RoundUp(size_t n) { return (n + 8 + kAlign - 1) / kAlign * kAlign; }  // +8: room for 64-bit reads
+
+// Bytes of stream 0's payload before its codes.
+size_t MetaBytes(const ContainerLayout& l) {
+  const size_t chunk_values = static_cast<size_t>(NumChunks(l.tokens, l.chunk_tokens)) * l.channels;
+  switch (l.scheme.kind) {
+    case SchemeKind::kBf16:
+      return 0;
+    case SchemeKind::kInt8:
+    case SchemeKind::kInt4:
+      return 4 * chunk_values;
+    case SchemeKind::kFp8:
+      return 4 * static_cast<size_t>(l.tokens) * ((static_cast<size_t>(l.channels) + 127) / 128);
+    case SchemeKind::kLynx:
+      return 8 * static_cast<size_t>(l.channels) + 2 * chunk_values + (l.scheme.spike_reserve ? 5 * chunk_values : 0);
+  }
+  return 0;
+}
+
+size_t CodesBytes(const ContainerLayout& l, int stream) {
+  const size_t n = static_cast<size_t>(l.tokens) * l.channels;
+  switch (l.scheme.kind) {
+    case SchemeKind::kBf16:
+      return 2 * n;
+    case SchemeKind::kFp8:
+      return n;
+    default:
+      return cpu::PackedSize(n, l.scheme.stage_bits[stream]);
+  }
+}
+
+absl::Status SpikeUnimplemented(const Scheme& scheme) {
+  if (!scheme.spike_reserve) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("scheme ", scheme.Name(),
+                                               ": spike reserving has no CUDA kernel; encode and decode it with the "
+                                               "CPU codec (EncodePage / DecodePage)"));
+}
+
+internal::DType ToInternal(KvDType d) {
+  switch (d) {
+    case KvDType::kFloat32:
+      return internal::DType::kFloat32;
+    case KvDType::kFloat16:
+      return internal::DType::kFloat16;
+    case KvDType::kBfloat16:
+      break;
+  }
+  return internal::DType::kBfloat16;
+}
+
+absl::Status ValidateKv(const PagedKvView& kv, int tokens_per_page, const char* what) {
+  if (kv.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, " has no data"));
+  if (kv.num_blocks <= 0 || kv.block_tokens <= 0 || kv.heads <= 0 || kv.head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " dims must be positive: blocks ", kv.num_blocks,
+                                                   ", block_tokens ", kv.block_tokens, ", heads ", kv.heads,
+                                                   ", head_dim ", kv.head_dim));
+  }
+  if (static_cast<int64_t>(kv.heads) * kv.head_dim > kMaxPageChannels) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", static_cast<int64_t>(kv.heads) * kv.head_dim,
+                                                   " channels, more than ", kMaxPageChannels));
+  }
+  if (tokens_per_page <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens per page must be positive, got ", tokens_per_page));
+  }
+  return absl::OkStatus();
+}
+
+internal::KvGeometry Geometry(const PagedKvView& kv, int tokens, const int32_t* device_block_ids) {
+  internal::KvGeometry g;
+  g.data = kv.data;
+  g.dtype = ToInternal(kv.dtype);
+  g.layout = kv.layout == KvLayout::kNHD ? internal::Layout::kNHD : internal::Layout::kHND;
+  g.num_blocks = kv.num_blocks;
+  g.block_tokens = kv.block_tokens;
+  g.heads = kv.heads;
+  g.head_dim = kv.head_dim;
+  g.block_ids = device_block_ids;
+  g.blocks_per_page = BlocksPerPage(kv, tokens);
+  return g;
+}
+
+internal::PageShape Shape(const DeviceEncodedPages& pages) {
+  const ContainerLayout& l = pages.layout();
+  internal::PageShape s;
+  s.num_pages = pages.num_pages();
+  s.tokens = l.tokens;
+  s.channels = l.channels;
+  s.chunk_len = l.tokens < l.chunk_tokens ? l.tokens : l.chunk_tokens;
+  s.num_chunks = l.tokens / s.chunk_len;
+  return s;
+}
+
+internal::Staging StagingOf(const DeviceEncodedPages& pages) {
+  internal::Staging st;
+  st.meta = pages.meta(0);
+  st.meta_stride = pages.meta_stride();
+  for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
+    st.codes[i] = pages.codes(i, 0);
+    st.codes_stride[i] = pages.codes_stride(i);
+  }
+  return st;
+}
+
+void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
+  for (int k = 0; k < 128; ++k) d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
+  const auto& s = cpu::SigmaScaleTable();
+  for (int q = 0; q < 256; ++q) d.sigma_scale[q] = s[q];
+  for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
+  d.alpha = t.alpha;
+  d.inv_log1p_alpha = static_cast<float>(1.0 / std::log1p(static_cast<double>(t.alpha)));
+  d.bits = t.bits;
+  d.max_code = t.max_code;
+}
+
+// Uploads a host block-id list into `holder`.
+absl::StatusOr<const int32_t*> UploadBlockIds(absl::Span<const int32_t> ids, const PagedKvView& kv,
+                                              std::unique_ptr<DeviceBuffer>& holder, CudaStream stream) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= kv.num_blocks) {
+      return absl::OutOfRangeError(
+          absl::StrCat("block id ", ids[i], " at position ", i, " is outside [0, ", kv.num_blocks, ")"));
+    }
+  }
+  KVT_ASSIGN_OR_RETURN(holder, DeviceBuffer::Create(ids.size() * sizeof(int32_t)));
+  KVT_RETURN_IF_ERROR(CopyToDevice(holder->get(), ids.data(), ids.size() * sizeof(int32_t), stream));
+  return static_cast<const int32_t*>(holder->get());
+}
+
+absl::StatusOr<int> PagesFromBlockIds(const PagedKvView& kv, int tokens, absl::Span<const int32_t> ids) {
+  const int bpp = BlocksPerPage(kv, tokens);
+  if (ids.empty() || ids.size() % bpp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " block ids are not a positive whole number of pages of ",
+                                                   bpp, " blocks (", tokens, " tokens, ", kv.block_tokens,
+                                                   " per block)"));
+  }
+  return static_cast<int>(ids.size() / bpp);
+}
+
+}  // namespace
+
+size_t KvDTypeBytes(KvDType dtype) { return dtype == KvDType::kFloat32 ? 4 : 2; }
+
+int BlocksPerPage(const PagedKvView& kv, int tokens) {
+  return kv.block_tokens <= 0 ? 0 : (tokens + kv.block_tokens - 1) / kv.block_tokens;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(const ContainerLayout& shape,
+                                                                               int num_pages) {
+  KVT_RETURN_IF_ERROR(ValidateScheme(shape.scheme));
+  KVT_RETURN_IF_ERROR(ValidatePageDims(shape.tokens, shape.channels, shape.chunk_tokens));
+  if (num_pages <= 0) return absl::InvalidArgumentError(absl::StrCat("num_pages must be positive, got ", num_pages));
+  std::unique_ptr<DeviceEncodedPages> p(new DeviceEncodedPages());
+  p->layout_ = shape;
+  ComputeLayout(p->layout_);
+  p->num_pages_ = num_pages;
+  p->meta_bytes_ = MetaBytes(p->layout_);
+  p->meta_stride_ = RoundUp(p->meta_bytes_);
+  size_t offset = p->meta_stride_ * num_pages;
+  for (int i = 0; i < shape.scheme.num_streams(); ++i) {
+    p->codes_bytes_[i] = CodesBytes(p->layout_, i);
+    const size_t payload = p->codes_bytes_[i] + (i == 0 ? p->meta_bytes_ : 0);
+    if (payload != StreamPayloadBytes(shape.scheme, i, shape.tokens, shape.channels, shape.chunk_tokens)) {
+      return absl::InternalError(absl::StrCat("GPU staging of stream ", i, " (", payload,
+                                              " bytes) disagrees with the container layout"));
+    }
+    p->codes_stride_[i] = RoundUp(p->codes_bytes_[i]);
+    p->codes_offset_[i] = offset;
+    offset += p->codes_stride_[i] * num_pages;
+  }
+  KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(offset));
+  KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));
+  p->base_ = static_cast<uint8_t*>(p->buffer_->get());
+  internal::DeviceStatus clean{internal::kNoNonFinite, 0, 0};
+  KVT_RETURN_IF_ERROR(CopyToDevice(p->status_->get(), &clean, sizeof(clean)));
+  KVT_RETURN_IF_ERROR(Synchronize());
+  return p;
+}
+
+size_t DeviceEncodedPages::payload_bytes() const {
+  size_t per_page = meta_bytes_;
+  for (int i = 0; i < layout_.scheme.num_streams(); ++i) per_page += codes_bytes_[i];
+  return per_page * num_pages_;
+}
+
+absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaStream stream) const {
+  std::vector<uint8_t> host(buffer_->size());
+  KVT_RETURN_IF_ERROR(CopyToHost(host.data(), buffer_->get(), host.size(), stream));
+  KVT_RETURN_IF_ERROR(Synchronize(stream));
+  const int streams = layout_.scheme.num_streams();
+  std::vector<EncodedPage> pages(num_pages_);
+  for (int p = 0; p < num_pages_; ++p) {
+    EncodedPage& enc = pages[p];
+    enc.layout = layout_;
+    enc.bytes.assign(layout_.total_bytes, 0);
+    for (int i = 0; i < streams; ++i) {
+      uint8_t* dst = enc.bytes.data() + layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes : 0);
+      if (i == 0) {
+        std::memcpy(dst, host.data() + p * meta_stride_, meta_bytes_);
+        dst += meta_bytes_;
+      }
+      std::memcpy(dst, host.data() + codes_offset_[i] + p * codes_stride_[i], codes_bytes_[i]);
+      const size_t skip = i == 0 ? layout_.header_bytes : 0;
+      enc.layout.stream_crc[i] =
+          Crc32c(enc.bytes.data() + layout_.stream_offset[i] + skip, layout_.stream_length[i] - skip);
+    }
+    WriteContainerHeader(enc.layout, enc.bytes.data());
+  }
+  return pages;
+}
+
+absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                                                CudaStream stream) {
+  if (static_cast<int>(containers.size()) != num_pages_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(containers.size(), " containers for a batch of ", num_pages_, " pages"));
+  }
+  const Scheme& scheme = layout_.scheme;
+  if (stages < 1 || stages > scheme.num_streams()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
+  }
+  std::vector<uint8_t> host(buffer_->size(), 0);
+  for (int p = 0; p < num_pages_; ++p) {
+    const absl::Span<const uint8_t> c = containers[p];
+    KVT_ASSIGN_OR_RETURN(ContainerLayout l, ParseContainerHeader(c));
+    if (!(l.scheme == scheme) || l.tokens != layout_.tokens || l.channels != layout_.channels ||
+        l.chunk_tokens != layout_.chunk_tokens || l.alpha != layout_.alpha) {
+      return absl::InvalidArgumentError(absl::StrCat("container ", p, " (", l.scheme.Name(), ", ", l.tokens, " x ",
+                                                     l.channels, ") does not match the batch (", scheme.Name(), ", ",
+                                                     layout_.tokens, " x ", layout_.channels, ")"));
+    }
+    if (c.size() > l.total_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("container ", p, " has ", c.size() - l.total_bytes, " bytes past its last stream"));
+    }
+    for (int i = 0; i < stages; ++i) {
+      const size_t end = l.stream_offset[i] + l.stream_length[i];
+      if (c.size() < end) {
+        return absl::InvalidArgumentError(absl::StrCat("container ", p, " truncated: stream ", i, " ends at byte ",
+                                                       end, " but only ", c.size(), " bytes are present"));
+      }
+      const size_t skip = i == 0 ? l.header_bytes : 0;
+      const uint8_t* payload = c.data() + l.stream_offset[i] + skip;
+      if (Crc32c(payload, l.stream_length[i] - skip) != l.stream_crc[i]) {
+        return absl::DataLossError(absl::StrCat("container ", p, " stream ", i, " CRC32C mismatch"));
+      }
+      if (i == 0) {
+        std::memcpy(host.data() + p * meta_stride_, payload, meta_bytes_);
+        payload += meta_bytes_;
+      }
+      std::memcpy(host.data() + codes_offset_[i] + p * codes_stride_[i], payload, codes_bytes_[i]);
+    }
+  }
+  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host.data(), host.size(), stream));
+  return Synchronize(stream);
+}
+
+absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView& src, const int32_t* device_block_ids,
+                                  DeviceEncodedPages& out, CudaStream stream) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  const ContainerLayout& l = out.layout();
+  KVT_RETURN_IF_ERROR(SpikeUnimplemented(l.scheme));
+  KVT_RETURN_IF_ERROR(ValidateKv(src, l.tokens, "source KV"));
+  if (src.channels() != l.channels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("source KV has ", src.channels(), " channels but the pages have ", l.channels));
+  }
+  if (options.chunk_tokens != l.chunk_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("options.chunk_tokens ", options.chunk_tokens,
+                                                   " disagrees with the batch's ", l.chunk_tokens));
+  }
+  if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
+  internal::LynxDeviceTables tables;
+  const internal::LynxDeviceTables* tp = nullptr;
+  if (l.scheme.kind == SchemeKind::kLynx) {
+    if (options.alpha != l.alpha) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.alpha ", options.alpha, " disagrees with the batch's ", l.alpha));
+    }
+    FillLynxTables(*cpu::GetLynxTables(options.alpha, l.scheme.total_code_bits()), tables);
+    tp = &tables;
+  }
+  return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, tp,
+                                Geometry(src, l.tokens, device_block_ids), Shape(out), StagingOf(out),
+                                static_cast<internal::DeviceStatus*>(out.status_word()), stream.handle);
+}
+
+absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, AnchorRule rule, const PagedKvView& dst,
+                                  const int32_t* device_block_ids, CudaStream stream) {
+  const ContainerLayout& l = in.layout();
+  KVT_RETURN_IF_ERROR(SpikeUnimplemented(l.scheme));
+  KVT_RETURN_IF_ERROR(ValidateKv(dst, l.tokens, "destination KV"));
+  if (stages < 1 || stages > l.scheme.num_streams()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stages ", stages, " outside 1..", l.scheme.num_streams(), " for scheme ", l.scheme.Name()));
+  }
+  if (dst.channels() != l.channels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("destination KV has ", dst.channels(), " channels but the pages have ", l.channels));
+  }
+  if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
+  internal::LynxDeviceTables tables;
+  const internal::LynxDeviceTables* tp = nullptr;
+  if (l.scheme.kind == SchemeKind::kLynx) {
+    const int bits = l.scheme.total_code_bits();
+    const auto t = cpu::GetLynxTables(l.alpha, bits);
+    FillLynxTables(*t, tables);
+    int known = 0;
+    for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
+    const std::vector<float>& dec = t->decode_table(known, rule);
+    for (size_t i = 0; i < dec.size(); ++i) tables.decode[i] = dec[i];
+    tp = &tables;
+  }
+  return internal::LaunchDecode(l.scheme, stages, tp, StagingOf(in), Shape(in), Geometry(dst, l.tokens, device_block_ids),
+                                static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle);
+}
+
+absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream) {
+  internal::DeviceStatus st;
+  KVT_RETURN_IF_ERROR(CopyToHost(&st, pages.status_word(), sizeof(st), stream));
+  KVT_RETURN_IF_ERROR(Synchronize(stream));
+  const internal::DeviceStatus clean{internal::kNoNonFinite, 0, 0};
+  KVT_RETURN_IF_ERROR(CopyToDevice(pages.status_word(), &clean, sizeof(clean), stream));
+  KVT_RETURN_IF_ERROR(Synchronize(stream));
+  if (st.errors & internal::kErrBadBlockId) {
+    return absl::OutOfRangeError("a block id is outside the KV cache's blocks");
+  }
+  if (st.first_non_finite != internal::kNoNonFinite) {
+    const ContainerLayout& l = pages.layout();
+    const unsigned long long per_page = static_cast<unsigned long long>(l.tokens) * l.channels;
+    const unsigned long long page = st.first_non_finite / per_page;
+    const unsigned long long rest = st.first_non_finite % per_page;
+    return absl::InvalidArgumentError(absl::StrCat("page ", page, " value at (token ", rest / l.channels,
+                                                   ", channel ", rest % l.channels,
+                                                   ") is NaN or Inf: NaN/Inf cannot be encoded"));
+  }
+  if (st.errors & internal::kErrBadChannelRange) {
+    return absl::DataLossError("lynx container: bad channel range (non-finite or lo > hi)");
+  }
+  if (st.errors & internal::kErrBadFp16Meta) {
+    return absl::DataLossError(absl::StrCat("int", pages.layout().scheme.stage_bits[0],
+                                            " container: non-finite fp16 metadata"));
+  }
+  if (st.errors & internal::kErrBadFp8Scale) return absl::DataLossError("fp8 container: bad scale");
+  if (st.errors & internal::kErrNonFiniteCode) {
+    return absl::DataLossError(absl::StrCat(pages.layout().scheme.Name(), " container: NaN/Inf code or value"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, const CodecOptions& options,
+                                                         const PagedKvView& src, int tokens_per_page,
+                                                         absl::Span<const int32_t> block_ids, CudaStream stream) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
+  KVT_RETURN_IF_ERROR(SpikeUnimplemented(scheme));
+  KVT_RETURN_IF_ERROR(ValidateKv(src, tokens_per_page, "source KV"));
+  KVT_RETURN_IF_ERROR(ValidatePageDims(tokens_per_page, src.channels(), options.chunk_tokens));
+  KVT_ASSIGN_OR_RETURN(int num_pages, PagesFromBlockIds(src, tokens_per_page, block_ids));
+  ContainerLayout layout;
+  layout.scheme = scheme;
+  layout.tokens = tokens_per_page;
+  layout.channels = src.channels();
+  layout.chunk_tokens = options.chunk_tokens;
+  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncodedPages> out, DeviceEncodedPages::Create(layout, num_pages));
+  std::unique_ptr<DeviceBuffer> ids;
+  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, ids, stream));
+  KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, *out, stream));
+  KVT_RETURN_IF_ERROR(CheckDeviceStatus(*out, stream));
+  return out->ToContainers(stream);
+}
+
+absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                             const CodecOptions& options, const PagedKvView& dst, absl::Span<const int32_t> block_ids,
+                             CudaStream stream) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  if (containers.empty()) return absl::InvalidArgumentError("no containers to decode");
+  KVT_ASSIGN_OR_RETURN(ContainerLayout layout, ParseContainerHeader(containers[0]));
+  KVT_RETURN_IF_ERROR(SpikeUnimplemented(layout.scheme));
+  KVT_RETURN_IF_ERROR(ValidateKv(dst, layout.tokens, "destination KV"));
+  KVT_ASSIGN_OR_RETURN(int num_pages, PagesFromBlockIds(dst, layout.tokens, block_ids));
+  if (num_pages != static_cast<int>(containers.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(block_ids.size(), " block ids name ", num_pages, " pages but ",
+                                                   containers.size(), " containers were given"));
+  }
+  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncodedPages> in, DeviceEncodedPages::Create(layout, num_pages));
+  KVT_RETURN_IF_ERROR(in->FromContainers(containers, stages, stream));
+  std::unique_ptr<DeviceBuffer> ids;
+  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, ids, stream));
+  KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(*in, stages, options.anchor_rule, dst, d_ids, stream));
+  return CheckDeviceStatus(*in, stream);
+}
+
+}  // namespace kvt::codec::gpu

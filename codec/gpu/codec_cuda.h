@@ -1,0 +1,137 @@
+// The codec on the GPU (DESIGN.md 4.6, 7): host-callable launchers of the CUDA encode/decode kernels of every
+// scheme, reading pages straight out of a paged KV cache in device memory and decoding straight into one.
+// Plain C++: includable by g++ with no CUDA headers (streams are opaque handles). The containers produced are
+// byte-identical to EncodePage(..., impl = kReference) for the same values (codec_cuda_test.cc checks every
+// scheme); decoded values equal the CPU DecodePage's floats rounded once to the output dtype.
+// Functions are thread-compatible: calls on different streams may run concurrently.
+//
+//   PagedKvView kv{d_cache, KvDType::kBfloat16, KvLayout::kNHD, num_blocks, 16, 8, 128};
+//   KVT_ASSIGN_OR_RETURN(std::vector<EncodedPage> pages,
+//                        EncodePagesCuda(scheme, CodecOptions{}, kv, /*tokens_per_page=*/256, block_ids));
+//   ... send pages[i].stream(0), then pages[i].stream(1) ...
+//   KVT_RETURN_IF_ERROR(DecodePagesCuda(containers, /*stages=*/1, CodecOptions{}, dst_kv, dst_block_ids));
+#ifndef KVT_CODEC_GPU_CODEC_CUDA_H_
+#define KVT_CODEC_GPU_CODEC_CUDA_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/codec.h"
+#include "codec/container.h"
+#include "codec/options.h"
+#include "codec/scheme.h"
+#include "codec/gpu/cuda_util.h"
+
+namespace kvt::codec::gpu {
+
+enum class KvDType : uint8_t { kFloat32, kBfloat16, kFloat16 };
+enum class KvLayout : uint8_t {
+  kNHD,  // [num_blocks, block_tokens, heads, head_dim]
+  kHND,  // [num_blocks, heads, block_tokens, head_dim]
+};
+size_t KvDTypeBytes(KvDType dtype);
+
+// One layer's K or V of a paged KV cache in device memory. A channel is (head, dim): c = head * head_dim + dim.
+// A page of `tokens` tokens occupies ceil(tokens / block_tokens) blocks, named by a block-id list; token t of
+// the page is row t % block_tokens of its (t / block_tokens)-th block.
+struct PagedKvView {
+  void* data = nullptr;  // device memory; 16-byte alignment enables the vectorized kernels
+  KvDType dtype = KvDType::kBfloat16;
+  KvLayout layout = KvLayout::kNHD;
+  int num_blocks = 0;
+  int block_tokens = 0;
+  int heads = 0;
+  int head_dim = 0;
+
+  int channels() const { return heads * head_dim; }
+  size_t bytes() const {
+    return static_cast<size_t>(num_blocks) * block_tokens * heads * head_dim * KvDTypeBytes(dtype);
+  }
+};
+
+// Blocks a page of `tokens` tokens spans in `kv`.
+int BlocksPerPage(const PagedKvView& kv, int tokens);
+
+// Encoded pages of one scheme and shape, resident in device memory in the "staging layout": for each page, its
+// stream-0 metadata and each stream's packed codes as separate 256-byte-aligned ranges (the container's bytes,
+// minus the header, split at the metadata/codes boundary). Owns its memory. Not thread-safe.
+class DeviceEncodedPages {
+ public:
+  // `layout` describes one page (scheme, tokens, channels, chunk_tokens, alpha); CRCs are ignored.
+  static absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> Create(const ContainerLayout& layout, int num_pages);
+
+  const ContainerLayout& layout() const { return layout_; }
+  int num_pages() const { return num_pages_; }
+  size_t meta_bytes() const { return meta_bytes_; }       // stream 0's metadata per page (0 for bf16)
+  size_t codes_bytes(int stream) const { return codes_bytes_[stream]; }
+  size_t meta_stride() const { return meta_stride_; }
+  size_t codes_stride(int stream) const { return codes_stride_[stream]; }
+  uint8_t* meta(int page) const { return base_ + page * meta_stride_; }
+  uint8_t* codes(int stream, int page) const { return base_ + codes_offset_[stream] + page * codes_stride_[stream]; }
+  // Payload bytes of all pages (what crosses the wire, headers excluded).
+  size_t payload_bytes() const;
+  // The device word the kernels report errors through (see gpu/codec_kernels.h).
+  void* status_word() const { return status_->get(); }
+
+  // Copies every page back and assembles its container (header and CRC32C by the CPU codec's code).
+  // Synchronizes `stream`.
+  absl::StatusOr<std::vector<EncodedPage>> ToContainers(CudaStream stream = {}) const;
+  // Uploads containers (each checked like DecodePage does: header, dims equal to this batch's, CRCs of streams
+  // [0, stages)). Only streams [0, stages) are read and uploaded. Synchronizes `stream`.
+  absl::Status FromContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                              CudaStream stream = {});
+
+ private:
+  DeviceEncodedPages() = default;
+
+  ContainerLayout layout_;
+  int num_pages_ = 0;
+  size_t meta_bytes_ = 0, meta_stride_ = 0;
+  std::array<size_t, kMaxStreams> codes_bytes_{}, codes_stride_{}, codes_offset_{};
+  std::unique_ptr<DeviceBuffer> buffer_;
+  std::unique_ptr<DeviceBuffer> status_;
+  uint8_t* base_ = nullptr;
+};
+
+// ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------
+
+// Encodes pages [0, out.num_pages()) of `src`, page p made of the blocks device_block_ids[p * BlocksPerPage ..],
+// into `out` (whose layout names the scheme and page shape; options.chunk_tokens and alpha must agree with it).
+// Argument errors are returned at once; errors found on the device (a NaN/Inf in the input, a block id out of
+// range) are reported by CheckDeviceStatus after the stream is synchronized. UNIMPLEMENTED for spike reserving.
+absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView& src, const int32_t* device_block_ids,
+                                  DeviceEncodedPages& out, CudaStream stream = {});
+
+// Decodes every page of `in` using streams [0, stages) into `dst` (bf16, fp16 or fp32), page p into the blocks
+// device_block_ids[p * BlocksPerPage ..]. Decoded values are the CPU DecodePage's floats rounded to nearest even
+// into dst's dtype. Device-side errors (metadata no encoder writes: DATA_LOSS; a block id out of range) via
+// CheckDeviceStatus. UNIMPLEMENTED for spike reserving.
+absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, AnchorRule rule, const PagedKvView& dst,
+                                  const int32_t* device_block_ids, CudaStream stream = {});
+
+// Synchronizes `stream`, reads and clears `pages`' device status word: INVALID_ARGUMENT naming the first NaN/Inf
+// (page, token, channel) or a bad block id, DATA_LOSS for corrupt metadata or values, else OK.
+absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream = {});
+
+// ---- Synchronous conveniences (tests, tools) ----------------------------------------------------------------
+
+// Encodes num_pages = block_ids.size() / BlocksPerPage(src, tokens_per_page) pages and returns their containers.
+absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, const CodecOptions& options,
+                                                         const PagedKvView& src, int tokens_per_page,
+                                                         absl::Span<const int32_t> block_ids, CudaStream stream = {});
+
+// Decodes containers (all of one scheme and shape) with `stages` streams into dst, container i into the blocks
+// block_ids[i * BlocksPerPage ..]. options.anchor_rule picks the anchor-only reconstruction.
+absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                             const CodecOptions& options, const PagedKvView& dst,
+                             absl::Span<const int32_t> block_ids, CudaStream stream = {});
+
+}  // namespace kvt::codec::gpu
+
+#endif  // KVT_CODEC_GPU_CODEC_CUDA_H_

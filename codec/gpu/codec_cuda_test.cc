@@ -1,0 +1,477 @@
+// The CUDA kernels against the CPU reference: container bytes of every scheme on random and adversarial pages,
+// read from NHD/HND paged layouts through scattered block ids; paged decodes against the CPU decode rounded to
+// the output dtype; errors as Status codes. Every test skips (GTEST_SKIP) when no CUDA device is present.
+#include "codec/gpu/codec_cuda.h"
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/codec.h"
+#include "codec/gpu/cuda_util.h"
+#include "codec/internal/float_formats.h"
+#include "codec/test_pages.h"
+#include "common/crc32c.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec::gpu {
+namespace {
+
+namespace ff = ::kvt::codec::internal;
+
+#define SKIP_WITHOUT_CUDA()                                                             \
+  do {                                                                                  \
+    absl::StatusOr<int> n = CudaDeviceCount();                                          \
+    if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();                      \
+    if (*n == 0) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount returned 0";       \
+  } while (0)
+
+const std::vector<std::string>& AllGpuSchemes() {
+  static const auto* names = new std::vector<std::string>{
+      "bf16", "int8", "int4", "fp8", "lynx", "lynx-a2r6", "lynx-a3r5", "lynx-a4r4", "lynx-a2r2r4", "lynx8", "lynx4",
+      "lynx-a1r3r4", "lynx-a3r2r3"};
+  return *names;
+}
+
+Scheme MustParse(const std::string& name) {
+  absl::StatusOr<Scheme> s = ParseScheme(name);
+  EXPECT_TRUE(s.ok()) << name << ": " << s.status();
+  return *s;
+}
+
+// What the GPU stores for an input float of `dtype` (the value the CPU reference must see).
+uint16_t Bf16Rne(float x) {
+  const uint32_t b = ff::FloatBits(x);
+  return static_cast<uint16_t>((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+}
+uint16_t F16Rne(float x) {
+  if (std::fabs(x) >= 65520.0f) return static_cast<uint16_t>((std::signbit(x) ? 0x8000 : 0) | 0x7C00);
+  return ff::FloatToF16(x, ff::F16Round::kNearestEven);
+}
+float RoundTo(KvDType dtype, float x) {
+  switch (dtype) {
+    case KvDType::kFloat32:
+      return x;
+    case KvDType::kBfloat16:
+      return ff::Bf16ToFloat(Bf16Rne(x));
+    case KvDType::kFloat16:
+      return ff::F16ToFloat(F16Rne(x));
+  }
+  return x;
+}
+
+// A paged KV cache in device memory, mirrored on the host, with pages placed at given block ids.
+class DeviceKv {
+ public:
+  DeviceKv(KvDType dtype, KvLayout layout, int num_blocks, int block_tokens, int heads, int head_dim)
+      : view_{nullptr, dtype, layout, num_blocks, block_tokens, heads, head_dim} {
+    host_.assign(view_.bytes(), 0xA5);  // poison: decodes must overwrite exactly their blocks
+    absl::StatusOr<std::unique_ptr<DeviceBuffer>> b = DeviceBuffer::Create(host_.size());
+    EXPECT_TRUE(b.ok()) << b.status();
+    buf_ = std::move(*b);
+    view_.data = buf_->get();
+    EXPECT_TRUE(CopyToDevice(buf_->get(), host_.data(), host_.size()).ok());
+  }
+  const PagedKvView& view() const { return view_; }
+
+  size_t Index(int block, int row, int c) const {
+    const int h = c / view_.head_dim, d = c % view_.head_dim;
+    if (view_.layout == KvLayout::kNHD) {
+      return ((static_cast<size_t>(block) * view_.block_tokens + row) * view_.heads + h) * view_.head_dim + d;
+    }
+    return ((static_cast<size_t>(block) * view_.heads + h) * view_.block_tokens + row) * view_.head_dim + d;
+  }
+  // Writes page `p` of `tokens` tokens (token-major floats) into its blocks; returns the values as stored.
+  std::vector<float> Place(const std::vector<float>& values, int tokens, const std::vector<int32_t>& ids, int p) {
+    const int bpp = BlocksPerPage(view_, tokens);
+    const int channels = view_.channels();
+    std::vector<float> stored(values.size());
+    for (int t = 0; t < tokens; ++t) {
+      for (int c = 0; c < channels; ++c) {
+        const float x = values[static_cast<size_t>(t) * channels + c];
+        const size_t i = Index(ids[p * bpp + t / view_.block_tokens], t % view_.block_tokens, c);
+        stored[static_cast<size_t>(t) * channels + c] = RoundTo(view_.dtype, x);
+        switch (view_.dtype) {
+          case KvDType::kFloat32:
+            std::memcpy(&host_[4 * i], &x, 4);
+            break;
+          case KvDType::kBfloat16: {
+            const uint16_t b = Bf16Rne(x);
+            std::memcpy(&host_[2 * i], &b, 2);
+            break;
+          }
+          case KvDType::kFloat16: {
+            const uint16_t h = F16Rne(x);
+            std::memcpy(&host_[2 * i], &h, 2);
+            break;
+          }
+        }
+      }
+    }
+    return stored;
+  }
+  void Upload() { ASSERT_TRUE(CopyToDevice(buf_->get(), host_.data(), host_.size()).ok()); }
+  void Download() { ASSERT_TRUE(CopyToHost(host_.data(), buf_->get(), host_.size()).ok()); ASSERT_TRUE(Synchronize().ok()); }
+  // Value at (block, row, channel) of the host mirror, as a float.
+  float At(int block, int row, int c) const {
+    const size_t i = Index(block, row, c);
+    switch (view_.dtype) {
+      case KvDType::kFloat32: {
+        float x;
+        std::memcpy(&x, &host_[4 * i], 4);
+        return x;
+      }
+      case KvDType::kBfloat16: {
+        uint16_t b;
+        std::memcpy(&b, &host_[2 * i], 2);
+        return ff::Bf16ToFloat(b);
+      }
+      case KvDType::kFloat16: {
+        uint16_t h;
+        std::memcpy(&h, &host_[2 * i], 2);
+        return ff::F16ToFloat(h);
+      }
+    }
+    return 0;
+  }
+  bool Poisoned(int block) const {
+    const size_t per_block = view_.bytes() / view_.num_blocks;
+    for (size_t i = 0; i < per_block; ++i) {
+      if (host_[block * per_block + i] != 0xA5) return false;
+    }
+    return true;
+  }
+
+ private:
+  PagedKvView view_;
+  std::vector<uint8_t> host_;
+  std::unique_ptr<DeviceBuffer> buf_;
+};
+
+// Scattered block ids: a shuffled choice of `needed` out of `total` blocks.
+std::vector<int32_t> ScatteredIds(int needed, int total, uint32_t seed) {
+  std::vector<int32_t> all(total);
+  for (int i = 0; i < total; ++i) all[i] = i;
+  std::mt19937 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(needed);
+  return all;
+}
+
+// Encodes `pages` (all tokens x channels) on the GPU from a paged cache and on the CPU reference from the stored
+// values; expects identical container bytes (or the same error code).
+void ExpectEncodeMatchesCpu(const std::string& scheme_name, const CodecOptions& options,
+                            const std::vector<std::vector<float>>& pages, int tokens, int channels, KvDType dtype,
+                            KvLayout layout, int block_tokens, int heads) {
+  SCOPED_TRACE(scheme_name + " tokens " + std::to_string(tokens) + " channels " + std::to_string(channels));
+  const Scheme scheme = MustParse(scheme_name);
+  const int head_dim = channels / heads;
+  const int bpp = (tokens + block_tokens - 1) / block_tokens;
+  const int num_pages = static_cast<int>(pages.size());
+  DeviceKv kv(dtype, layout, num_pages * bpp + 3, block_tokens, heads, head_dim);
+  const std::vector<int32_t> ids = ScatteredIds(num_pages * bpp, num_pages * bpp + 3, 7 + tokens + channels);
+  std::vector<std::vector<float>> stored;
+  for (int p = 0; p < num_pages; ++p) stored.push_back(kv.Place(pages[p], tokens, ids, p));
+  kv.Upload();
+
+  CodecOptions cpu_options = options;
+  cpu_options.impl = CodecImpl::kReference;
+  std::vector<absl::StatusOr<EncodedPage>> want;
+  for (int p = 0; p < num_pages; ++p) {
+    want.push_back(EncodePage(scheme, cpu_options, PageView{stored[p].data(), tokens, channels, 0}));
+  }
+  absl::StatusOr<std::vector<EncodedPage>> got = EncodePagesCuda(scheme, options, kv.view(), tokens, ids);
+  for (int p = 0; p < num_pages; ++p) {
+    if (!want[p].ok()) {
+      EXPECT_EQ(got.status().code(), want[p].status().code()) << "page " << p << ": " << want[p].status();
+      return;
+    }
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), pages.size());
+  for (int p = 0; p < num_pages; ++p) {
+    const std::vector<uint8_t>& a = (*got)[p].bytes;
+    const std::vector<uint8_t>& b = want[p]->bytes;
+    ASSERT_EQ(a.size(), b.size()) << "page " << p;
+    size_t first_diff = a.size();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] != b[i]) {
+        first_diff = i;
+        break;
+      }
+    }
+    EXPECT_EQ(first_diff, a.size()) << "page " << p << ": first differing byte " << first_diff << " of " << a.size()
+                                    << " (gpu " << int(a[first_diff % a.size()]) << ", cpu "
+                                    << int(b[first_diff % a.size()]) << ")";
+  }
+}
+
+std::vector<float> Realistic(int tokens, int channels, uint64_t seed) {
+  return RealisticPage(tokens, channels, seed).data;
+}
+
+TEST(CudaEncodeTest, EveryFullSizeSchemeMatchesTheCpuReferenceByteForByte) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string& name : AllGpuSchemes()) {
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(256, 1024, 1), Realistic(256, 1024, 2)}, 256, 1024,
+                           KvDType::kFloat32, KvLayout::kNHD, 16, 8);
+  }
+}
+
+TEST(CudaEncodeTest, Bf16AndFp16InputsInHndLayoutMatchTheCpuReferenceOfTheStoredValues) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string& name : AllGpuSchemes()) {
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(256, 512, 3), Realistic(256, 512, 4)}, 256, 512,
+                           KvDType::kBfloat16, KvLayout::kHND, 32, 4);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(64, 256, 5)}, 64, 256, KvDType::kFloat16,
+                           KvLayout::kNHD, 16, 2);
+  }
+}
+
+TEST(CudaEncodeTest, AdversarialPagesMatchTheCpuReferenceByteForByte) {
+  SKIP_WITHOUT_CUDA();
+  for (const TestPage& page : AdversarialPages()) {
+    SCOPED_TRACE(page.name);
+    for (const std::string& name : AllGpuSchemes()) {
+      ExpectEncodeMatchesCpu(name, CodecOptions{}, {page.data}, page.tokens, page.channels, KvDType::kFloat32,
+                             KvLayout::kNHD, page.tokens, 1);
+    }
+  }
+}
+
+TEST(CudaEncodeTest, OddChannelCountsLongPagesAndSmallBlocksMatchTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string& name : AllGpuSchemes()) {
+    // 7 and 40 channels: rows that do not fill 32-bit words; 512 tokens: pages read from global memory twice.
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(64, 7, 6)}, 64, 7, KvDType::kFloat32, KvLayout::kHND,
+                           16, 1);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(96, 40, 7), Realistic(96, 40, 8)}, 96, 40,
+                           KvDType::kFloat32, KvLayout::kNHD, 32, 5);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(512, 96, 9)}, 512, 96, KvDType::kBfloat16,
+                           KvLayout::kNHD, 16, 3);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(1, 128, 10)}, 1, 128, KvDType::kFloat32,
+                           KvLayout::kNHD, 16, 1);
+  }
+}
+
+TEST(CudaEncodeTest, EveryOptionVariantMatchesTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* name : {"lynx", "lynx-a3r5", "int4", "int8"}) {
+    for (int chunk : {1, 16, 64, 256}) {
+      for (Centering centering : {Centering::kMidrange, Centering::kMean}) {
+        for (float alpha : {kMinAlpha, 1.0f, 20.0f, kMaxAlpha}) {
+          CodecOptions o;
+          o.chunk_tokens = chunk;
+          o.centering = centering;
+          o.alpha = alpha;
+          ExpectEncodeMatchesCpu(name, o, {Realistic(256, 64, chunk)}, 256, 64, KvDType::kFloat32, KvLayout::kNHD,
+                                 256, 2);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {
+  SKIP_WITHOUT_CUDA();
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    for (const std::string& name : AllGpuSchemes()) {
+      std::vector<float> page = Realistic(64, 64, 11);
+      page[5 * 64 + 3] = bad;
+      page[9 * 64 + 1] = bad;
+      DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 4, 16, 1, 64);
+      const std::vector<int32_t> ids = {3, 0, 2, 1};
+      kv.Place(page, 64, ids, 0);
+      kv.Upload();
+      absl::StatusOr<std::vector<EncodedPage>> got = EncodePagesCuda(MustParse(name), CodecOptions{}, kv.view(), 64, ids);
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name << ": " << got.status();
+      EXPECT_NE(std::string(got.status().message()).find("(token 5, channel 3)"), std::string::npos) << got.status();
+    }
+  }
+}
+
+TEST(CudaEncodeTest, SpikeReservingIsUnimplementedOnTheGpu) {
+  SKIP_WITHOUT_CUDA();
+  DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 1, 32, 1, 32);
+  kv.Place(Realistic(32, 32, 12), 32, {0}, 0);
+  kv.Upload();
+  absl::StatusOr<std::vector<EncodedPage>> got = EncodePagesCuda(MustParse("lynx+spike"), CodecOptions{}, kv.view(), 32, {0});
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnimplemented) << got.status();
+
+  std::vector<float> page = Realistic(32, 32, 12);
+  absl::StatusOr<EncodedPage> cpu = EncodePage(MustParse("lynx+spike"), CodecOptions{}, PageView{page.data(), 32, 32, 0});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const absl::Span<const uint8_t> one = cpu->bytes;
+  EXPECT_EQ(DecodePagesCuda({one}, 1, CodecOptions{}, kv.view(), {0}).code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(CudaEncodeTest, BadArgumentsAreRejectedBeforeAnyLaunch) {
+  SKIP_WITHOUT_CUDA();
+  DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 2, 16, 1, 32);
+  const Scheme lynx = MustParse("lynx");
+  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 32, {0, 2}).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 32, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 48, {0, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 48 tokens is not a multiple of the 32-token chunk
+  PagedKvView no_data = kv.view();
+  no_data.data = nullptr;
+  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, no_data, 32, {0, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Decodes CPU containers on the GPU into scattered blocks and compares with the CPU decode rounded to dtype.
+void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int channels, int heads, KvDType dtype,
+                            KvLayout layout, int block_tokens, AnchorRule rule) {
+  const Scheme scheme = MustParse(scheme_name);
+  const int num_pages = 3;
+  const int bpp = (tokens + block_tokens - 1) / block_tokens;
+  std::vector<EncodedPage> enc;
+  for (int p = 0; p < num_pages; ++p) {
+    std::vector<float> page = Realistic(tokens, channels, 20 + p);
+    CodecOptions o;
+    o.impl = CodecImpl::kReference;
+    absl::StatusOr<EncodedPage> e = EncodePage(scheme, o, PageView{page.data(), tokens, channels, 0});
+    ASSERT_TRUE(e.ok()) << e.status();
+    enc.push_back(std::move(*e));
+  }
+  std::vector<absl::Span<const uint8_t>> spans;
+  for (const EncodedPage& e : enc) spans.push_back(e.bytes);
+  const int total_blocks = num_pages * bpp + 2;
+  const std::vector<int32_t> ids = ScatteredIds(num_pages * bpp, total_blocks, 99 + tokens);
+  for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
+    SCOPED_TRACE(scheme_name + " stages " + std::to_string(stages));
+    DeviceKv kv(dtype, layout, total_blocks, block_tokens, heads, channels / heads);
+    CodecOptions o;
+    o.anchor_rule = rule;
+    absl::Status st = DecodePagesCuda(spans, stages, o, kv.view(), ids);
+    ASSERT_TRUE(st.ok()) << st;
+    kv.Download();
+    size_t mismatches = 0;
+    for (int p = 0; p < num_pages; ++p) {
+      std::vector<float> want(static_cast<size_t>(tokens) * channels);
+      o.impl = CodecImpl::kReference;
+      ASSERT_TRUE(DecodePage(enc[p].bytes, stages, MutablePageView{want.data(), tokens, channels, 0}, o).ok());
+      for (int t = 0; t < tokens; ++t) {
+        for (int c = 0; c < channels; ++c) {
+          const float w = RoundTo(dtype, want[static_cast<size_t>(t) * channels + c]);
+          const float g = kv.At(ids[p * bpp + t / block_tokens], t % block_tokens, c);
+          if (!(g == w) && mismatches++ < 5) {
+            ADD_FAILURE() << "page " << p << " (token " << t << ", channel " << c << "): gpu " << g << ", cpu " << w;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+    for (int b = 0; b < total_blocks; ++b) {
+      if (std::find(ids.begin(), ids.end(), b) == ids.end()) {
+        EXPECT_TRUE(kv.Poisoned(b)) << "block " << b;
+      }
+    }
+  }
+}
+
+TEST(CudaDecodeTest, EverySchemeAndStageDecodesIntoPagedLayoutsAsTheCpuDecodeRounded) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string& name : AllGpuSchemes()) {
+    for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
+      for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+        ExpectDecodeMatchesCpu(name, 256, 512, 4, dtype, layout, 16, AnchorRule::kValueCentre);
+      }
+    }
+  }
+}
+
+TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDecode) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string& name : AllGpuSchemes()) {
+    ExpectDecodeMatchesCpu(name, 64, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kCodeCentre);
+    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
+  }
+}
+
+TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
+  SKIP_WITHOUT_CUDA();
+  const Scheme lynx = MustParse("lynx");
+  DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 8, 128);
+  std::vector<int32_t> ids(32);
+  for (int i = 0; i < 32; ++i) ids[i] = 31 - i;
+  std::vector<float> a = src.Place(Realistic(256, 1024, 30), 256, ids, 0);
+  std::vector<float> b = src.Place(Realistic(256, 1024, 31), 256, ids, 1);
+  src.Upload();
+  ContainerLayout shape;
+  shape.scheme = lynx;
+  shape.tokens = 256;
+  shape.channels = 1024;
+  shape.chunk_tokens = 32;
+  shape.alpha = CodecOptions{}.alpha;
+  absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> pages = DeviceEncodedPages::Create(shape, 2);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> d_ids = DeviceBuffer::Create(ids.size() * 4);
+  ASSERT_TRUE(d_ids.ok());
+  ASSERT_TRUE(CopyToDevice((*d_ids)->get(), ids.data(), ids.size() * 4).ok());
+  const int32_t* dev_ids = static_cast<const int32_t*>((*d_ids)->get());
+  ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, src.view(), dev_ids, **pages).ok());
+  DeviceKv dst(KvDType::kBfloat16, KvLayout::kHND, 32, 16, 8, 128);
+  ASSERT_TRUE(DecodePagesCudaAsync(**pages, 2, AnchorRule::kValueCentre, dst.view(), dev_ids).ok());
+  ASSERT_TRUE(CheckDeviceStatus(**pages).ok());
+  dst.Download();
+  absl::StatusOr<std::vector<EncodedPage>> containers = (*pages)->ToContainers();
+  ASSERT_TRUE(containers.ok());
+  for (int p = 0; p < 2; ++p) {
+    std::vector<float> want(256 * 1024);
+    ASSERT_TRUE(DecodePage((*containers)[p].bytes, 2, MutablePageView{want.data(), 256, 1024, 0}).ok());
+    size_t mismatches = 0;
+    for (int t = 0; t < 256; ++t) {
+      for (int c = 0; c < 1024; ++c) {
+        mismatches += dst.At(ids[p * 16 + t / 16], t % 16, c) != RoundTo(KvDType::kBfloat16, want[t * 1024 + c]);
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << "page " << p;
+  }
+}
+
+TEST(CudaDecodeTest, CorruptContainersAndBadArgumentsGiveTheirStatusCodes) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<float> page = Realistic(32, 64, 40);
+  absl::StatusOr<EncodedPage> enc = EncodePage(MustParse("lynx"), CodecOptions{}, PageView{page.data(), 32, 64, 0});
+  ASSERT_TRUE(enc.ok());
+  DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, 2, 32, 1, 64);
+  const absl::Span<const uint8_t> good = enc->bytes;
+  EXPECT_TRUE(DecodePagesCuda({good}, 2, CodecOptions{}, kv.view(), {1}).ok());
+  EXPECT_EQ(DecodePagesCuda({good}, 0, CodecOptions{}, kv.view(), {1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePagesCuda({good}, 3, CodecOptions{}, kv.view(), {1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePagesCuda({good}, 2, CodecOptions{}, kv.view(), {2}).code(), absl::StatusCode::kOutOfRange);
+
+  std::vector<uint8_t> flipped = enc->bytes;
+  flipped[enc->layout.stream_offset[1] + 5] ^= 0x10;  // residual byte: CRC mismatch, anchor-only still decodes
+  EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(flipped)}, 2, CodecOptions{}, kv.view(), {0}).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(DecodePagesCuda({absl::MakeConstSpan(flipped)}, 1, CodecOptions{}, kv.view(), {0}).ok());
+
+  // lo > hi for channel 0 with a valid CRC: metadata no encoder writes.
+  std::vector<uint8_t> bad_range = enc->bytes;
+  const size_t meta = enc->layout.header_bytes;
+  const float lo = 5.0f, hi = -5.0f;
+  std::memcpy(&bad_range[meta], &lo, 4);
+  std::memcpy(&bad_range[meta + 4 * 64], &hi, 4);
+  const uint32_t crc = Crc32c(&bad_range[meta], enc->layout.stream_length[0] - meta);
+  ContainerLayout l = enc->layout;
+  l.stream_crc[0] = crc;
+  WriteContainerHeader(l, bad_range.data());
+  EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(bad_range)}, 1, CodecOptions{}, kv.view(), {0}).code(),
+            absl::StatusCode::kDataLoss);
+  // The batch's status word was cleared: the next good decode is OK.
+  EXPECT_TRUE(DecodePagesCuda({good}, 1, CodecOptions{}, kv.view(), {0}).ok());
+}
+
+}  // namespace
+}  // namespace kvt::codec::gpu

@@ -1,0 +1,82 @@
+// The launch interface of the codec's CUDA kernels (codec_kernels.cu), plain C++ for codec_cuda.cc. Raw
+// device pointers, all checked by the caller; every launch error comes back as a Status. Not API: use
+// codec_cuda.h. Thread-safe (no state).
+#ifndef KVT_CODEC_GPU_CODEC_KERNELS_H_
+#define KVT_CODEC_GPU_CODEC_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "codec/scheme.h"
+
+namespace kvt::codec::gpu::internal {
+
+enum class DType : uint8_t { kFloat32, kBfloat16, kFloat16 };
+enum class Layout : uint8_t { kNHD, kHND };
+
+// Where value (page p, token t, channel c) lives: block block_ids[p * blocks_per_page + t / block_tokens],
+// row t % block_tokens, in a [blocks, block_tokens, heads, head_dim] (NHD) or [blocks, heads, block_tokens,
+// head_dim] (HND) array of `dtype`.
+struct KvGeometry {
+  void* data = nullptr;
+  DType dtype = DType::kBfloat16;
+  Layout layout = Layout::kNHD;
+  int num_blocks = 0, block_tokens = 0, heads = 0, head_dim = 0;
+  const int32_t* block_ids = nullptr;  // device
+  int blocks_per_page = 0;
+};
+
+struct PageShape {
+  int num_pages = 0, tokens = 0, channels = 0;
+  int chunk_len = 0;   // min(chunk_tokens, tokens)
+  int num_chunks = 0;  // tokens / chunk_len
+};
+
+// The staging layout of DeviceEncodedPages.
+struct Staging {
+  uint8_t* meta = nullptr;
+  size_t meta_stride = 0;
+  uint8_t* codes[kMaxStreams] = {};
+  size_t codes_stride[kMaxStreams] = {};
+};
+
+// What the host reads back after a launch: the smallest linear index page * tokens * channels + t * channels + c
+// of a non-finite input (~0 if none), and bits of DeviceError.
+struct DeviceStatus {
+  unsigned long long first_non_finite;
+  unsigned int errors;
+  unsigned int pad;
+};
+enum DeviceError : unsigned int {
+  kErrBadBlockId = 1u,       // a block id outside [0, num_blocks)
+  kErrBadChannelRange = 2u,  // lynx lo/hi not finite or lo > hi
+  kErrBadFp16Meta = 4u,      // int8/int4 min or scale not finite
+  kErrBadFp8Scale = 8u,      // fp8 scale not finite, negative or overflowing
+  kErrNonFiniteCode = 16u,   // fp8 NaN code or bf16 NaN/Inf value
+};
+inline constexpr unsigned long long kNoNonFinite = ~0ull;
+
+// The lynx family's tables for one (alpha, bits), as lynx_math.h builds them. Passed to kernels by value.
+struct LynxDeviceTables {
+  float thresholds[128];   // [k] for k in 1..M, +inf past M; [0] = 0
+  float sigma_scale[256];
+  float decode[256];       // decode_table(known, rule) for the decode launch; unused by encode
+  float alpha;
+  float inv_log1p_alpha;   // an approximation, used only as a starting guess
+  int bits;
+  int max_code;
+};
+
+// Encodes every page of the batch. centering_mean: Centering::kMean. `status` is device memory.
+absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxDeviceTables* tables,
+                          const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
+                          void* stream);
+
+// Decodes streams [0, stages) of every page into dst. `tables` holds the decode table for `stages`.
+absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
+                          const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream);
+
+}  // namespace kvt::codec::gpu::internal
+
+#endif  // KVT_CODEC_GPU_CODEC_KERNELS_H_

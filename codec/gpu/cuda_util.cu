@@ -1,0 +1,119 @@
+// CUDA runtime wrappers (cuda_util.h): the one place outside the kernels that sees cudaError_t.
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "codec/gpu/cuda_util.h"
+
+namespace kvt::codec::gpu {
+namespace {
+
+cudaStream_t S(CudaStream s) { return static_cast<cudaStream_t>(s.handle); }
+
+absl::Status FromCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  switch (e) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorStubLibrary:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorNoKernelImageForDevice:
+      return absl::FailedPreconditionError(msg);
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return FromCuda(e, "cudaGetDeviceCount");
+  }
+  return n;
+}
+
+absl::StatusOr<std::string> CudaDeviceDescription() {
+  cudaDeviceProp p;
+  cudaError_t e = cudaGetDeviceProperties(&p, 0);
+  if (e != cudaSuccess) return FromCuda(e, "cudaGetDeviceProperties");
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  return absl::StrCat(p.name, ", ", p.multiProcessorCount, " SMs, ", p.l2CacheSize >> 20, " MiB L2, ",
+                      p.totalGlobalMem >> 30, " GiB, cc ", p.major, ".", p.minor, ", driver ", driver,
+                      ", runtime ", runtime);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Create(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  if (e != cudaSuccess) return FromCuda(e, absl::StrCat("cudaMalloc(", bytes, ")").c_str());
+  return std::unique_ptr<DeviceBuffer>(new DeviceBuffer(p, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
+
+absl::StatusOr<std::unique_ptr<OwnedCudaStream>> OwnedCudaStream::Create() {
+  cudaStream_t s;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return FromCuda(e, "cudaStreamCreateWithFlags");
+  return std::unique_ptr<OwnedCudaStream>(new OwnedCudaStream(s));
+}
+
+OwnedCudaStream::~OwnedCudaStream() { cudaStreamDestroy(static_cast<cudaStream_t>(handle_)); }
+
+absl::StatusOr<std::unique_ptr<CudaEventTimer>> CudaEventTimer::Create() {
+  cudaEvent_t a, b;
+  cudaError_t e = cudaEventCreate(&a);
+  if (e != cudaSuccess) return FromCuda(e, "cudaEventCreate");
+  e = cudaEventCreate(&b);
+  if (e != cudaSuccess) {
+    cudaEventDestroy(a);
+    return FromCuda(e, "cudaEventCreate");
+  }
+  return std::unique_ptr<CudaEventTimer>(new CudaEventTimer(a, b));
+}
+
+CudaEventTimer::~CudaEventTimer() {
+  cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+absl::Status CudaEventTimer::Start(CudaStream s) {
+  return FromCuda(cudaEventRecord(static_cast<cudaEvent_t>(start_), S(s)), "cudaEventRecord");
+}
+absl::Status CudaEventTimer::Stop(CudaStream s) {
+  return FromCuda(cudaEventRecord(static_cast<cudaEvent_t>(stop_), S(s)), "cudaEventRecord");
+}
+absl::StatusOr<float> CudaEventTimer::ElapsedMs() {
+  cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(stop_));
+  if (e != cudaSuccess) return FromCuda(e, "cudaEventSynchronize");
+  float ms = 0;
+  e = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_));
+  if (e != cudaSuccess) return FromCuda(e, "cudaEventElapsedTime");
+  return ms;
+}
+
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, CudaStream s) {
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, S(s)), "cudaMemcpyAsync(H2D)");
+}
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes, CudaStream s) {
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(s)), "cudaMemcpyAsync(D2H)");
+}
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream s) {
+  return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(s)), "cudaMemcpyAsync(D2D)");
+}
+absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream s) {
+  return FromCuda(cudaMemsetAsync(dst, byte, bytes, S(s)), "cudaMemsetAsync");
+}
+absl::Status Synchronize(CudaStream s) { return FromCuda(cudaStreamSynchronize(S(s)), "cudaStreamSynchronize"); }
+
+}  // namespace kvt::codec::gpu

@@ -1,0 +1,81 @@
+// Small RAII and Status wrappers over the CUDA runtime for kvt's GPU code, usable from g++ with no CUDA
+// headers: device memory, streams as opaque handles, event timing, copies. Every cudaError_t becomes an
+// absl::Status here (FAILED_PRECONDITION when no usable device or driver, INTERNAL otherwise).
+// Objects are thread-compatible; the free functions are thread-safe.
+#ifndef KVT_CODEC_GPU_CUDA_UTIL_H_
+#define KVT_CODEC_GPU_CUDA_UTIL_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvt::codec::gpu {
+
+// A cudaStream_t; a null handle is the legacy default stream. Does not own the stream.
+struct CudaStream {
+  void* handle = nullptr;
+};
+
+// The number of CUDA devices, or the runtime's error (no driver, no device, driver too old) as a Status.
+absl::StatusOr<int> CudaDeviceCount();
+// "NVIDIA H100 80GB HBM3, 132 SMs, 50 MiB L2, driver 13000, runtime 13000" for device 0.
+absl::StatusOr<std::string> CudaDeviceDescription();
+
+// Device memory from cudaMalloc, freed on destruction.
+class DeviceBuffer {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceBuffer>> Create(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  DeviceBuffer(void* ptr, size_t size) : ptr_(ptr), size_(size) {}
+  void* ptr_;
+  size_t size_;
+};
+
+// A stream created with cudaStreamCreateWithFlags(non-blocking), destroyed on destruction.
+class OwnedCudaStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<OwnedCudaStream>> Create();
+  ~OwnedCudaStream();
+  CudaStream get() const { return CudaStream{handle_}; }
+
+ private:
+  explicit OwnedCudaStream(void* h) : handle_(h) {}
+  void* handle_;
+};
+
+// A pair of CUDA events timing a stretch of one stream.
+class CudaEventTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaEventTimer>> Create();
+  ~CudaEventTimer();
+  absl::Status Start(CudaStream stream);
+  absl::Status Stop(CudaStream stream);
+  // Waits for the stop event; milliseconds between the two.
+  absl::StatusOr<float> ElapsedMs();
+
+ private:
+  CudaEventTimer(void* a, void* b) : start_(a), stop_(b) {}
+  void* start_;
+  void* stop_;
+};
+
+// Asynchronous copies and fills on `stream` (host memory may be pageable; then the copy is synchronous).
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes, CudaStream stream = {});
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
+absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream stream = {});
+absl::Status Synchronize(CudaStream stream = {});
+
+}  // namespace kvt::codec::gpu
+
+#endif  // KVT_CODEC_GPU_CUDA_UTIL_H_

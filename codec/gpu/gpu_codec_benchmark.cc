@@ -1,0 +1,177 @@
+// GPU codec throughput beside the device-to-device copy, measured in the same run (DESIGN.md 11). One layer's K
+// of a Llama-3.1-8B-shaped cache: 8 KV heads x 128 dims = 1024 channels, bf16, NHD blocks of 16 tokens,
+// 32K tokens = 128 pages of 256 tokens, all pages in one launch. Times with CUDA events: warm-up, then the
+// median of many repetitions, rotating over buffer sets larger than L2 so no repetition reads cached data.
+// Bytes counted = bytes read + bytes written (the copy: 2 x size; encode: the bf16 input + the encoded
+// payload; decode: the payload of the stages used + the bf16 output).
+//
+//   bazel run -c opt //codec/gpu:gpu_codec_benchmark            (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "codec/codec.h"
+#include "codec/gpu/codec_cuda.h"
+#include "codec/gpu/cuda_util.h"
+#include "codec/test_pages.h"
+
+namespace kvt::codec::gpu {
+namespace {
+
+constexpr int kHeads = 8;
+constexpr int kHeadDim = 128;
+constexpr int kChannels = kHeads * kHeadDim;
+constexpr int kBlockTokens = 16;
+constexpr int kPageTokens = 256;
+constexpr int kPages = 128;
+constexpr int kBlocks = kPages * kPageTokens / kBlockTokens;
+constexpr int kSets = 4;  // 4 x 64 MiB inputs per rotation: more than any current L2 (50-60 MB)
+constexpr int kWarmup = 5;
+constexpr int kReps = 60;
+
+#define CHECK_OK(expr)                                                                  \
+  do {                                                                                  \
+    const absl::Status s_ = (expr);                                                     \
+    if (!s_.ok()) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.ToString().c_str()); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> v) {
+  CHECK_OK(v.status());
+  return std::move(*v);
+}
+
+// Median milliseconds of `run(rep)` over kReps after kWarmup, timed with events on `stream`.
+template <typename Run>
+double MedianMs(CudaStream stream, Run run) {
+  auto timer = ValueOrDie(CudaEventTimer::Create());
+  std::vector<float> ms;
+  for (int r = 0; r < kWarmup + kReps; ++r) {
+    CHECK_OK(timer->Start(stream));
+    CHECK_OK(run(r));
+    CHECK_OK(timer->Stop(stream));
+    const float t = ValueOrDie(timer->ElapsedMs());
+    if (r >= kWarmup) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
+
+void Run() {
+  const int devices = ValueOrDie(CudaDeviceCount());
+  if (devices == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    std::exit(1);
+  }
+  std::printf("device: %s\n", ValueOrDie(CudaDeviceDescription()).c_str());
+  auto owned_stream = ValueOrDie(OwnedCudaStream::Create());
+  const CudaStream stream = owned_stream->get();
+
+  // Inputs: kSets copies of the layer, each filled with realistic (bf16-rounded) pages; identity block ids.
+  const PagedKvView shape{nullptr, KvDType::kBfloat16, KvLayout::kNHD, kBlocks, kBlockTokens, kHeads, kHeadDim};
+  const size_t kv_bytes = shape.bytes();
+  std::vector<uint16_t> host(kv_bytes / 2);
+  for (int p = 0; p < kPages; ++p) {
+    const TestPage page = RealisticPage(kPageTokens, kChannels, 1000 + p);
+    for (size_t i = 0; i < page.data.size(); ++i) {
+      uint32_t b;
+      std::memcpy(&b, &page.data[i], 4);
+      host[static_cast<size_t>(p) * page.data.size() + i] = static_cast<uint16_t>((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+    }
+  }
+  std::vector<std::unique_ptr<DeviceBuffer>> in_bufs, out_bufs;
+  std::vector<PagedKvView> in_kv, out_kv;
+  for (int s = 0; s < kSets; ++s) {
+    in_bufs.push_back(ValueOrDie(DeviceBuffer::Create(kv_bytes)));
+    out_bufs.push_back(ValueOrDie(DeviceBuffer::Create(kv_bytes)));
+    CHECK_OK(CopyToDevice(in_bufs.back()->get(), host.data(), kv_bytes, stream));
+    in_kv.push_back(shape);
+    in_kv.back().data = in_bufs.back()->get();
+    out_kv.push_back(shape);
+    out_kv.back().data = out_bufs.back()->get();
+  }
+  std::vector<int32_t> ids(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) ids[i] = i;
+  auto d_ids = ValueOrDie(DeviceBuffer::Create(ids.size() * 4));
+  CHECK_OK(CopyToDevice(d_ids->get(), ids.data(), ids.size() * 4, stream));
+  const int32_t* dev_ids = static_cast<const int32_t*>(d_ids->get());
+  CHECK_OK(Synchronize(stream));
+
+  const double copy_ms = MedianMs(stream, [&](int r) {
+    return CopyDeviceToDevice(out_bufs[r % kSets]->get(), in_bufs[(r + 1) % kSets]->get(), kv_bytes, stream);
+  });
+  const double copy_gbps = GBps(2.0 * kv_bytes, copy_ms);
+  std::printf("layer: %d pages x %d tokens x %d channels bf16 (%.1f MiB), NHD blocks of %d tokens; %d reps, median\n",
+              kPages, kPageTokens, kChannels, kv_bytes / 1048576.0, kBlockTokens, kReps);
+  std::printf("device-to-device copy: %.3f ms, %.0f GB/s (read + write)\n\n", copy_ms, copy_gbps);
+  std::printf("| scheme | bits/value | encode ms | encode GB/s | vs copy | decode full ms | decode GB/s | vs copy | "
+              "anchor-only ms | anchor GB/s | vs copy |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+
+  const std::vector<std::string> schemes = {"bf16",      "int8",      "int4",        "fp8",   "lynx",    "lynx-a2r6",
+                                            "lynx-a3r5", "lynx-a4r4", "lynx-a2r2r4", "lynx8", "lynx4"};
+  for (const std::string& name : schemes) {
+    const Scheme scheme = ValueOrDie(ParseScheme(name));
+    CodecOptions options;
+    ContainerLayout layout;
+    layout.scheme = scheme;
+    layout.tokens = kPageTokens;
+    layout.channels = kChannels;
+    layout.chunk_tokens = options.chunk_tokens;
+    layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+    std::vector<std::unique_ptr<DeviceEncodedPages>> enc;
+    for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, kPages)));
+
+    const double enc_ms = MedianMs(stream, [&](int r) {
+      return EncodePagesCudaAsync(options, in_kv[r % kSets], dev_ids, *enc[r % kSets], stream);
+    });
+    for (int s = 0; s < kSets; ++s) CHECK_OK(CheckDeviceStatus(*enc[s], stream));
+    const double payload = static_cast<double>(enc[0]->payload_bytes());
+    const double enc_gbps = GBps(kv_bytes + payload, enc_ms);
+
+    auto decode_ms = [&](int stages) {
+      return MedianMs(stream, [&](int r) {
+        return DecodePagesCudaAsync(*enc[r % kSets], stages, options.anchor_rule, out_kv[(r + 1) % kSets], dev_ids,
+                                    stream);
+      });
+    };
+    const int full = scheme.num_streams();
+    const double dec_ms = decode_ms(full);
+    const double dec_gbps = GBps(payload + kv_bytes, dec_ms);
+    double anchor_bytes = static_cast<double>(enc[0]->meta_bytes() + enc[0]->codes_bytes(0)) * kPages;
+    std::string anchor_cells = "- | - | -";
+    if (full > 1) {
+      const double a_ms = decode_ms(1);
+      const double a_gbps = GBps(anchor_bytes + kv_bytes, a_ms);
+      anchor_cells = absl::StrFormat("%.3f | %.0f | %.2f", a_ms, a_gbps, a_gbps / copy_gbps);
+    }
+    for (int s = 0; s < kSets; ++s) CHECK_OK(CheckDeviceStatus(*enc[s], stream));
+    const double bits = payload * 8.0 / (static_cast<double>(kPages) * kPageTokens * kChannels);
+    std::printf("| %s | %.2f | %.3f | %.0f | %.2f | %.3f | %.0f | %.2f | %s |\n", name.c_str(), bits, enc_ms, enc_gbps,
+                enc_gbps / copy_gbps, dec_ms, dec_gbps, dec_gbps / copy_gbps, anchor_cells.c_str());
+    std::fflush(stdout);
+  }
+  const double copy2_ms = MedianMs(stream, [&](int r) {
+    return CopyDeviceToDevice(out_bufs[r % kSets]->get(), in_bufs[(r + 1) % kSets]->get(), kv_bytes, stream);
+  });
+  std::printf("\ndevice-to-device copy again at the end: %.3f ms, %.0f GB/s\n", copy2_ms, GBps(2.0 * kv_bytes, copy2_ms));
+}
+
+}  // namespace
+}  // namespace kvt::codec::gpu
+
+int main() {
+  kvt::codec::gpu::Run();
+  return 0;
+}

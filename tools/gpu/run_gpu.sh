@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the GPU codec's test and benchmark here, and runs them on a GPU machine that has no Bazel and no network.
+#
+#   tools/gpu/run_gpu.sh prepare   # here: bazel build -c opt the two binaries, copy them and every shared library
+#                                  # they need beyond glibc/libstdc++ into .gpu/ (git-ignored)
+#   tools/gpu/run_gpu.sh device    # there, from the repo root: tests, then a short compute-sanitizer memcheck,
+#                                  # then the benchmark; logs under $OUT (default ./.gpu/out)
+#
+# With the device tool: run "tools/gpu/run_gpu.sh prepare" here, then
+#   run(kind="nvidia-h100-x1", carry=[".gpu"], command="bash tools/gpu/run_gpu.sh device")
+# The binaries link the CUDA runtime statically; only the driver's libcuda.so.1 comes from the GPU machine.
+# docs/BENCHMARKS.md ("Codec on the GPU") records what this printed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+TARGETS=(//codec/gpu:codec_cuda_test //codec/gpu:gpu_codec_benchmark)
+
+prepare() {
+  bazel build -c opt "${TARGETS[@]}"
+  rm -rf .gpu/bin .gpu/lib
+  mkdir -p .gpu/bin .gpu/lib
+  local bin
+  for bin in codec_cuda_test gpu_codec_benchmark; do
+    cp -f "bazel-bin/codec/gpu/${bin}" .gpu/bin/
+    chmod u+w ".gpu/bin/${bin}"
+  done
+  # Every resolved library except the C runtime and libstdc++/libgcc, which the GPU machine's newer Ubuntu has.
+  ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+      *) cp -fL "$lib" .gpu/lib/ ;;
+    esac
+  done
+  echo "prepared: $(ls .gpu/bin | tr '\n' ' ')+ $(ls .gpu/lib | wc -l) libraries, $(du -sh .gpu | cut -f1)"
+}
+
+device() {
+  local out="${OUT:-.gpu/out}"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ldd .gpu/bin/* | grep -q "not found"; then
+    ldd .gpu/bin/* | grep "not found"
+    echo "missing libraries: run 'tools/gpu/run_gpu.sh prepare' on the build machine" >&2
+    exit 1
+  fi
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true; } | tee "$out/device.txt"
+  local rc=0
+  .gpu/bin/codec_cuda_test --gtest_output="xml:$out/codec_cuda_test.xml" 2>&1 | tee "$out/codec_cuda_test.log" \
+    | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|^\[==========\]|Failure|error" || true
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 .gpu/bin/codec_cuda_test \
+      --gtest_filter='*OddChannelCounts*:*Corrupt*:*WithoutLeaving*:*NanOrInf*' >"$out/memcheck.log" 2>&1 \
+      && echo "memcheck: clean" || { echo "memcheck: exit $? (see memcheck.log)"; tail -n 20 "$out/memcheck.log"; }
+  fi
+  .gpu/bin/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark.log" || rc=1
+  return $rc
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  device) device ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
+esac
