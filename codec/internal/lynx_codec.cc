@@ -59,7 +59,7 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   } else {
     kernels.stats(page, options.centering, meta);
   }
-  meta.Derive();
+  kernels.derive(meta);
 
   const size_t n = page.num_values();
   CodeScratch codes(n);
@@ -115,7 +115,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
       }
     }
   }
-  meta.Derive();
+  kernels.derive(meta);
 
   const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
   CodeScratch prefix(n);
@@ -124,7 +124,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
     AppendField(i == 0 ? s0 + o.codes : streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
     known += scheme.stage_bits[i];
   }
-  kernels.reconstruct(prefix.data(), meta, tables->decode_table(known, rule).data(), out);
+  kernels.reconstruct(prefix.data(), meta, tables->decode_table(known, rule).data(), known, out);
   if (scheme.spike_reserve) {
     for (int k = 0; k < meta.num_chunks; ++k) {
       for (int c = 0; c < layout.channels; ++c) {

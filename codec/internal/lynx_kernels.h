@@ -41,10 +41,16 @@ struct LynxKernels {
   // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / inv_sigma.
   void (*codes)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes);
   // out(t, c) = Reconstruct(table[prefix[t * channels + c]], mu, sigma, frame) (spikes are not applied here).
-  void (*reconstruct)(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out);
+  // `table` is decode_table(known, rule): 2^known entries, the upper half the negation of the lower.
+  void (*reconstruct)(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, int known,
+                      const MutablePageView& out);
   // Whether every value of the page is finite.
   bool (*all_finite)(const PageView& page);
+  // meta.Derive(), the same values.
+  void (*derive)(LynxPageMeta& meta);
 };
+
+void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()
 
 const LynxKernels& ReferenceLynxKernels();
 const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)

@@ -142,7 +142,7 @@ KVT_AVX2 void Codes(const PageView& page, const LynxPageMeta& meta, const LynxTa
   if (full < channels) RefCodesRange(page, meta, tables, codes, full, channels);
 }
 
-KVT_AVX2 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table,
+KVT_AVX2 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, int /*known*/,
                           const MutablePageView& out) {
   const int channels = meta.channels;
   const int full = channels / kLanes * kLanes;
@@ -183,7 +183,7 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx2LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite};
+  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, DeriveLynxMeta};
   return k;
 }
 

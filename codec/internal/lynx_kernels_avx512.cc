@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -31,31 +32,45 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   const __m512 one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f);
   const __m512 k127 = _mm512_set1_ps(127.0f);
   const __m512 zero = _mm512_setzero_ps();
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const float* sigma_scale = SigmaScaleTable().data();
-  // Per-chunk statistics of the current channel block, kLanes floats per chunk.
-  std::vector<float> cmin_v(meta.num_chunks * kLanes), cmax_v(cmin_v.size()), centre_v(cmin_v.size());
-  for (int c0 = 0; c0 < full; c0 += kLanes) {
-    __m512 lo = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-    __m512 hi = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int k = 0; k < meta.num_chunks; ++k) {
-      __m512 cmin = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-      __m512 cmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-      __m512 sum = zero;
-      const float* base = page.data + static_cast<size_t>(k) * n * page.stride() + c0;
-      for (int t = 0; t < n; ++t) {
-        const __m512 x = _mm512_loadu_ps(base + static_cast<size_t>(t) * page.stride());
-        cmin = _mm512_min_ps(cmin, x);
-        cmax = _mm512_max_ps(cmax, x);
-        if (centering == Centering::kMean) sum = _mm512_add_ps(sum, _mm512_mul_ps(x, inv_n));
+  // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
+  const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
+  std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    float* mn = &cmin_all[static_cast<size_t>(k) * channels];
+    float* mx = &cmax_all[static_cast<size_t>(k) * channels];
+    float* sm = &centre_all[static_cast<size_t>(k) * channels];
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      _mm512_storeu_ps(mn + c0, inf);
+      _mm512_storeu_ps(mx + c0, ninf);
+      _mm512_storeu_ps(sm + c0, zero);
+    }
+    for (int t = k * n; t < (k + 1) * n; ++t) {
+      const float* row = page.data + static_cast<size_t>(t) * page.stride();
+      for (int c0 = 0; c0 < full; c0 += kLanes) {
+        const __m512 x = _mm512_loadu_ps(row + c0);
+        _mm512_storeu_ps(mn + c0, _mm512_min_ps(_mm512_loadu_ps(mn + c0), x));
+        _mm512_storeu_ps(mx + c0, _mm512_max_ps(_mm512_loadu_ps(mx + c0), x));
+        if (centering == Centering::kMean) {
+          _mm512_storeu_ps(sm + c0, _mm512_add_ps(_mm512_loadu_ps(sm + c0), _mm512_mul_ps(x, inv_n)));
+        }
       }
+    }
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      const __m512 cmin = _mm512_loadu_ps(mn + c0), cmax = _mm512_loadu_ps(mx + c0);
       const __m512 centre = centering == Centering::kMidrange
                                 ? _mm512_add_ps(_mm512_mul_ps(half_f, cmin), _mm512_mul_ps(half_f, cmax))
-                                : sum;
-      _mm512_storeu_ps(&cmin_v[k * kLanes], cmin);
-      _mm512_storeu_ps(&cmax_v[k * kLanes], cmax);
-      _mm512_storeu_ps(&centre_v[k * kLanes], Clamp(centre, cmin, cmax));
-      lo = _mm512_min_ps(lo, cmin);
-      hi = _mm512_max_ps(hi, cmax);
+                                : _mm512_loadu_ps(sm + c0);
+      _mm512_storeu_ps(sm + c0, Clamp(centre, cmin, cmax));
+    }
+  }
+  for (int c0 = 0; c0 < full; c0 += kLanes) {
+    __m512 lo = inf, hi = ninf;
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      lo = _mm512_min_ps(lo, _mm512_loadu_ps(&cmin_all[static_cast<size_t>(k) * channels + c0]));
+      hi = _mm512_max_ps(hi, _mm512_loadu_ps(&cmax_all[static_cast<size_t>(k) * channels + c0]));
     }
     // Canonical zeros (+0), then the frames in double exactly as MakeChannelFrame.
     lo = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo, zero, _CMP_NEQ_OQ), lo);
@@ -75,8 +90,9 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
         _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(hi_b, lo_b), half_d)), 1);
     const __mmask16 flat_channel = _mm512_cmp_ps_mask(fh, zero, _CMP_EQ_OQ);
     for (int k = 0; k < meta.num_chunks; ++k) {
+      const size_t i = static_cast<size_t>(k) * channels + c0;
       // QuantizeMu
-      __m512 u = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(&centre_v[k * kLanes]), fc), fh);
+      __m512 u = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(&centre_all[i]), fc), fh);
       u = _mm512_min_ps(_mm512_max_ps(u, minus_one), one);
       __m512 q = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(u, k127), k127),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -85,7 +101,8 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
       const __m512 off = _mm512_div_ps(_mm512_sub_ps(q, k127), k127);
       const __m512 mu = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
       // QuantizeSigma
-      const __m512 need = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(&cmax_v[k * kLanes]), mu), _mm512_sub_ps(mu, _mm512_loadu_ps(&cmin_v[k * kLanes])));
+      const __m512 need = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(&cmax_all[i]), mu),
+                                        _mm512_sub_ps(mu, _mm512_loadu_ps(&cmin_all[i])));
       __m512i pos = _mm512_setzero_si512();
       for (int step = 128; step >= 1; step >>= 1) {
         const __m512i cand = _mm512_add_epi32(pos, _mm512_set1_epi32(step));
@@ -96,7 +113,6 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
       __m512i qs = _mm512_min_epi32(_mm512_add_epi32(pos, _mm512_set1_epi32(1)), _mm512_set1_epi32(255));
       const __mmask16 covered = _mm512_cmp_ps_mask(need, zero, _CMP_GT_OQ) & ~flat_channel;
       qs = _mm512_maskz_mov_epi32(covered, qs);
-      const size_t i = static_cast<size_t>(k) * channels + c0;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(meta.q_mu.data() + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(meta.q_sigma.data() + i), _mm512_cvtepi32_epi8(qs));
     }
@@ -104,40 +120,112 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
 }
 
-KVT_AVX512 void Codes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
+// Up to 128 floats held in kRegs registers, looked up by index (< 16 * kRegs) with permutes, not gathers.
+template <int kRegs>
+KVT_AVX512 inline __m512 Lookup(const __m512 (&reg)[8], __m512i idx) {
+  if constexpr (kRegs == 1) {
+    return _mm512_permutexvar_ps(idx, reg[0]);
+  } else {
+    __m512 v = _mm512_permutex2var_ps(reg[0], idx, reg[1]);  // index bits 0..4
+    if constexpr (kRegs >= 4) {
+      const __m512i pair = _mm512_srli_epi32(idx, 5);
+      v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(pair, _mm512_set1_epi32(1)),
+                             _mm512_permutex2var_ps(reg[2], idx, reg[3]));
+      if constexpr (kRegs == 8) {
+        v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(pair, _mm512_set1_epi32(2)),
+                               _mm512_permutex2var_ps(reg[4], idx, reg[5]));
+        v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(pair, _mm512_set1_epi32(3)),
+                               _mm512_permutex2var_ps(reg[6], idx, reg[7]));
+      }
+    }
+    return v;
+  }
+}
+
+KVT_AVX512 inline void LoadTable(const std::vector<float>& table, __m512 (&reg)[8]) {
+  alignas(64) float padded[128] = {};
+  for (size_t i = 0; i < table.size() && i < 128; ++i) padded[i] = table[i];
+  for (int r = 0; r < 8; ++r) reg[r] = _mm512_load_ps(padded + 16 * r);
+}
+
+// floor(LogGuess) (lynx_math.h) in vector form, clamped to [0, M]: the code is this or one more when
+// tables.log_guess_ok.
+KVT_AVX512 inline __m512i GuessCode(__m512 a, __m512 alpha, __m512 scale, __m512i max_code) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 w = _mm512_add_ps(one, _mm512_mul_ps(alpha, a));
+  const __m512 e = _mm512_getexp_ps(w);
+  const __m512 m = _mm512_getmant_ps(w, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  // u = (m - 1) / (m + 1) from the 14-bit reciprocal estimate: the guess tolerates its error (lynx_math.cc).
+  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(m, one), _mm512_rcp14_ps(_mm512_add_ps(m, one)));
+  const __m512 u2 = _mm512_mul_ps(u, u);
+  __m512 p = _mm512_add_ps(_mm512_set1_ps(1.0f / 3), _mm512_mul_ps(u2, _mm512_set1_ps(1.0f / 5)));
+  p = _mm512_add_ps(one, _mm512_mul_ps(u2, p));
+  const __m512 log2m = _mm512_mul_ps(_mm512_mul_ps(u, p), _mm512_set1_ps(2.8853900817779268f));  // 2 / ln 2
+  const __m512 y = _mm512_mul_ps(_mm512_add_ps(e, log2m), scale);
+  const __m512i f = _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);  // floor
+  return _mm512_min_epi32(_mm512_max_epi32(f, _mm512_setzero_si512()), max_code);
+}
+
+// x_final and its sign for 16 values (FinalValue, lane by lane).
+KVT_AVX512 inline __m512 FinalValues(const float* x, const float* mu, const float* inv, __mmask16& neg) {
+  // Clamping to [-1, 1] then taking sign and magnitude equals taking them first and clamping |xf| to 1.
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 vinv = _mm512_loadu_ps(inv);
+  __m512 xf = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), _mm512_loadu_ps(mu)), vinv);
+  xf = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(vinv, zero, _CMP_NEQ_OQ), xf);  // sigma == 0: x_final = 0
+  neg = _mm512_cmp_ps_mask(xf, zero, _CMP_LT_OQ);
+  const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(xf), _mm512_set1_epi32(0x7FFFFFFF)));
+  return _mm512_min_ps(a, _mm512_set1_ps(1.0f));
+}
+
+template <int kRegs>
+KVT_AVX512 void CodesGuess(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
   const int channels = page.channels;
   const int full = channels / kLanes * kLanes;
-  const __m512 one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f);
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512 buckets = _mm512_set1_ps(static_cast<float>(tables.bucket_count));
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512 high[8];
+  LoadTable(tables.guess_high, high);
+  const __m512 alpha = _mm512_set1_ps(tables.alpha), scale = _mm512_set1_ps(tables.guess_scale);
+  const __m512i max_code = _mm512_set1_epi32(tables.max_code);
+  const __m512i ones = _mm512_set1_epi32(1);
   const __m512i sign_code = _mm512_set1_epi32(1 << (tables.bits - 1));
-  const int32_t* bucket_base = tables.bucket_base.data();
-  const float* thresholds = tables.padded_thresholds.data();
-  const int corrections = tables.corrections;
   for (int t = 0; t < page.tokens; ++t) {
-    const int k = t / meta.chunk_len;
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
     const float* row = page.data + static_cast<size_t>(t) * page.stride();
-    const float* mu_row = meta.mu.data() + static_cast<size_t>(k) * channels;
-    const float* inv_row = meta.inv_sigma.data() + static_cast<size_t>(k) * channels;
     uint8_t* out = codes + static_cast<size_t>(t) * channels;
     for (int c0 = 0; c0 < full; c0 += kLanes) {
-      const __m512 x = _mm512_loadu_ps(row + c0);
-      const __m512 mu = _mm512_loadu_ps(mu_row + c0);
-      const __m512 inv = _mm512_loadu_ps(inv_row + c0);
-      __m512 xf = _mm512_mul_ps(_mm512_sub_ps(x, mu), inv);
-      xf = _mm512_min_ps(_mm512_max_ps(xf, minus_one), one);
-      xf = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(inv, zero, _CMP_NEQ_OQ), xf);
-      const __mmask16 neg = _mm512_cmp_ps_mask(xf, zero, _CMP_LT_OQ);
-      const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(xf), abs_mask));
+      __mmask16 neg;
+      const __m512 a = FinalValues(row + c0, meta.mu.data() + k + c0, meta.inv_sigma.data() + k + c0, neg);
+      const __m512i f = GuessCode(a, alpha, scale, max_code);
+      __m512i code = _mm512_mask_add_epi32(f, _mm512_cmp_ps_mask(a, Lookup<kRegs>(high, f), _CMP_GE_OQ), f, ones);
+      code = _mm512_mask_or_epi32(code, neg, code, sign_code);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c0), _mm512_cvtepi32_epi8(code));
+    }
+  }
+  if (full < channels) RefCodesRange(page, meta, tables, codes, full, channels);
+}
+
+// The bucket path (gathers), for tables whose log guess was not verified.
+KVT_AVX512 void CodesBuckets(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                             uint8_t* codes) {
+  const int channels = page.channels;
+  const int full = channels / kLanes * kLanes;
+  const __m512 buckets = _mm512_set1_ps(static_cast<float>(tables.bucket_count));
+  const __m512i ones = _mm512_set1_epi32(1);
+  const __m512i sign_code = _mm512_set1_epi32(1 << (tables.bits - 1));
+  for (int t = 0; t < page.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+    const float* row = page.data + static_cast<size_t>(t) * page.stride();
+    uint8_t* out = codes + static_cast<size_t>(t) * channels;
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      __mmask16 neg;
+      const __m512 a = FinalValues(row + c0, meta.mu.data() + k + c0, meta.inv_sigma.data() + k + c0, neg);
       const __m512i j = _mm512_cvttps_epi32(_mm512_mul_ps(a, buckets));
-      const __m512i base = _mm512_i32gather_epi32(j, bucket_base, 4);
+      const __m512i base = _mm512_i32gather_epi32(j, tables.bucket_base.data(), 4);
       __m512i code = base;
-      for (int i = 1; i <= corrections; ++i) {
+      for (int i = 1; i <= tables.corrections; ++i) {
         const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(i));
-        const __m512 th = _mm512_i32gather_ps(idx, thresholds, 4);
-        const __mmask16 ge = _mm512_cmp_ps_mask(a, th, _CMP_GE_OQ);
-        code = _mm512_mask_add_epi32(code, ge, code, _mm512_set1_epi32(1));
+        const __m512 th = _mm512_i32gather_ps(idx, tables.padded_thresholds.data(), 4);
+        code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(a, th, _CMP_GE_OQ), code, ones);
       }
       code = _mm512_mask_or_epi32(code, neg, code, sign_code);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c0), _mm512_cvtepi32_epi8(code));
@@ -146,10 +234,54 @@ KVT_AVX512 void Codes(const PageView& page, const LynxPageMeta& meta, const Lynx
   if (full < channels) RefCodesRange(page, meta, tables, codes, full, channels);
 }
 
-KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table,
+KVT_AVX512 void Codes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
+  if (!tables.log_guess_ok) return CodesBuckets(page, meta, tables, codes);
+  const int size = tables.max_code + 1;
+  if (size <= 16) return CodesGuess<1>(page, meta, tables, codes);
+  if (size <= 32) return CodesGuess<2>(page, meta, tables, codes);
+  if (size <= 64) return CodesGuess<4>(page, meta, tables, codes);
+  return CodesGuess<8>(page, meta, tables, codes);
+}
+
+// A table of up to 256 signed values whose upper half is the negation of its lower half (decode_table), looked
+// up without gathers: the magnitude half (up to 128 floats) sits in registers and permutes pick from it.
+struct SignedTableLookup {
+  int known = 0;       // index bits
+  int mag_regs = 0;    // 16-float registers holding the magnitude half (1, 2, 4 or 8)
+  __m512 mag[8];
+
+  KVT_AVX512 explicit SignedTableLookup(const float* table, int known_bits) : known(known_bits) {
+    const int half = 1 << (known - 1);
+    alignas(64) float padded[128] = {};
+    for (int i = 0; i < half; ++i) padded[i] = table[i];
+    mag_regs = half <= 16 ? 1 : half / 16;
+    for (int r = 0; r < mag_regs; ++r) mag[r] = _mm512_load_ps(padded + 16 * r);
+  }
+
+  KVT_AVX512 __m512 operator()(__m512i idx) const {
+    const __m512i m = _mm512_and_si512(idx, _mm512_set1_epi32((1 << (known - 1)) - 1));  // magnitude index
+    __m512 v;
+    if (mag_regs == 1) {
+      v = _mm512_permutexvar_ps(m, mag[0]);  // uses bits 0..3
+    } else {
+      v = _mm512_permutex2var_ps(mag[0], m, mag[1]);  // bits 0..4
+      for (int pair = 1; pair < mag_regs / 2; ++pair) {
+        const __m512 w = _mm512_permutex2var_ps(mag[2 * pair], m, mag[2 * pair + 1]);
+        const __mmask16 sel = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(m, 5), _mm512_set1_epi32(pair));
+        v = _mm512_mask_mov_ps(v, sel, w);
+      }
+    }
+    // Sign: index bit known - 1 -> float bit 31.
+    const __m512i sign = _mm512_and_si512(_mm512_slli_epi32(idx, 32 - known), _mm512_set1_epi32(INT32_MIN));
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+  }
+};
+
+KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, int known,
                             const MutablePageView& out) {
   const int channels = meta.channels;
   const int full = channels / kLanes * kLanes;
+  const SignedTableLookup lookup(table, known);
   for (int t = 0; t < meta.tokens; ++t) {
     const int k = t / meta.chunk_len;
     const float* mu_row = meta.mu.data() + static_cast<size_t>(k) * channels;
@@ -158,12 +290,50 @@ KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, con
     float* row = out.data + static_cast<size_t>(t) * out.stride();
     for (int c0 = 0; c0 < full; c0 += kLanes) {
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c0)));
-      const __m512 v = _mm512_i32gather_ps(idx, table, 4);
+      const __m512 v = lookup(idx);
       const __m512 y = _mm512_add_ps(_mm512_loadu_ps(mu_row + c0), _mm512_mul_ps(_mm512_loadu_ps(sigma_row + c0), v));
       _mm512_storeu_ps(row + c0, Clamp(y, _mm512_loadu_ps(meta.lo.data() + c0), _mm512_loadu_ps(meta.hi.data() + c0)));
     }
   }
   if (full < channels) RefReconstructRange(prefix, meta, table, out, full, channels);
+}
+
+// LynxPageMeta::Derive, 16 chunk-channels at a time.
+KVT_AVX512 void Derive(LynxPageMeta& meta) {
+  const int channels = meta.channels;
+  const int full = channels / kLanes * kLanes;
+  for (int c = 0; c < channels; ++c) meta.frames[c] = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+  std::vector<float> centre(channels), half(channels);
+  for (int c = 0; c < channels; ++c) {
+    centre[c] = meta.frames[c].centre;
+    half[c] = meta.frames[c].half;
+  }
+  const float* sigma_scale = SigmaScaleTable().data();
+  const __m512 k127 = _mm512_set1_ps(127.0f), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t base = static_cast<size_t>(k) * channels;
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      const __m512i qm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&meta.q_mu[base + c0])));
+      const __m512i qs =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&meta.q_sigma[base + c0])));
+      const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
+      const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qm), k127), k127);
+      const __m512 mu = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), _mm512_loadu_ps(&meta.lo[c0]),
+                              _mm512_loadu_ps(&meta.hi[c0]));
+      const __m512 sigma = _mm512_mul_ps(fh, _mm512_i32gather_ps(qs, sigma_scale, 4));
+      const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sigma, zero, _CMP_GT_OQ),
+                                             _mm512_min_ps(_mm512_div_ps(one, sigma), flt_max));
+      _mm512_storeu_ps(&meta.mu[base + c0], mu);
+      _mm512_storeu_ps(&meta.sigma[base + c0], sigma);
+      _mm512_storeu_ps(&meta.inv_sigma[base + c0], inv);
+    }
+    for (int c = full; c < channels; ++c) {
+      meta.mu[base + c] = ChunkMu(meta.frames[c], meta.q_mu[base + c]);
+      meta.sigma[base + c] = ChunkSigma(meta.frames[c], meta.q_sigma[base + c]);
+      meta.inv_sigma[base + c] = InverseSigma(meta.sigma[base + c]);
+    }
+  }
 }
 
 KVT_AVX512 bool AllFinite(const PageView& page) {
@@ -189,7 +359,7 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx512LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite};
+  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive};
   return k;
 }
 

@@ -107,7 +107,8 @@ void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
   RefCodesRange(page, meta, tables, codes, 0, page.channels);
 }
-void RefReconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, const MutablePageView& out) {
+void RefReconstruct(const uint8_t* prefix, const LynxPageMeta& meta, const float* table, int /*known*/,
+                    const MutablePageView& out) {
   RefReconstructRange(prefix, meta, table, out, 0, meta.channels);
 }
 
@@ -140,6 +141,8 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
   sigma.assign(chunk_values, 0.0f);
   inv_sigma.assign(chunk_values, 0.0f);
 }
+
+void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
 
 void LynxPageMeta::Derive() {
   for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
@@ -211,7 +214,7 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 }
 
 const LynxKernels& ReferenceLynxKernels() {
-  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite};
+  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite, DeriveLynxMeta};
   return k;
 }
 

@@ -23,6 +23,32 @@ double CurveValue(double alpha, int max_code, double c) {
   return std::expm1(c / max_code * std::log1p(alpha)) / alpha;
 }
 
+// The guess must be within 0.3 of the exact log curve, so that I is floor(guess) or one more (I's float
+// thresholds sit within rounding of the half-integers, so y in [f - 0.3, f + 1.3) crosses only t_{f+1}), checked on a dense grid and around every threshold. The vector code adds the
+// error of its 14-bit reciprocal estimate of 1 / (m + 1): u off by at most 2^-14 relative, so y off by at most
+// guess_scale * 2/ln2 * u * 2^-14 <= M * 0.35 * 2.89 * 6.1e-5 < 0.008 (u <= alpha / (2 + alpha) and
+// alpha / ((2 + alpha) log2(1 + alpha)) <= ln2 / 2), plus float rounding (~1e-5): inside the 0.1 margin left.
+bool VerifyLogGuess(const LynxTables& t) {
+  std::vector<float> probes;
+  for (int i = 0; i <= (1 << 16); ++i) probes.push_back(static_cast<float>(i) / (1 << 16));
+  for (int k = 1; k <= t.max_code; ++k) {
+    probes.push_back(t.thresholds[k]);
+    probes.push_back(std::nextafter(t.thresholds[k], 0.0f));
+    probes.push_back(std::nextafter(t.thresholds[k], 2.0f));
+  }
+  for (float a : probes) {
+    if (a < 0.0f || a > 1.0f) continue;
+    const double exact = std::log2(1.0 + double{t.alpha} * a) * t.guess_scale;
+    const double guess = LogGuess(t, a);
+    if (!(std::fabs(guess - exact) < 0.3)) return false;
+    int f = static_cast<int>(std::floor(guess));
+    f = std::min(std::max(f, 0), t.max_code);
+    const int gap = MagnitudeCode(t, a) - f;
+    if (gap < 0 || gap > 1) return false;
+  }
+  return true;
+}
+
 std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
   auto t = std::make_unique<LynxTables>();
   t->alpha = alpha;
@@ -64,6 +90,15 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
   t->padded_thresholds.assign(m + t->corrections + 1, std::numeric_limits<float>::infinity());
   for (int k = 1; k <= m; ++k) t->padded_thresholds[k] = t->thresholds[k];
 
+  t->guess_scale = static_cast<float>(m / std::log2(1.0 + a));
+  t->guess_low.assign(m + 1, 0.0f);
+  t->guess_high.assign(m + 1, std::numeric_limits<float>::infinity());
+  for (int g = 0; g <= m; ++g) {
+    t->guess_low[g] = g == 0 ? 0.0f : t->thresholds[g];
+    if (g < m) t->guess_high[g] = t->thresholds[g + 1];
+  }
+  t->log_guess_ok = VerifyLogGuess(*t);
+
   for (int known = 1; known <= bits; ++known) {
     const int unknown = bits - known;
     for (int rule = 0; rule < 2; ++rule) {
@@ -91,6 +126,16 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
 }
 
 }  // namespace
+
+double LogGuess(const LynxTables& t, float a) {
+  const float w = 1.0f + t.alpha * a;
+  int e;
+  const double m = 2.0 * std::frexp(static_cast<double>(w), &e);  // [1, 2)
+  const double u = (m - 1.0) / (m + 1.0);
+  const double u2 = u * u;
+  const double s = 2.0 / std::log(2.0) * u * (1.0 + u2 * (1.0 / 3 + u2 * (1.0 / 5)));
+  return ((e - 1) + s) * t.guess_scale;
+}
 
 const std::array<float, 256>& SigmaScaleTable() {
   static const std::array<float, 256> table = [] {

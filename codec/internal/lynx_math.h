@@ -35,6 +35,14 @@ struct LynxTables {
   std::vector<int32_t> bucket_base;       // bucket_count + 1 entries: #{k : t_k <= j / bucket_count}
   std::vector<float> padded_thresholds;   // M + corrections + 1 entries; +inf past M
 
+  // Gather-free path of the AVX-512 encoder: f = floor of a polynomial log2 guess of y (clamped to [0, M]),
+  // then I = f + (a >= guess_high[f]) with guess_high[f] = t_{f+1} (t_{M+1} = +inf). log_guess_ok says I is f
+  // or f + 1 wherever the guess was verified over [0, 1] (else the encoder uses the bucket path).
+  // guess_low[g] = t_g (t_0 = 0) is kept for two-sided corrections.
+  float guess_scale = 0;  // M / log2(1 + alpha)
+  bool log_guess_ok = false;
+  std::vector<float> guess_low, guess_high;  // M + 1 entries each
+
   // Signed reconstruction tables indexed by the known code prefix p (the top `known` bits of the b-bit code
   // sign:I), one per (known bits 1..b, anchor rule): decode_table(known, rule)[p] = +-v. With known == b both
   // rules give full_values.
@@ -46,6 +54,10 @@ struct LynxTables {
 
 // Tables for (alpha, bits); cached, so repeated calls are cheap. Requires alpha in [kMinAlpha, kMaxAlpha], bits 2..8.
 std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits);
+
+// The log2 guess of the AVX-512 encoder in scalar form (an estimate of y = log2(1 + alpha a) * guess_scale),
+// used to verify log_guess_ok: e + 2/ln2 (u + u^3/3 + u^5/5), u = (m - 1)/(m + 1), 1 + alpha a = m 2^e.
+double LogGuess(const LynxTables& t, float a);
 
 // The reference definition of the magnitude code.
 inline int MagnitudeCode(const LynxTables& t, float a) {

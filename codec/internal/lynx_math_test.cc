@@ -58,6 +58,24 @@ TEST(LynxMathTest, BucketedFastPathEqualsTheThresholdCountEverywhere) {
   }
 }
 
+TEST(LynxMathTest, LogGuessIsVerifiedForTheAlphaRangeAndEveryWidth) {
+  for (float alpha : {1e-3f, 0.1f, 1.0f, 4.0f, 60.0f, 1e3f, 1e4f}) {
+    for (int bits = 2; bits <= 8; ++bits) {
+      const auto t = GetLynxTables(alpha, bits);
+      EXPECT_TRUE(t->log_guess_ok) << alpha << " " << bits;
+      // The corrected guess is the code wherever it was verified.
+      std::mt19937 rng(bits);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (int i = 0; i < 5000; ++i) {
+        const float a = u(rng);
+        int f = std::min(std::max(static_cast<int>(std::floor(LogGuess(*t, a))), 0), t->max_code);
+        f += a >= t->guess_high[f] ? 1 : 0;
+        ASSERT_EQ(f, MagnitudeCode(*t, a)) << alpha << " " << bits << " " << a;
+      }
+    }
+  }
+}
+
 TEST(LynxMathTest, DecodeTablesPlaceEachPrefixInsideItsInterval) {
   const auto t = GetLynxTables(4.0f, 8);
   for (AnchorRule rule : {AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
