@@ -124,8 +124,48 @@ __attribute__((target("bmi2"))) void AppendFieldBmi2(const uint8_t* in, size_t n
   if (8 * groups < n) AppendFieldPortable(in + groups * width, n - 8 * groups, width, first, prefix + 8 * groups);
 }
 
+bool Avx512BwAvailable() {
+  static const bool available = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2");
+  return available;
+}
+
+// Nibble fields with AVX-512BW: 64 codes (32 16-bit pairs) -> 32 packed bytes per step.
+__attribute__((target("avx512f,avx512bw,bmi2"))) void PackNibblesAvx512(const uint8_t* codes, size_t n, int shift,
+                                                                         uint8_t* out) {
+  const size_t steps = n / 64;
+  const __m128i lo_shift = _mm_cvtsi32_si128(shift), hi_shift = _mm_cvtsi32_si128(shift + 4);
+  const __m512i lo_mask = _mm512_set1_epi16(0x000F), hi_mask = _mm512_set1_epi16(0x00F0);
+  for (size_t i = 0; i < steps; ++i) {
+    const __m512i w = _mm512_loadu_si512(codes + 64 * i);  // word j = code[2j] | code[2j + 1] << 8
+    const __m512i lo = _mm512_and_si512(_mm512_srl_epi16(w, lo_shift), lo_mask);
+    const __m512i hi = _mm512_and_si512(_mm512_srl_epi16(w, hi_shift), hi_mask);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * i), _mm512_cvtepi16_epi8(_mm512_or_si512(lo, hi)));
+  }
+  if (64 * steps < n) PackFieldBmi2(codes + 64 * steps, n - 64 * steps, shift, 4, out + 32 * steps);
+}
+
+__attribute__((target("avx512f,avx512bw,bmi2"))) void AppendNibblesAvx512(const uint8_t* in, size_t n, bool first,
+                                                                           uint8_t* prefix) {
+  const size_t steps = n / 64;
+  const __m512i lo_mask = _mm512_set1_epi16(0x000F), hi_mask = _mm512_set1_epi16(0x0F00);
+  for (size_t i = 0; i < steps; ++i) {
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32 * i)));
+    // Byte 2j gets the low nibble of input byte j, byte 2j + 1 its high nibble.
+    __m512i fields = _mm512_or_si512(_mm512_and_si512(w, lo_mask), _mm512_and_si512(_mm512_slli_epi16(w, 4), hi_mask));
+    if (!first) {
+      // Each prefix byte is below 16 here, so a 16-bit shift by 4 keeps every byte's bits inside it.
+      const __m512i p = _mm512_loadu_si512(prefix + 64 * i);
+      fields = _mm512_or_si512(_mm512_slli_epi16(p, 4), fields);
+    }
+    _mm512_storeu_si512(prefix + 64 * i, fields);
+  }
+  if (64 * steps < n) AppendFieldBmi2(in + 32 * steps, n - 64 * steps, 4, first, prefix + 64 * steps);
+}
+
 void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out) {
-  if (Bmi2Available()) {
+  if (width == 4 && Avx512BwAvailable()) {
+    PackNibblesAvx512(codes, n, shift, out);
+  } else if (Bmi2Available()) {
     PackFieldBmi2(codes, n, shift, width, out);
   } else {
     PackFieldPortable(codes, n, shift, width, out);
@@ -133,7 +173,9 @@ void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* ou
 }
 
 void AppendField(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix) {
-  if (Bmi2Available()) {
+  if (width == 4 && Avx512BwAvailable()) {
+    AppendNibblesAvx512(in, n, first, prefix);
+  } else if (Bmi2Available()) {
     AppendFieldBmi2(in, n, width, first, prefix);
   } else {
     AppendFieldPortable(in, n, width, first, prefix);

@@ -19,13 +19,17 @@ void PackField(const uint8_t* codes, size_t n, int shift, int width, uint8_t* ou
 // the code prefixes. With `first`, prefix[i] = field i.
 void AppendField(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix);
 
-// The two implementations behind PackField / AppendField (chosen once by CPU): portable, and BMI2 (pext/pdep
+// The implementations behind PackField / AppendField (chosen once by CPU): portable, and BMI2 (pext/pdep
 // on 8 values at a time). Exposed so tests can compare them; the BMI2 ones require the CPU to have BMI2.
 void PackFieldPortable(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out);
 void AppendFieldPortable(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix);
 void PackFieldBmi2(const uint8_t* codes, size_t n, int shift, int width, uint8_t* out);
 void AppendFieldBmi2(const uint8_t* in, size_t n, int width, bool first, uint8_t* prefix);
 bool Bmi2Available();
+// 4-bit fields with AVX-512BW (requires Avx512BwAvailable()); PackField / AppendField use them for width 4.
+void PackNibblesAvx512(const uint8_t* codes, size_t n, int shift, uint8_t* out);
+void AppendNibblesAvx512(const uint8_t* in, size_t n, bool first, uint8_t* prefix);
+bool Avx512BwAvailable();
 
 }  // namespace kvt::codec::internal
 

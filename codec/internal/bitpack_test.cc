@@ -50,6 +50,28 @@ TEST(BitpackTest, Bmi2AndPortablePathsWriteTheSameBytes) {
   }
 }
 
+TEST(BitpackTest, Avx512NibblePathsMatchThePortableOnes) {
+  if (!Avx512BwAvailable()) GTEST_SKIP() << "no AVX-512BW";
+  std::mt19937 rng(4);
+  for (int shift : {0, 2, 4}) {
+    for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{128}, size_t{1001}}) {
+      std::vector<uint8_t> codes(n);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> a(PackedSize(n, 4)), b(a.size());
+      PackFieldPortable(codes.data(), n, shift, 4, a.data());
+      PackNibblesAvx512(codes.data(), n, shift, b.data());
+      ASSERT_EQ(a, b) << shift << " " << n;
+      for (bool first : {true, false}) {
+        std::vector<uint8_t> pa(n), pb(n);
+        for (size_t i = 0; i < n; ++i) pa[i] = pb[i] = codes[i] & 15;
+        AppendFieldPortable(a.data(), n, 4, first, pa.data());
+        AppendNibblesAvx512(a.data(), n, first, pb.data());
+        ASSERT_EQ(pa, pb) << n << " " << first;
+      }
+    }
+  }
+}
+
 TEST(BitpackTest, FieldsAreLsbFirstAndTheLastByteIsZeroPadded) {
   const uint8_t codes[] = {0x5, 0x3, 0x6};
   uint8_t packed[2] = {0xFF, 0xFF};
