@@ -127,7 +127,15 @@ TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCode
   std::vector<float> x(tokens);
   for (int t = 0; t < 32; ++t) x[t] = 100.0f * t / 31.0f;
   for (int t = 32; t < 64; ++t) x[t] = 50.0f + 0.1f * (t - 32) / 31.0f + 0.013f;
-  const EncodedPage enc = Encode("lynx8", x, tokens, 1);
+  for (int t = 0; t < 8; ++t) x[t] = 0.0f;  // skew chunk 0: its mean sits far from its midrange
+  for (Centering centering : {Centering::kMidrange, Centering::kMean}) {
+  SCOPED_TRACE(centering == Centering::kMean ? "mean" : "midrange");
+  CodecOptions options;
+  options.centering = centering;
+  absl::StatusOr<EncodedPage> encoded =
+      EncodePage(*ParseScheme("lynx8"), options, PageView{x.data(), tokens, 1, 0});
+  ASSERT_TRUE(encoded.ok());
+  const EncodedPage& enc = *encoded;
   const std::vector<float> ours = Decode(enc, 1);
 
   // The stored metadata, read back as a decoder does (docs/FORMAT.md: lo, hi, q_mu[2], q_sigma[2]).
@@ -157,6 +165,7 @@ TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCode
       const float stored_mu = internal::ChunkMu(frame, internal::QuantizeMu(frame, static_cast<float>(mean)));
       EXPECT_GT(std::fabs(stored_mu - mean), 20 * sigma * max_gap);
     }
+  }
   }
 }
 

@@ -321,7 +321,7 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
       const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qm), k127), k127);
       const __m512 mu = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), _mm512_loadu_ps(&meta.lo[c0]),
                               _mm512_loadu_ps(&meta.hi[c0]));
-      const __m512 sigma = _mm512_mul_ps(fh, _mm512_i32gather_ps(qs, sigma_scale, 4));
+      const __m512 sigma = _mm512_min_ps(_mm512_mul_ps(fh, _mm512_i32gather_ps(qs, sigma_scale, 4)), flt_max);
       const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sigma, zero, _CMP_GT_OQ),
                                              _mm512_min_ps(_mm512_div_ps(one, sigma), flt_max));
       _mm512_storeu_ps(&meta.mu[base + c0], mu);

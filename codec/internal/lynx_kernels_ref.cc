@@ -151,7 +151,7 @@ void LynxPageMeta::Derive() {
     for (int c = 0; c < channels; ++c) {
       const size_t i = static_cast<size_t>(k) * channels + c;
       mu[i] = ChunkMu(frames[c], q_mu[i]);
-      sigma[i] = frames[c].half * sigma_scale[q_sigma[i]];  // ChunkSigma without the table lookup per call
+      sigma[i] = SigmaFromScale(frames[c].half, sigma_scale[q_sigma[i]]);  // ChunkSigma
       inv_sigma[i] = InverseSigma(sigma[i]);
     }
   }

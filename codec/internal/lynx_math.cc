@@ -142,7 +142,7 @@ const std::array<float, 256>& SigmaScaleTable() {
     std::array<float, 256> s{};
     const std::array<float, 16> frac = SigmaFractions();
     s[0] = 0.0f;
-    for (int q = 1; q < 256; ++q) s[q] = std::ldexp(frac[(255 - q) % 16], -((255 - q) / 16));
+    for (int q = 1; q < 256; ++q) s[q] = std::ldexp(frac[(255 - q) % 16], 1 - (255 - q) / 16);
     return s;
   }();
   return table;

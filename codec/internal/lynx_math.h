@@ -83,8 +83,9 @@ inline ChannelFrame MakeChannelFrame(float lo, float hi) {
   return f;
 }
 
-// sigma_scale[q] for q in 0..255: 0 for q = 0 (a flat chunk), else 2^(-(255 - q) / 16) as
-// ldexp(kSigmaFrac[(255 - q) % 16], -((255 - q) / 16)), exactly representable constants (docs/FORMAT.md).
+// sigma_scale[q] for q in 0..255: 0 for q = 0 (a flat chunk), else 2^(1 - (255 - q) / 16) as
+// ldexp(frac[(255 - q) % 16], 1 - (255 - q) / 16), frac[j] = float(2^(-j/16)) (docs/FORMAT.md): from 2^-14.875
+// up to 2 = twice the channel's half range, so sigma covers any chunk whatever its centre (|x - mu| <= hi - lo).
 const std::array<float, 256>& SigmaScaleTable();
 
 // Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
@@ -104,8 +105,12 @@ inline float ChunkMu(const ChannelFrame& f, int q_mu) {
   float mu = f.centre + prod;
   return Clamp(mu, f.lo, f.hi);
 }
-//   sigma = half * sigma_scale[q_sigma]
-inline float ChunkSigma(const ChannelFrame& f, int q_sigma) { return f.half * SigmaScaleTable()[q_sigma]; }
+//   sigma = min(half * sigma_scale[q_sigma], FLT_MAX)   (the product overflows only for ranges near FLT_MAX)
+inline float SigmaFromScale(float half, float scale) {
+  const float s = half * scale;
+  return s < std::numeric_limits<float>::max() ? s : std::numeric_limits<float>::max();
+}
+inline float ChunkSigma(const ChannelFrame& f, int q_sigma) { return SigmaFromScale(f.half, SigmaScaleTable()[q_sigma]); }
 //   inv_sigma = sigma > 0 ? min(1.0f / sigma, FLT_MAX) : 0   (correctly rounded float division; the encoder
 // multiplies by it, so a vector path needs no division per value)
 inline float InverseSigma(float sigma) {

@@ -121,6 +121,17 @@ TEST(LynxMathTest, MetadataQuantizersCoverTheChunkWithTheStoredValues) {
   }
 }
 
+TEST(LynxMathTest, SigmaCoversAChunkWhateverItsCentre) {
+  // The worst case: mu at one end of the channel's range, values at the other (mean centering can do this).
+  const ChannelFrame f = MakeChannelFrame(-3.0f, 7.0f);
+  for (float mu : {-3.0f, 7.0f, 2.0f}) {
+    const float need = std::fmax(7.0f - mu, mu + 3.0f);
+    EXPECT_GE(ChunkSigma(f, QuantizeSigma(f, need)), need) << mu;
+  }
+  EXPECT_EQ(SigmaScaleTable()[255], 2.0f);
+  EXPECT_EQ(SigmaScaleTable()[239], 1.0f);
+}
+
 TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
   const float max = std::numeric_limits<float>::max();
   const ChannelFrame f = MakeChannelFrame(-max, max);
