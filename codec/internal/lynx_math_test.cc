@@ -132,6 +132,17 @@ TEST(LynxMathTest, SigmaCoversAChunkWhateverItsCentre) {
   EXPECT_EQ(SigmaScaleTable()[239], 1.0f);
 }
 
+TEST(LynxMathTest, SigmaScaleMatchesTheConstantsOfFormatMd) {
+  const auto& s = SigmaScaleTable();
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(s[255], 0x1p+1f);
+  EXPECT_EQ(s[254], 0x1.ea4afap+0f);
+  EXPECT_EQ(s[248], 0x1.7a1148p+0f);   // (255 - 248) = 7 -> frac[7] * 2
+  EXPECT_EQ(s[240], 0x1.0b5586p+0f);   // frac[15]
+  EXPECT_EQ(s[239], 0x1p+0f);
+  EXPECT_EQ(s[1], 0x1.172b84p-15f);    // (255 - 1) = 254 = 16 * 15 + 14 -> frac[14] * 2^(1 - 15)
+}
+
 TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
   const float max = std::numeric_limits<float>::max();
   const ChannelFrame f = MakeChannelFrame(-max, max);
