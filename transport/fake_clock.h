@@ -3,24 +3,24 @@
 #define KVT_TRANSPORT_FAKE_CLOCK_H_
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "transport/clock.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport {
 
 class FakeClock final : public Clock {
  public:
   absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     return now_;
   }
   void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     now_ += d;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::UnixEpoch() + absl::Hours(1);
 };
 

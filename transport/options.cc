@@ -16,7 +16,7 @@ absl::StatusOr<Options> ValidateOptions(Options o) {
   }
   if (o.rate_bytes_per_second < 0) return absl::InvalidArgumentError("rate_bytes_per_second must be >= 0");
   if (o.burst_bytes < 0) return absl::InvalidArgumentError("burst_bytes must be >= 0");
-  if (o.burst_bytes == 0) o.burst_bytes = wire_chunk;
+  if (o.burst_bytes == 0) o.burst_bytes = 2 * wire_chunk;
   if (o.max_inflight_bytes < wire_chunk) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_inflight_bytes %d is below one chunk (%d)", o.max_inflight_bytes, wire_chunk));

@@ -20,7 +20,8 @@ struct Options {
 
   // Token bucket per peer link over bytes on the wire (chunk header + payload). 0 = unlimited.
   double rate_bytes_per_second = 0;
-  // Bucket depth; 0 means one chunk (header included).
+  // Bucket depth; 0 means two chunks (headers included): one chunk may go while the next one's tokens
+  // accumulate, so waking late from a pacing sleep loses no rate.
   int64_t burst_bytes = 0;
 
   // Flow control. The sender keeps at most min(own max_inflight_bytes, peer's max_receive_buffer_bytes) of chunk

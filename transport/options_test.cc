@@ -8,7 +8,7 @@ namespace {
 TEST(OptionsTest, DefaultsAreValidAndFillBurstAndClock) {
   auto o = ValidateOptions(Options{});
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->burst_bytes, int64_t{Options{}.chunk_bytes} + 40);
+  EXPECT_EQ(o->burst_bytes, 2 * (int64_t{Options{}.chunk_bytes} + 40));
   EXPECT_EQ(o->clock, RealClock());
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "transport/internal/range_set.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport {
 namespace {
@@ -77,7 +78,7 @@ absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> stream
     entry->streams.push_back(std::move(s));
     entry->total_bytes += b.length;
   }
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   if (!entries_.emplace(id, std::move(entry)).second) {
     return absl::AlreadyExistsError(absl::StrFormat("transfer %d is already expected", id));
   }
@@ -85,7 +86,7 @@ absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> stream
 }
 
 absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   auto it = entries_.find(h.transfer_id);
   if (it == entries_.end() || !it->second->status.ok()) {
     return absl::NotFoundError(absl::StrFormat("chunk for unknown transfer %d", h.transfer_id));
@@ -114,15 +115,16 @@ absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
   return absl::OkStatus();
 }
 
-void TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+bool TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
                             std::shared_ptr<CreditReturn> credit) {
   HeldChunk chunk(h, std::move(payload), credit_bytes, std::move(credit));
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   auto it = entries_.find(h.transfer_id);
-  if (it == entries_.end() || !it->second->status.ok()) return;  // `chunk` returns its credit
+  if (it == entries_.end() || !it->second->status.ok()) return false;  // `chunk` returns its credit
   Entry& e = *it->second;
   InboundStream* s = e.Find(h.page, h.stage);
-  if (s == nullptr) return;
+  if (s == nullptr) return false;
+  const bool was_complete = e.delivered_bytes == e.total_bytes;
   s->held.emplace(h.offset, std::move(chunk));
   while (!s->held.empty() && s->held.begin()->first == s->next_deliver) {
     HeldChunk& c = s->held.begin()->second;
@@ -135,23 +137,24 @@ void TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> pay
     c.credit = nullptr;
     s->held.erase(s->held.begin());
   }
+  return !was_complete && e.delivered_bytes == e.total_bytes;
 }
 
 void TransferTable::Fail(uint64_t id, absl::Status status) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   auto it = entries_.find(id);
   if (it != entries_.end()) it->second->FailWith(std::move(status));
 }
 
 void TransferTable::FailLink(uint64_t link, const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   for (auto& [id, entry] : entries_) {
     if (entry->link == link) entry->FailWith(status);
   }
 }
 
 bool TransferTable::Cancel(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return false;
   it->second->FailWith(absl::CancelledError(absl::StrFormat("transfer %d cancelled", id)));
@@ -160,13 +163,13 @@ bool TransferTable::Cancel(uint64_t id) {
 }
 
 absl::StatusOr<ReceivedChunk> TransferTable::Receive(uint64_t id, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return absl::NotFoundError(absl::StrFormat("transfer %d is not expected", id));
   std::shared_ptr<Entry> entry = it->second;
   Entry* e = entry.get();
   auto has_news = [e]() { return !e->ready.empty() || !e->status.ok(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout)) {
+  if (!mu_.AwaitWithTimeout(has_news, timeout)) {
     return absl::DeadlineExceededError(
         absl::StrFormat("no chunk of transfer %d within %s", id, absl::FormatDuration(timeout)));
   }
@@ -186,7 +189,7 @@ absl::StatusOr<ReceivedChunk> TransferTable::Receive(uint64_t id, absl::Duration
 }
 
 size_t TransferTable::size() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return entries_.size();
 }
 

@@ -14,10 +14,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/chunk_header.h"
 #include "transport/transport.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport {
 
@@ -38,8 +38,9 @@ class TransferTable {
   absl::Status Admit(uint64_t link, const ChunkHeader& header);
 
   // Hands a verified chunk, previously admitted, to the consumer. `credit_bytes` go back through `credit` when the
-  // consumer drops the chunk (or at once if the transfer is gone).
-  void Deliver(const ChunkHeader& header, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+  // consumer drops the chunk (or at once if the transfer is gone). Returns true when this chunk completed the
+  // transfer: every announced byte has now arrived (the sender may be told).
+  bool Deliver(const ChunkHeader& header, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
                std::shared_ptr<CreditReturn> credit);
 
   // Fails transfer `id` (no-op if unknown): its waiting chunks are dropped, Receive returns `status` once.
@@ -57,7 +58,7 @@ class TransferTable {
  private:
   struct Entry;
 
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -51,9 +51,10 @@ class SendHandle {
   virtual absl::Status Wait() = 0;
   // Waits at most `timeout`; returns whether the transfer finished.
   virtual bool WaitFor(absl::Duration timeout) = 0;
-  // OK once every chunk was handed to the peer and acknowledged by UCX; UNAVAILABLE when the link went down;
-  // DEADLINE_EXCEEDED when the peer stopped granting credit for stall_timeout; CANCELLED after Cancel; the
-  // receiver's code when it rejected the transfer. Meaningful once finished.
+  // OK once the receiver acknowledged that every byte arrived and passed its checks; UNAVAILABLE when the link
+  // went down; DEADLINE_EXCEEDED when the peer stopped granting credit for stall_timeout; CANCELLED after Cancel;
+  // the receiver's code when it rejected the transfer (NOT_FOUND: it did not expect it; OUT_OF_RANGE, DATA_LOSS,
+  // RESOURCE_EXHAUSTED: a chunk failed its checks). Meaningful once finished.
   virtual absl::Status status() const = 0;
 };
 

@@ -1,7 +1,8 @@
-// Link-level control messages (not chunks): hello, credit, heartbeat, abort.
+// Link-level control messages (not chunks): hello, credit, heartbeat, abort, acknowledgement.
 // Layout (kControlMessageBytes = 24, little-endian): u32 magic "KVTM", u8 version (1), u8 type, u16 0, u64 a, u64 b.
 //   kHello: a = receive buffer the sender may fill (bytes)      kCredit: a = bytes consumed by the receiver
 //   kPing:  (nothing)                                           kAbort:  a = transfer id, b = absl::StatusCode
+//   kAck:   a = transfer id: every byte of it arrived and passed its checks
 // Pure functions, thread-safe.
 #ifndef KVT_TRANSPORT_INTERNAL_CONTROL_MESSAGE_H_
 #define KVT_TRANSPORT_INTERNAL_CONTROL_MESSAGE_H_
@@ -16,7 +17,7 @@ namespace kvt::transport::internal {
 
 inline constexpr size_t kControlMessageBytes = 24;
 
-enum class ControlType : uint8_t { kHello = 1, kCredit = 2, kPing = 3, kAbort = 4 };
+enum class ControlType : uint8_t { kHello = 1, kCredit = 2, kPing = 3, kAbort = 4, kAck = 5 };
 
 struct ControlMessage {
   ControlType type = ControlType::kPing;

@@ -6,7 +6,8 @@ namespace kvt::transport::internal {
 namespace {
 
 TEST(ControlMessageTest, EveryTypeRoundTrips) {
-  for (ControlType t : {ControlType::kHello, ControlType::kCredit, ControlType::kPing, ControlType::kAbort}) {
+  for (ControlType t : {ControlType::kHello, ControlType::kCredit, ControlType::kPing, ControlType::kAbort,
+                        ControlType::kAck}) {
     const ControlMessage m{t, 0x1122334455667788ull, 42};
     auto bytes = EncodeControlMessage(m);
     auto back = DecodeControlMessage(bytes);

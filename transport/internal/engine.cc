@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "common/crc32c.h"
 #include "common/logging.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
 namespace {
@@ -63,7 +63,7 @@ struct Engine::PendingRead {
 };
 
 struct Engine::ConnectWaiter {
-  absl::Notification done;
+  internal::Notification done;
   absl::Status status;  // written before done.Notify()
 };
 
@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabili
   if (!started->status.ok()) {
     engine->thread_.join();
     {
-      absl::MutexLock lock(&engine->cmd_mu_);
+      internal::MutexLock lock(&engine->cmd_mu_);
       engine->stopping_ = true;
     }
     return started->status;
@@ -115,7 +115,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabili
 
 Engine::~Engine() {
   {
-    absl::MutexLock lock(&cmd_mu_);
+    internal::MutexLock lock(&cmd_mu_);
     stopping_ = true;
     wake_ = true;
   }
@@ -123,14 +123,14 @@ Engine::~Engine() {
 }
 
 void Engine::Wake() {
-  absl::MutexLock lock(&cmd_mu_);
+  internal::MutexLock lock(&cmd_mu_);
   wake_ = true;
 }
 
 absl::Status Engine::RunOnLoop(std::function<void()> fn) {
-  auto done = std::make_shared<absl::Notification>();
+  auto done = std::make_shared<internal::Notification>();
   {
-    absl::MutexLock lock(&cmd_mu_);
+    internal::MutexLock lock(&cmd_mu_);
     if (stopping_) return absl::UnavailableError("transport is shutting down");
     commands_.push_back([fn = std::move(fn), done] {
       fn();
@@ -144,7 +144,7 @@ absl::Status Engine::RunOnLoop(std::function<void()> fn) {
 int Engine::RunCommands() {
   std::vector<std::function<void()>> batch;
   {
-    absl::MutexLock lock(&cmd_mu_);
+    internal::MutexLock lock(&cmd_mu_);
     batch.swap(commands_);
     wake_ = false;
   }
@@ -154,11 +154,11 @@ int Engine::RunCommands() {
 
 void Engine::IdleWait(absl::Duration max_wait) {
   if (max_wait <= absl::ZeroDuration()) return;
-  absl::MutexLock lock(&cmd_mu_);
+  internal::MutexLock lock(&cmd_mu_);
   auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cmd_mu_) {
     return wake_ || stopping_ || !commands_.empty();
   };
-  cmd_mu_.AwaitWithTimeout(absl::Condition(&has_work), max_wait);
+  cmd_mu_.AwaitWithTimeout(has_work, max_wait);
 }
 
 void Engine::Run() {
@@ -166,7 +166,7 @@ void Engine::Run() {
   while (true) {
     bool stopping;
     {
-      absl::MutexLock lock(&cmd_mu_);
+      internal::MutexLock lock(&cmd_mu_);
       stopping = stopping_;
     }
     if (stopping) break;
@@ -347,7 +347,7 @@ void Engine::MaybeFinish(uint64_t transfer_id) {
   auto it = outbound_.find(transfer_id);
   if (it == outbound_.end()) return;
   OutboundTransfer& t = it->second;
-  if (t.sends_outstanding > 0 || (t.failure.ok() && t.bytes_unsent > 0)) return;
+  if (t.sends_outstanding > 0 || (t.failure.ok() && (t.bytes_unsent > 0 || !t.acked))) return;
   t.state->Finish(t.failure);
   if (PeerLink* link = FindLink(t.link)) link->transfers.erase(t.id);
   outbound_.erase(it);
@@ -432,6 +432,14 @@ void Engine::OnMessage(LinkId id, MessageKind kind, absl::Span<const uint8_t> he
       break;
     case ControlType::kPing:
       break;
+    case ControlType::kAck: {
+      auto it = outbound_.find(m->a);
+      if (it != outbound_.end() && it->second.link == id) {
+        it->second.acked = true;
+        MaybeFinish(m->a);
+      }
+      break;
+    }
     case ControlType::kAbort: {
       auto it = outbound_.find(m->a);
       if (it != outbound_.end() && it->second.link == id) {
@@ -455,8 +463,12 @@ void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, Inbou
   absl::Status admitted = table_.Admit(link.id, *h);
   if (!admitted.ok()) {
     if (admitted.code() == absl::StatusCode::kNotFound) {
+      // Not ours to fail (it may be another link's transfer); tell this sender, which waits for an ack.
       counters_->rejected_unknown_transfer.fetch_add(1, std::memory_order_relaxed);
       link.credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
+      SendControl(link,
+                  ControlMessage{ControlType::kAbort, h->transfer_id, static_cast<uint64_t>(absl::StatusCode::kNotFound)},
+                  clock_->Now());
     } else {
       counters_->rejected_out_of_bounds.fetch_add(1, std::memory_order_relaxed);
       RejectChunk(link.id, h->transfer_id, admitted, wire_bytes);
@@ -520,7 +532,9 @@ void Engine::FinishChunk(LinkId id, const ChunkHeader& h, std::unique_ptr<uint8_
   }
   counters_->chunks_received.fetch_add(1, std::memory_order_relaxed);
   counters_->payload_bytes_received.fetch_add(h.length, std::memory_order_relaxed);
-  table_.Deliver(h, std::move(payload), wire_bytes, link->credit);
+  if (table_.Deliver(h, std::move(payload), wire_bytes, link->credit) && link->down.ok() && link->wire_up) {
+    SendControl(*link, ControlMessage{ControlType::kAck, h.transfer_id, 0}, clock_->Now());
+  }
 }
 
 void Engine::OnPayloadRead(uint64_t cookie, absl::Status status) {

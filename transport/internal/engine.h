@@ -21,13 +21,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "transport/internal/control_message.h"
 #include "transport/internal/peer_link.h"
 #include "transport/internal/wire.h"
 #include "transport/options.h"
 #include "transport/transfer_table.h"
 #include "transport/transport.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
 
@@ -104,7 +104,7 @@ class Engine final : public Transport, private WireEvents {
   std::atomic<bool> frozen_{false};
 
   // Command queue, the only way in from other threads.
-  absl::Mutex cmd_mu_;
+  internal::Mutex cmd_mu_;
   std::vector<std::function<void()>> commands_ ABSL_GUARDED_BY(cmd_mu_);
   bool wake_ ABSL_GUARDED_BY(cmd_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(cmd_mu_) = false;

@@ -11,12 +11,12 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/internal/wire.h"
 #include "transport/lane_scheduler.h"
 #include "transport/token_bucket.h"
 #include "transport/transport.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
 
@@ -37,27 +37,27 @@ class LinkCredit final : public CreditReturn {
 class SendState final : public SendHandle {
  public:
   absl::Status Wait() override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
+    internal::MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
     return status_;
   }
   bool WaitFor(absl::Duration timeout) override {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+    internal::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; }, timeout);
   }
   absl::Status status() const override {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     return status_;
   }
   void Finish(absl::Status status) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     if (done_) return;
     status_ = std::move(status);
     done_ = true;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("transfer still in progress");
 };
@@ -69,6 +69,7 @@ struct OutboundTransfer {
   std::shared_ptr<SendState> state;
   uint64_t bytes_unsent = 0;     // not yet handed to the wire
   uint64_t sends_outstanding = 0;  // handed to the wire, OnSendDone not yet seen
+  bool acked = false;            // the receiver reported every byte arrived
   absl::Status failure;          // non-OK once failed; finished when sends_outstanding reaches 0
 };
 

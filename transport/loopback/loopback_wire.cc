@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
+#include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
 
@@ -49,27 +49,27 @@ class LoopbackMailbox {
 
   // Returns false (and drops the event) once the owner is gone.
   bool Push(Event e) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     if (closed_) return false;
     events_.push_back(std::move(e));
     wake_();  // under mu_: the owner cannot be destroyed meanwhile (Close takes mu_)
     return true;
   }
   std::deque<Event> TakeAll() {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     std::deque<Event> out;
     out.swap(events_);
     return out;
   }
   void Close() {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     closed_ = true;
     events_.clear();
     wake_ = [] {};
   }
 
  private:
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> wake_ ABSL_GUARDED_BY(mu_);
@@ -85,7 +85,7 @@ class Registry {
     return *r;
   }
   std::string Add(std::shared_ptr<LoopbackMailbox> mailbox) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     const uint64_t n = next_++;
     boxes_[n] = std::move(mailbox);
     return absl::StrCat("loopback:", n);
@@ -93,11 +93,11 @@ class Registry {
   void Remove(const std::string& address) {
     uint64_t n;
     if (!Parse(address, &n)) return;
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     boxes_.erase(n);
   }
   std::shared_ptr<LoopbackMailbox> Find(uint64_t n) {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     auto it = boxes_.find(n);
     return it == boxes_.end() ? nullptr : it->second;
   }
@@ -106,7 +106,7 @@ class Registry {
   }
 
  private:
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<LoopbackMailbox>> boxes_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,309 @@
+#include "transport/bench/transport_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "transport/bench/perftest_runner.h"
+#include "transport/options.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace kvt::transport {
+namespace {
+
+constexpr double kBytesPerGbit = 1e9 / 8;
+constexpr uint64_t kSourceBufferBytes = uint64_t{256} << 20;
+constexpr uint64_t kWarmupBytes = uint64_t{64} << 20;
+constexpr absl::Duration kReceiveTimeout = absl::Seconds(60);
+
+struct LinkPair {
+  std::unique_ptr<Transport> receiver;
+  std::unique_ptr<Transport> sender;
+  PeerId peer = 0;
+};
+
+absl::StatusOr<LinkPair> MakeLinkPair(const TransportBenchOptions& bench, const std::string& tls, double rate) {
+  Options o;
+  o.ucx_tls = tls;
+  if (tls.find("tcp") != std::string::npos) o.ucx_net_devices = bench.net_devices;
+  o.chunk_bytes = bench.chunk_bytes;
+  o.rate_bytes_per_second = rate;
+  o.max_inflight_bytes = std::max<int64_t>(int64_t{64} << 20, 16 * (int64_t{bench.chunk_bytes} + 64));
+  o.max_receive_buffer_bytes = o.max_inflight_bytes;
+  o.stall_timeout = absl::Seconds(30);
+  LinkPair p;
+  KVT_ASSIGN_OR_RETURN(p.receiver, NewUcxTransport(o));
+  KVT_ASSIGN_OR_RETURN(p.sender, NewUcxTransport(o));
+  KVT_ASSIGN_OR_RETURN(p.peer, p.sender->Connect(p.receiver->address(), absl::Seconds(30)));
+  return p;
+}
+
+// Splits `total` bytes into streams (pages 0, 1, ...) that all point into `source`.
+std::vector<OutboundStream> Streams(absl::Span<const uint8_t> source, uint64_t total, uint8_t stage) {
+  std::vector<OutboundStream> streams;
+  uint32_t page = 0;
+  while (total > 0) {
+    const uint64_t n = std::min<uint64_t>(total, source.size());
+    streams.push_back({page++, stage, source.subspan(0, n)});
+    total -= n;
+  }
+  return streams;
+}
+
+std::vector<StreamBounds> Bounds(const std::vector<OutboundStream>& streams) {
+  std::vector<StreamBounds> b;
+  for (const OutboundStream& s : streams) b.push_back({s.page, s.stage, s.bytes.size()});
+  return b;
+}
+
+// Receives (and drops) every chunk of `id`; sets *done_at when the last one arrives.
+class Drainer {
+ public:
+  Drainer(Transport* rx, uint64_t id)
+      : thread_([this, rx, id] {
+          while (true) {
+            auto c = rx->Receive(id, kReceiveTimeout);
+            if (!c.ok()) {
+              status_ = c.status();
+              return;
+            }
+            if (c->transfer_complete()) {
+              done_at_ = absl::Now();
+              return;
+            }
+          }
+        }) {}
+  // Joins; returns when the last chunk arrived.
+  absl::StatusOr<absl::Time> Join() {
+    thread_.join();
+    if (!status_.ok()) return status_;
+    return done_at_;
+  }
+
+ private:
+  absl::Status status_;
+  absl::Time done_at_;
+  std::thread thread_;  // last: starts after the fields it writes exist
+};
+
+// Sends `total` bytes as one transfer; returns seconds from Send to the last byte at the receiver.
+absl::StatusOr<double> TimedTransfer(LinkPair& p, uint64_t id, absl::Span<const uint8_t> source, uint64_t total) {
+  std::vector<OutboundStream> streams = Streams(source, total, 0);
+  KVT_RETURN_IF_ERROR(p.receiver->Expect(id, Bounds(streams)));
+  Drainer drain(p.receiver.get(), id);
+  const absl::Time start = absl::Now();
+  auto handle = p.sender->Send(p.peer, id, std::move(streams));
+  if (!handle.ok()) {
+    p.receiver->Cancel(id);
+    drain.Join().IgnoreError();
+    return handle.status();
+  }
+  KVT_ASSIGN_OR_RETURN(absl::Time done, drain.Join());
+  KVT_RETURN_IF_ERROR((*handle)->Wait());
+  return absl::ToDoubleSeconds(done - start);
+}
+
+std::vector<uint8_t> SourceBuffer() {
+  std::vector<uint8_t> buf(kSourceBufferBytes);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i + 8 <= buf.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&buf[i], &x, 8);
+  }
+  return buf;
+}
+
+std::string Machine() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrFormat("%s, %d CPUs", host, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptions& options) {
+  if (options.transports.empty()) return absl::InvalidArgumentError("no transports to measure");
+  if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk_bytes must be positive");
+  TransportBenchReport report;
+  report.machine = Machine();
+  const std::vector<uint8_t> source = SourceBuffer();
+  const absl::Span<const uint8_t> src(source);
+  uint64_t next_id = 1;
+
+  for (const std::string& tls : options.transports) {
+    // 1. Unthrottled, then ucx_perftest with the same transport and message size.
+    {
+      KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, 0));
+      KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, kWarmupBytes).status());
+      KVT_ASSIGN_OR_RETURN(double seconds, TimedTransfer(p, next_id++, src, options.unthrottled_bytes));
+      TransportBenchReport::Unthrottled u;
+      u.transport = tls;
+      u.message_bytes = options.chunk_bytes;
+      u.bytes = options.unthrottled_bytes;
+      u.seconds = seconds;
+      u.goodput_gbps = options.unthrottled_bytes / seconds / kBytesPerGbit;
+      p = LinkPair();  // free the cores before perftest runs
+      PerftestRun run;
+      run.program = options.perftest_program;
+      run.test = options.perftest_test;
+      run.tls = tls;
+      run.net_devices = options.net_devices;
+      run.message_bytes = options.chunk_bytes;
+      run.iterations = options.perftest_iterations;
+      absl::StatusOr<double> perftest = RunUcxPerftest(run);
+      if (perftest.ok()) {
+        u.perftest_ran = true;
+        u.perftest_gbps = *perftest / kBytesPerGbit;
+        u.ratio = u.goodput_gbps / u.perftest_gbps;
+      } else {
+        u.perftest_note = perftest.status().ToString();
+      }
+      report.unthrottled.push_back(u);
+    }
+    // 2. Throttled at each rate.
+    for (double gbps : options.rates_gbps) {
+      const double rate = gbps * kBytesPerGbit;
+      KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, rate));
+      KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, 4 * uint64_t{options.chunk_bytes}).status());
+      const uint64_t chunks = std::max<uint64_t>(8, static_cast<uint64_t>(rate * options.throttled_seconds) /
+                                                        options.chunk_bytes);
+      const uint64_t bytes = chunks * options.chunk_bytes;
+      KVT_ASSIGN_OR_RETURN(double seconds, TimedTransfer(p, next_id++, src, bytes));
+      TransportBenchReport::Throttled t;
+      t.transport = tls;
+      t.rate_gbps = gbps;
+      t.bytes = bytes;
+      t.seconds = seconds;
+      t.goodput_gbps = bytes / seconds / kBytesPerGbit;
+      t.ratio = t.goodput_gbps / gbps;
+      report.throttled.push_back(t);
+    }
+    // 3. Anchor first: a residual transfer is queued, then an anchor transfer right after it.
+    if (!options.rates_gbps.empty()) {
+      const double gbps = options.rates_gbps.front();
+      const double rate = gbps * kBytesPerGbit;
+      KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, rate));
+      KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, 4 * uint64_t{options.chunk_bytes}).status());
+      const uint64_t residual_id = next_id++, anchor_id = next_id++;
+      std::vector<OutboundStream> residual = Streams(src, options.residual_bytes, 1);
+      std::vector<OutboundStream> anchor = Streams(src, options.anchor_bytes, 0);
+      KVT_RETURN_IF_ERROR(p.receiver->Expect(residual_id, Bounds(residual)));
+      KVT_RETURN_IF_ERROR(p.receiver->Expect(anchor_id, Bounds(anchor)));
+      Drainer drain_residual(p.receiver.get(), residual_id);
+      Drainer drain_anchor(p.receiver.get(), anchor_id);
+      const absl::Time residual_start = absl::Now();
+      auto residual_handle = p.sender->Send(p.peer, residual_id, std::move(residual));
+      const absl::Time anchor_start = absl::Now();
+      auto anchor_handle = p.sender->Send(p.peer, anchor_id, std::move(anchor));
+      if (!residual_handle.ok() || !anchor_handle.ok()) {
+        p.receiver->Cancel(residual_id);
+        p.receiver->Cancel(anchor_id);
+        drain_residual.Join().IgnoreError();
+        drain_anchor.Join().IgnoreError();
+        return !residual_handle.ok() ? residual_handle.status() : anchor_handle.status();
+      }
+      KVT_ASSIGN_OR_RETURN(absl::Time anchor_done, drain_anchor.Join());
+      KVT_ASSIGN_OR_RETURN(absl::Time residual_done, drain_residual.Join());
+      KVT_RETURN_IF_ERROR((*anchor_handle)->Wait());
+      KVT_RETURN_IF_ERROR((*residual_handle)->Wait());
+      TransportBenchReport::AnchorFirst a;
+      a.transport = tls;
+      a.rate_gbps = gbps;
+      a.anchor_bytes = options.anchor_bytes;
+      a.residual_bytes = options.residual_bytes;
+      a.anchor_seconds = absl::ToDoubleSeconds(anchor_done - anchor_start);
+      a.residual_seconds = absl::ToDoubleSeconds(residual_done - residual_start);
+      a.bound_seconds = (options.anchor_bytes / rate + options.chunk_bytes / rate) * 1.05;
+      a.within_bound = a.anchor_seconds <= a.bound_seconds;
+      report.anchor_first.push_back(a);
+    }
+  }
+  return report;
+}
+
+std::string FormatTransportBenchTable(const TransportBenchReport& r) {
+  std::string out = absl::StrFormat("kvt transport benchmark on %s (UCX, 127.0.0.1)\n\n", r.machine);
+  absl::StrAppend(&out, "Unthrottled goodput against ucx_perftest (same UCX_TLS and message size; target ratio >= 0.90)\n");
+  absl::StrAppendFormat(&out, "%-10s %10s %10s %9s %12s %16s %7s\n", "transport", "message", "bytes", "seconds",
+                        "kvt Gbit/s", "perftest Gbit/s", "ratio");
+  for (const auto& u : r.unthrottled) {
+    absl::StrAppendFormat(&out, "%-10s %8dKi %8.0fMi %9.3f %12.2f ", u.transport, u.message_bytes >> 10,
+                          u.bytes / 1048576.0, u.seconds, u.goodput_gbps);
+    if (u.perftest_ran) {
+      absl::StrAppendFormat(&out, "%16.2f %7.3f\n", u.perftest_gbps, u.ratio);
+    } else {
+      absl::StrAppendFormat(&out, "%16s %7s  (%s)\n", "-", "-", u.perftest_note);
+    }
+  }
+  absl::StrAppend(&out, "\nThrottled goodput (token bucket at R; target ratio >= 0.95)\n");
+  absl::StrAppendFormat(&out, "%-10s %10s %10s %9s %15s %7s\n", "transport", "R Gbit/s", "bytes", "seconds",
+                        "goodput Gbit/s", "ratio");
+  for (const auto& t : r.throttled) {
+    absl::StrAppendFormat(&out, "%-10s %10.2f %8.0fMi %9.3f %15.3f %7.3f\n", t.transport, t.rate_gbps,
+                          t.bytes / 1048576.0, t.seconds, t.goodput_gbps, t.ratio);
+  }
+  absl::StrAppend(&out,
+                  "\nAnchor first (residual queued, anchor queued right after; target: anchor <= "
+                  "(anchor/R + one chunk/R) x 1.05)\n");
+  absl::StrAppendFormat(&out, "%-10s %10s %10s %12s %10s %9s %7s %11s\n", "transport", "R Gbit/s", "anchor",
+                        "residual", "anchor s", "bound s", "within", "residual s");
+  for (const auto& a : r.anchor_first) {
+    absl::StrAppendFormat(&out, "%-10s %10.2f %8.0fMi %10.0fMi %10.4f %9.4f %7s %11.4f\n", a.transport, a.rate_gbps,
+                          a.anchor_bytes / 1048576.0, a.residual_bytes / 1048576.0, a.anchor_seconds,
+                          a.bound_seconds, a.within_bound ? "yes" : "NO", a.residual_seconds);
+  }
+  return out;
+}
+
+std::string FormatTransportBenchJson(const TransportBenchReport& r) {
+  nlohmann::json j;
+  j["machine"] = r.machine;
+  j["unthrottled"] = nlohmann::json::array();
+  for (const auto& u : r.unthrottled) {
+    nlohmann::json e = {{"transport", u.transport},   {"message_bytes", u.message_bytes},
+                        {"bytes", u.bytes},           {"seconds", u.seconds},
+                        {"goodput_gbps", u.goodput_gbps}, {"perftest_ran", u.perftest_ran}};
+    if (u.perftest_ran) {
+      e["perftest_gbps"] = u.perftest_gbps;
+      e["ratio"] = u.ratio;
+    } else {
+      e["perftest_note"] = u.perftest_note;
+    }
+    j["unthrottled"].push_back(e);
+  }
+  j["throttled"] = nlohmann::json::array();
+  for (const auto& t : r.throttled) {
+    j["throttled"].push_back({{"transport", t.transport},
+                              {"rate_gbps", t.rate_gbps},
+                              {"bytes", t.bytes},
+                              {"seconds", t.seconds},
+                              {"goodput_gbps", t.goodput_gbps},
+                              {"ratio", t.ratio}});
+  }
+  j["anchor_first"] = nlohmann::json::array();
+  for (const auto& a : r.anchor_first) {
+    j["anchor_first"].push_back({{"transport", a.transport},
+                                 {"rate_gbps", a.rate_gbps},
+                                 {"anchor_bytes", a.anchor_bytes},
+                                 {"residual_bytes", a.residual_bytes},
+                                 {"anchor_seconds", a.anchor_seconds},
+                                 {"bound_seconds", a.bound_seconds},
+                                 {"within_bound", a.within_bound},
+                                 {"residual_seconds", a.residual_seconds}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace kvt::transport

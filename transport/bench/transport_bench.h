@@ -1,0 +1,86 @@
+// `kvtctl bench transport`: measures the data plane over UCX on this machine and sets it beside ucx_perftest,
+// run in the same process tree with the same transport and message size (DESIGN.md section 11: ratios side by
+// side). Three figures per UCX transport:
+//   1. unthrottled goodput, and its ratio to ucx_perftest's bandwidth (target >= 0.9);
+//   2. goodput with the link's token bucket at rate R, and its ratio to R (target >= 0.95);
+//   3. with a residual transfer queued and an anchor queued right after it at rate R: the anchor's completion
+//      time against (anchor bytes / R + one chunk time) x 1.05.
+// Runs sender and receiver as two transports in this process (each with its own progress thread) over
+// 127.0.0.1. Blocking; call from one thread.
+#ifndef KVT_TRANSPORT_BENCH_TRANSPORT_BENCH_H_
+#define KVT_TRANSPORT_BENCH_TRANSPORT_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvt::transport {
+
+struct TransportBenchOptions {
+  // UCX transports to measure, each as UCX_TLS would name it.
+  std::vector<std::string> transports = {"tcp", "shm"};
+  // UCX_NET_DEVICES for the tcp transport (and ucx_perftest).
+  std::string net_devices = "lo";
+  // Chunk size of kvt and message size of ucx_perftest.
+  uint32_t chunk_bytes = 1 << 20;
+  // Bytes moved by the unthrottled run.
+  uint64_t unthrottled_bytes = uint64_t{2} << 30;
+  // Token-bucket rates to measure, in Gbit/s (1e9 bit/s), and how long each throttled run lasts.
+  std::vector<double> rates_gbps = {1, 5, 10};
+  double throttled_seconds = 1.0;
+  // Anchor-first run: at the first rate of `rates_gbps`; the residual is queued first.
+  uint64_t anchor_bytes = 32 << 20;
+  uint64_t residual_bytes = 128 << 20;
+  // ucx_perftest: program (looked up in PATH when it has no slash), test and iterations.
+  std::string perftest_program = "ucx_perftest";
+  std::string perftest_test = "tag_bw";
+  int perftest_iterations = 2000;
+};
+
+struct TransportBenchReport {
+  struct Unthrottled {
+    std::string transport;
+    uint64_t message_bytes = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;
+    double goodput_gbps = 0;
+    bool perftest_ran = false;
+    double perftest_gbps = 0;
+    double ratio = 0;           // goodput / perftest
+    std::string perftest_note;  // why perftest did not run, if it did not
+  };
+  struct Throttled {
+    std::string transport;
+    double rate_gbps = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;
+    double goodput_gbps = 0;
+    double ratio = 0;  // goodput / rate
+  };
+  struct AnchorFirst {
+    std::string transport;
+    double rate_gbps = 0;
+    uint64_t anchor_bytes = 0;
+    uint64_t residual_bytes = 0;
+    double anchor_seconds = 0;    // from the anchor's Send to its last byte at the receiver
+    double bound_seconds = 0;     // (anchor bytes / R + one chunk / R) x 1.05
+    double residual_seconds = 0;  // from the residual's Send to its last byte
+    bool within_bound = false;
+  };
+  std::string machine;  // host name, CPU count
+  std::vector<Unthrottled> unthrottled;
+  std::vector<Throttled> throttled;
+  std::vector<AnchorFirst> anchor_first;
+};
+
+absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptions& options);
+
+// The report as aligned text tables, and as one JSON document with the same figures.
+std::string FormatTransportBenchTable(const TransportBenchReport& report);
+std::string FormatTransportBenchJson(const TransportBenchReport& report);
+
+}  // namespace kvt::transport
+
+#endif  // KVT_TRANSPORT_BENCH_TRANSPORT_BENCH_H_
