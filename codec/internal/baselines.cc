@@ -56,30 +56,41 @@ void EncodeUniform(const PageView& page, int bits, int chunk_len, uint8_t* paylo
   uint8_t* mins = payload;
   uint8_t* scales = payload + 2 * chunk_values;
   std::vector<uint8_t> codes(page.num_values());
+  std::vector<float> cmin(channels), cmax(channels), m(channels), s(channels);
+  // Row by row, so the page streams through the cache. The comparisons are glibc's fminf / fmaxf for non-NaN
+  // operands (the first operand unless the second is strictly smaller / larger), which the CUDA kernels mirror.
   for (int k = 0; k < num_chunks; ++k) {
+    const int t0 = k * chunk_len;
     for (int c = 0; c < channels; ++c) {
-      float cmin = std::numeric_limits<float>::infinity();
-      float cmax = -cmin;
-      for (int t = k * chunk_len; t < (k + 1) * chunk_len; ++t) {
-        cmin = std::fmin(cmin, page.at(t, c));
-        cmax = std::fmax(cmax, page.at(t, c));
+      cmin[c] = std::numeric_limits<float>::infinity();
+      cmax[c] = -std::numeric_limits<float>::infinity();
+    }
+    for (int t = t0; t < t0 + chunk_len; ++t) {
+      const float* row = page.data + static_cast<size_t>(t) * page.stride();
+      for (int c = 0; c < channels; ++c) {
+        cmin[c] = cmin[c] < row[c] ? cmin[c] : row[c];
+        cmax[c] = cmax[c] > row[c] ? cmax[c] : row[c];
       }
-      const uint16_t m16 = FloatToF16(cmin, F16Round::kDown);
-      const float m = F16ToFloat(m16);
-      const float span = cmax - m;
+    }
+    for (int c = 0; c < channels; ++c) {
+      const uint16_t m16 = FloatToF16(cmin[c], F16Round::kDown);
+      m[c] = F16ToFloat(m16);
+      const float span = cmax[c] - m[c];
       const float want = span / qmax;
       const uint16_t s16 = FloatToF16(want, F16Round::kUp);
-      const float s = F16ToFloat(s16);
+      s[c] = F16ToFloat(s16);
       const size_t i = static_cast<size_t>(k) * channels + c;
       Store<uint16_t>(mins + 2 * i, m16);
       Store<uint16_t>(scales + 2 * i, s16);
-      for (int t = k * chunk_len; t < (k + 1) * chunk_len; ++t) {
-        float q = 0.0f;
-        if (s > 0.0f) {
-          q = std::nearbyint((page.at(t, c) - m) / s);
-          q = std::fmin(std::fmax(q, 0.0f), qmax);
-        }
-        codes[static_cast<size_t>(t) * channels + c] = static_cast<uint8_t>(q);
+    }
+    for (int t = t0; t < t0 + chunk_len; ++t) {
+      const float* row = page.data + static_cast<size_t>(t) * page.stride();
+      uint8_t* out = codes.data() + static_cast<size_t>(t) * channels;
+      for (int c = 0; c < channels; ++c) {
+        float q = std::nearbyint((row[c] - m[c]) / s[c]);
+        q = q > 0.0f ? q : 0.0f;
+        q = q < qmax ? q : qmax;
+        out[c] = s[c] > 0.0f ? static_cast<uint8_t>(q) : 0;  // s == 0: a flat chunk, every code 0
       }
     }
   }
