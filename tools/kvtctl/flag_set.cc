@@ -1,8 +1,10 @@
-// Per-subcommand flag parsing; see flag_set.h.
+// Per-subcommand flag parsing on CLI11 (Debian's libcli11-dev); see flag_set.h.
 #include "tools/kvtctl/flag_set.h"
 
 #include <algorithm>
+#include <memory>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,102 +12,105 @@
 namespace kvt::kvtctl {
 namespace {
 
-std::string Normalize(absl::string_view name) {
-  std::string s(name);
-  std::replace(s.begin(), s.end(), '_', '-');
-  return s;
+// "--out_prefix=x" -> "--out-prefix=x": underscores in a flag's name (never in its value) read as dashes.
+std::string NormalizeFlagName(const std::string& arg) {
+  if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) return arg;
+  std::string out = arg;
+  const size_t end = std::min(out.find('='), out.size());
+  std::replace(out.begin() + 2, out.begin() + static_cast<std::ptrdiff_t>(end), '_', '-');
+  return out;
 }
 
 }  // namespace
 
+void FlagSet::Add(const std::string& name, const std::string& help, std::string default_text, bool is_bool,
+                  std::function<bool(absl::string_view)> parse) {
+  flags_.push_back({name, help, std::move(default_text), is_bool, std::move(parse)});
+}
+
 void FlagSet::String(const std::string& name, std::string* value, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat("\"", *value, "\""), false, false, [value](absl::string_view v) {
-                      *value = std::string(v);
-                      return true;
-                    }});
+  Add(name, help, absl::StrCat("\"", *value, "\""), false, [value](absl::string_view v) {
+    *value = std::string(v);
+    return true;
+  });
 }
 
 void FlagSet::Int(const std::string& name, int* value, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat(*value), false, false,
-                    [value](absl::string_view v) { return absl::SimpleAtoi(v, value); }});
+  Add(name, help, absl::StrCat(*value), false, [value](absl::string_view v) { return absl::SimpleAtoi(v, value); });
 }
 
 void FlagSet::Uint64(const std::string& name, uint64_t* value, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat(*value), false, false,
-                    [value](absl::string_view v) { return absl::SimpleAtoi(v, value); }});
+  Add(name, help, absl::StrCat(*value), false, [value](absl::string_view v) { return absl::SimpleAtoi(v, value); });
 }
 
 void FlagSet::Double(const std::string& name, double* value, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat(*value), false, false,
-                    [value](absl::string_view v) { return absl::SimpleAtod(v, value); }});
+  Add(name, help, absl::StrCat(*value), false, [value](absl::string_view v) { return absl::SimpleAtod(v, value); });
 }
 
 void FlagSet::Bool(const std::string& name, bool* value, const std::string& help) {
-  flags_.push_back({name, help, *value ? "true" : "false", true, false,
-                    [value](absl::string_view v) { return absl::SimpleAtob(v, value); }});
-}
-
-FlagSet::Flag* FlagSet::Find(absl::string_view name) {
-  const std::string n = Normalize(name);
-  for (Flag& f : flags_) {
-    if (f.name == n) return &f;
-  }
-  return nullptr;
+  Add(name, help, *value ? "true" : "false", true, [value](absl::string_view v) { return absl::SimpleAtob(v, value); });
 }
 
 bool FlagSet::WasSet(const std::string& name) const {
-  for (const Flag& f : flags_) {
-    if (f.name == name) return f.set;
-  }
-  return false;
+  return std::find(set_.begin(), set_.end(), name) != set_.end();
 }
 
 absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      positional_.insert(positional_.end(), args.begin() + i + 1, args.end());
-      break;
+  CLI::App app(command_);
+  app.set_help_flag();  // --help is reported through help_requested(), not by printing and exiting
+  bool help = false;
+  app.add_flag("-h,--help", help, "show the flags");
+  // CLI11 does the command-line grammar ("--a=b", "--a b", "--" and positionals, "--noflag"); values are
+  // captured as text and converted below, so every bad value gets the same message naming its flag.
+  std::vector<std::string> raw(flags_.size());
+  std::vector<int> negated(flags_.size(), 0);
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    const Flag& f = flags_[i];
+    if (f.is_bool) {
+      app.add_flag("--" + f.name + "{true}", raw[i], f.help);
+      app.add_flag("--no" + f.name, negated[i], f.help);
+    } else {
+      app.add_option("--" + f.name, raw[i], f.help);
     }
-    if (arg == "--help" || arg == "-h" || arg == "-help") {
-      help_requested_ = true;
-      continue;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional_.push_back(arg);
-      continue;
-    }
-    absl::string_view body(arg);
-    body.remove_prefix(body.substr(0, 2) == "--" ? 2 : 1);
-    const size_t eq = body.find('=');
-    absl::string_view name = body.substr(0, eq);
-    Flag* flag = Find(name);
-    if (flag == nullptr && eq == absl::string_view::npos && name.substr(0, 2) == "no") {
-      Flag* negated = Find(name.substr(2));
-      if (negated != nullptr && negated->is_bool) {
-        negated->parse("false");
-        negated->set = true;
-        continue;
+  }
+  std::vector<std::string> positional;
+  app.add_option("args", positional, "positional arguments");
+  // CLI11 parses a reversed argument vector; names are normalized (underscores as dashes) up to "--".
+  std::vector<std::string> reversed;
+  reversed.reserve(args.size());
+  bool after_dashes = false;
+  for (const std::string& a : args) {
+    after_dashes = after_dashes || a == "--";
+    reversed.push_back(after_dashes ? a : NormalizeFlagName(a));
+  }
+  std::reverse(reversed.begin(), reversed.end());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ExtrasError& e) {
+    std::string first = e.what();
+    for (const std::string& a : args) {
+      if (a.size() > 1 && a[0] == '-') {
+        const std::string name = NormalizeFlagName(a).substr(0, a.find('='));
+        if (app.get_option_no_throw(name) == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("unknown flag '", name, "' for ", command_));
+        }
       }
     }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '--", name, "' for ", command_));
-    }
-    std::string value;
-    if (eq != absl::string_view::npos) {
-      value = std::string(body.substr(eq + 1));
-    } else if (flag->is_bool) {
-      value = "true";
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag '--", flag->name, "' needs a value"));
-    }
-    if (!flag->parse(value)) {
+    return absl::InvalidArgumentError(first);
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  help_requested_ = help_requested_ || help;
+  positional_.insert(positional_.end(), positional.begin(), positional.end());
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    const Flag& f = flags_[i];
+    const bool given = app.count("--" + f.name) > 0;
+    if (given && !f.parse(raw[i])) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bad value '", value, "' for flag '--", flag->name, "' (", flag->help, ")"));
+          absl::StrCat("bad value '", raw[i], "' for flag '--", f.name, "' (", f.help, ")"));
     }
-    flag->set = true;
+    if (f.is_bool && negated[i] > 0) f.parse("false");
+    if (given || (f.is_bool && negated[i] > 0)) set_.push_back(f.name);
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
-// Per-subcommand flag parsing for kvtctl. absl flags are process-global and exit(1) on a bad flag; kvtctl's
-// subcommands each need their own flags (`--tokens` means one thing to `codec eval`, another to `bench`) and
-// usage errors that exit 2 with the command's usage, testable without a process. Thread-compatible.
+// Per-subcommand flag parsing for kvtctl, on CLI11 (Debian's libcli11-dev). absl flags are process-global and
+// exit(1) on a bad flag; kvtctl's subcommands each need their own flags (`--tokens` means one thing to
+// `codec eval`, another to `bench`) and usage errors that exit 2 with the command's usage, testable without a
+// process. This wrapper keeps CLI11's exceptions inside and answers with a Status. Thread-compatible.
 //
 //   FlagSet flags("kvtctl codec eval");
 //   std::string model = "llama-3.1-8b";
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+
 
 namespace kvt::kvtctl {
 
@@ -34,7 +36,8 @@ class FlagSet {
 
   // Parses `args` ("--name=value", "--name value", booleans as above; "--" ends flags). Arguments that are not
   // flags are collected in positional(). INVALID_ARGUMENT naming the flag for an unknown flag, a missing or
-  // malformed value. `--help` / `-h` set help_requested() instead of failing.
+  // malformed value. `--help` / `-h` set help_requested() instead of failing. May be called more than once;
+  // each call sees the values the previous calls left.
   absl::Status Parse(const std::vector<std::string>& args);
 
   const std::vector<std::string>& positional() const { return positional_; }
@@ -50,14 +53,15 @@ class FlagSet {
     std::string help;
     std::string default_text;
     bool is_bool = false;
-    bool set = false;
-    std::function<bool(absl::string_view)> parse;  // false: malformed value
+    std::function<bool(absl::string_view)> parse;  // stores the value; false: malformed
   };
-  Flag* Find(absl::string_view name);
+  void Add(const std::string& name, const std::string& help, std::string default_text, bool is_bool,
+           std::function<bool(absl::string_view)> parse);
 
   std::string command_;
   std::vector<Flag> flags_;
   std::vector<std::string> positional_;
+  std::vector<std::string> set_;  // names given on some command line so far
   bool help_requested_ = false;
 };
 

@@ -23,7 +23,7 @@ struct Fixture {
 
 TEST(FlagSetTest, ParsesEqualsAndSeparateValuesAndBooleans) {
   Fixture f;
-  ASSERT_TRUE(f.flags.Parse({"--model=qwen", "--tokens", "512", "-alpha=0.5", "--json", "pos", "--seed=9"}).ok());
+  ASSERT_TRUE(f.flags.Parse({"--model=qwen", "--tokens", "512", "--alpha=0.5", "--json", "pos", "--seed=9"}).ok());
   EXPECT_EQ(f.model, "qwen");
   EXPECT_EQ(f.tokens, 512);
   EXPECT_EQ(f.alpha, 0.5);
@@ -64,7 +64,7 @@ TEST(FlagSetTest, UnknownFlagsMissingAndMalformedValuesAreErrorsNamingTheFlag) {
   EXPECT_NE(st.message().find("--modle"), std::string::npos);
   st = f.flags.Parse({"--tokens"});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("needs a value"), std::string::npos);
+  EXPECT_NE(st.message().find("tokens"), std::string::npos);
   st = f.flags.Parse({"--tokens=lots"});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("lots"), std::string::npos);
