@@ -34,7 +34,10 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   const __m512 zero = _mm512_setzero_ps();
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const float* sigma_scale = SigmaScaleTable().data();
+  // frac[j] = 2^(-j/16) as in lynx_math.cc: sigma_scale[255 - j] / 2, exactly.
+  alignas(64) float fraction_table[16];
+  for (int j = 0; j < 16; ++j) fraction_table[j] = SigmaScaleTable()[255 - j] * 0.5f;
+  const __m512 fractions = _mm512_load_ps(fraction_table);
   // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
   std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
@@ -106,7 +109,11 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
       __m512i pos = _mm512_setzero_si512();
       for (int step = 128; step >= 1; step >>= 1) {
         const __m512i cand = _mm512_add_epi32(pos, _mm512_set1_epi32(step));
-        const __m512 s = _mm512_i32gather_ps(cand, sigma_scale, 4);
+        // sigma_scale[cand] = ldexp(frac[(255 - cand) % 16], 1 - (255 - cand) / 16), without a gather.
+        const __m512i back = _mm512_sub_epi32(_mm512_set1_epi32(255), cand);
+        const __m512 frac = _mm512_permutexvar_ps(_mm512_and_si512(back, _mm512_set1_epi32(15)), fractions);
+        const __m512 exp2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(1), _mm512_srli_epi32(back, 4)));
+        const __m512 s = _mm512_scalef_ps(frac, exp2);
         const __mmask16 below = _mm512_cmp_ps_mask(_mm512_mul_ps(fh, s), need, _CMP_LT_OQ);
         pos = _mm512_mask_mov_epi32(pos, below, cand);
       }
