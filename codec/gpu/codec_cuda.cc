@@ -123,7 +123,17 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
 }
 
 void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
-  for (int k = 0; k < 128; ++k) d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
+  std::memset(&d, 0, sizeof(d));  // padding and unused entries too: StageTables compares bytes
+  for (int k = 0; k < 128 + internal::kMaxDeviceCorrections; ++k) {
+    d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
+  }
+  d.bucket_count = 0;
+  d.corrections = 0;
+  if (t.bucket_count <= internal::kMaxDeviceBuckets && t.corrections <= internal::kMaxDeviceCorrections) {
+    d.bucket_count = t.bucket_count;
+    d.corrections = t.corrections;
+    for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
+  }
   const auto& s = cpu::SigmaScaleTable();
   for (int q = 0; q < 256; ++q) d.sigma_scale[q] = s[q];
   for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
@@ -195,6 +205,20 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   KVT_RETURN_IF_ERROR(CopyToDevice(p->status_->get(), &clean, sizeof(clean)));
   KVT_RETURN_IF_ERROR(Synchronize());
   return p;
+}
+
+absl::StatusOr<const void*> DeviceEncodedPages::StageTables(int slot, const void* bytes, size_t n,
+                                                             CudaStream stream) const {
+  std::vector<uint8_t>& host = tables_host_[slot];
+  if (tables_[slot] == nullptr || tables_[slot]->size() != n) {
+    KVT_ASSIGN_OR_RETURN(tables_[slot], DeviceBuffer::Create(n));
+    host.clear();
+  }
+  if (host.size() != n || std::memcmp(host.data(), bytes, n) != 0) {
+    host.assign(static_cast<const uint8_t*>(bytes), static_cast<const uint8_t*>(bytes) + n);
+    KVT_RETURN_IF_ERROR(CopyToDevice(tables_[slot]->get(), host.data(), n, stream));
+  }
+  return static_cast<const void*>(tables_[slot]->get());
 }
 
 size_t DeviceEncodedPages::payload_bytes() const {
@@ -299,7 +323,8 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
           absl::StrCat("options.alpha ", options.alpha, " disagrees with the batch's ", l.alpha));
     }
     FillLynxTables(*cpu::GetLynxTables(options.alpha, l.scheme.total_code_bits()), tables);
-    tp = &tables;
+    KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
+    tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
   return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, tp,
                                 Geometry(src, l.tokens, device_block_ids), Shape(out), StagingOf(out),
@@ -330,7 +355,8 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, Anch
     for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
     const std::vector<float>& dec = t->decode_table(known, rule);
     for (size_t i = 0; i < dec.size(); ++i) tables.decode[i] = dec[i];
-    tp = &tables;
+    KVT_ASSIGN_OR_RETURN(const void* staged, in.StageTables(1, &tables, sizeof(tables), stream));
+    tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
   return internal::LaunchDecode(l.scheme, stages, tp, StagingOf(in), Shape(in), Geometry(dst, l.tokens, device_block_ids),
                                 static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle);

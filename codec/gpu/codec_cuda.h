@@ -78,6 +78,10 @@ class DeviceEncodedPages {
   size_t payload_bytes() const;
   // The device word the kernels report errors through (see gpu/codec_kernels.h).
   void* status_word() const { return status_->get(); }
+  // For the launchers: a device copy of `bytes` (the lynx tables of a launch) in slot 0 (encode) or 1 (decode),
+  // uploaded on `stream` only when it differs from the slot's last contents. Valid until the next call for the
+  // slot.
+  absl::StatusOr<const void*> StageTables(int slot, const void* bytes, size_t n, CudaStream stream) const;
 
   // Copies every page back and assembles its container (header and CRC32C by the CPU codec's code).
   // Synchronizes `stream`.
@@ -97,6 +101,8 @@ class DeviceEncodedPages {
   std::unique_ptr<DeviceBuffer> buffer_;
   std::unique_ptr<DeviceBuffer> status_;
   uint8_t* base_ = nullptr;
+  mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
+  mutable std::array<std::vector<uint8_t>, 2> tables_host_;
 };
 
 // ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------

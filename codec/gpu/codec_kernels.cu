@@ -1,15 +1,16 @@
 // CUDA kernels of every codec scheme (codec_kernels.h). Each kernel performs, per value, exactly the float
 // operations of the scalar reference (codec/internal/lynx_math.h, lynx_kernels_ref.cc, baselines.cc,
-// float_formats.cc) in the same order; this file is compiled with --fmad=false so nothing is contracted. The
-// lynx family clamps with lynx_math.h's Clamp (compare-and-select); the baselines' std::fmin / std::fmax become
-// RefFmin / RefFmax, which return the first argument on ties as glibc does (the sign of a zero can reach the
-// int8/int4 metadata).
+// float_formats.cc) in the same order; this file is compiled with --fmad=false so nothing is contracted.
+// Minima, maxima and clamps use the reference's own compare-and-select forms (the sign of a zero can reach the
+// int8/int4 metadata); the fp8 group maximum, std::fmax in the reference, is RefFmax (glibc: first operand on
+// ties).
 //
 // Encode (lynx, int8, int4): one block per (page, group of 32 channels). The page's tile of that group is
 // loaded once with 16-byte loads into shared memory (pages up to 256 tokens; longer pages are read from
 // global memory twice), per-channel range and per-chunk statistics are computed by one thread per
-// (chunk, channel), then each warp codes one token row (a lane per channel) and packs every stream's bit
-// fields with shuffles into whole 32-bit words (atomicOr only on words shared with a neighbouring group).
+// (chunk, channel), then each thread codes 8 consecutive channels of a row, whose fields fill whole bytes of
+// every stream (one store per stream). With channels % 8 != 0 a warp codes a row (a lane per channel) and packs
+// the fields with shuffles into 32-bit words (atomicOr only on words shared with a neighbouring group).
 // Decode: one block per (page, 128 channels, 128 tokens); a thread decodes 8 channels of 8 consecutive tokens,
 // reading each stream's fields with one aligned load and writing the output dtype with 16-byte stores.
 #include <cuda_bf16.h>
@@ -33,13 +34,11 @@ constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
 constexpr int kDecodeTokensPerThread = 8;
 constexpr int kDecodeTileTokens = kDecodeSlices * kDecodeTokensPerThread;  // 128
 constexpr int kDecodeMinBlocks = 3;  // caps registers at 85 so three 256-thread blocks share an SM
+constexpr int kDecodeMaxTileChunks = 8;  // chunks of a tile whose parameters the block shares (chunk >= 16)
 constexpr unsigned kFull = 0xffffffffu;
 
 // ---- The reference's float semantics -------------------------------------------------------------------
 
-__device__ __forceinline__ float RefFmin(float x, float y) {
-  return x <= y ? x : (y < x ? y : (isnan(y) ? x : y));
-}
 __device__ __forceinline__ float RefFmax(float x, float y) {
   return x >= y ? x : (y > x ? y : (isnan(y) ? x : y));
 }
@@ -65,6 +64,10 @@ __device__ __forceinline__ float ChunkMu(const Frame& f, int q_mu) {
   float prod = f.half * off;
   float mu = f.centre + prod;
   return Clamp(mu, f.lo, f.hi);
+}
+__device__ __forceinline__ float SigmaFromScale(float half, float scale) {
+  const float s = half * scale;
+  return s < 3.40282347e+38f ? s : 3.40282347e+38f;
 }
 __device__ __forceinline__ float InverseSigma(float sigma) {
   if (!(sigma > 0.0f)) return 0.0f;
@@ -309,6 +312,69 @@ __device__ __forceinline__ unsigned long long Read8Fields(const uint8_t* bytes, 
 
 // ---- Encode: lynx family and uniform int8/int4 ---------------------------------------------------------
 
+// The code of one value: lynx (a0 = mu, a1 = 1 / sigma) or uniform (a0 = min, a1 = scale).
+struct LynxScalars {
+  float alpha, inv_log1p_alpha;
+  int bits, max_code, bucket_count, corrections;
+};
+
+template <bool kLynx>
+__device__ __forceinline__ uint32_t CodeOf(float x, float a0, float a1, const float* thr, const uint8_t* bucket_base,
+                                           const LynxScalars& tb, float qmax) {
+  if constexpr (kLynx) {
+    float xf = 0.0f;
+    if (a1 != 0.0f) {
+      const float d = x - a0;
+      xf = Clamp(d * a1, -1.0f, 1.0f);
+    }
+    const uint32_t neg = xf < 0.0f ? 1u : 0u;
+    const float a = fabsf(xf);
+    const int m = tb.max_code;
+    int mag;
+    if (tb.bucket_count > 0) {
+      // lynx_math.h's bucket path: j = (int)(a * bucket_count) (exact, a power of two), then the thresholds
+      // inside bucket j.
+      const int j = __float2int_rz(a * static_cast<float>(tb.bucket_count));
+      const int base = bucket_base[j];
+      mag = base;
+      for (int i = 1; i <= tb.corrections; ++i) mag += a >= thr[base + i] ? 1 : 0;
+    } else {
+      // A guess of #{k : a >= t_k} from the log curve, corrected by the thresholds themselves: exact for any
+      // guess, as t_k is non-decreasing.
+      mag = __float2int_rn(__logf(1.0f + tb.alpha * a) * tb.inv_log1p_alpha * static_cast<float>(m));
+      mag = mag < 0 ? 0 : (mag > m ? m : mag);
+      while (mag > 0 && a < thr[mag]) --mag;
+      while (mag < m && a >= thr[mag + 1]) ++mag;
+    }
+    return (neg << (tb.bits - 1)) | static_cast<uint32_t>(mag);
+  } else {
+    float q = rintf((x - a0) / a1);
+    q = q > 0.0f ? q : 0.0f;
+    q = q < qmax ? q : qmax;
+    return a1 > 0.0f ? static_cast<uint32_t>(q) : 0u;  // scale 0: a flat chunk, every code 0
+  }
+}
+
+// Stores the low 8 * w bits of v at p (aligned to w bytes when w is a power of two).
+__device__ __forceinline__ void StoreFields(uint8_t* p, unsigned long long v, int w) {
+  switch (w) {
+    case 1:
+      *p = static_cast<uint8_t>(v);
+      return;
+    case 2:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+      return;
+    case 4:
+      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+      return;
+    case 8:
+      *reinterpret_cast<unsigned long long*>(p) = v;
+      return;
+    default:
+      for (int b = 0; b < w; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
 struct EncodeParams {
   KvGeometry src;
   PageShape shape;
@@ -320,17 +386,18 @@ struct EncodeParams {
   bool centering_mean;
 };
 
-template <typename T, int VEC, bool kLynx, bool kStaged>
+template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets>
 __global__ void __launch_bounds__(kThreads)
-    EncodeGroupKernel(const EncodeParams p, const __grid_constant__ LynxDeviceTables tb) {
-  extern __shared__ float tile[];  // [tokens][kGroup] when kStaged
-  __shared__ float s_thr[128];
+    EncodeGroupKernel(const EncodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  extern __shared__ __align__(16) float tile[];  // [tokens][kGroup] when kStaged
+  __shared__ float s_thr[128 + kMaxDeviceCorrections];
+  __shared__ __align__(16) uint8_t s_bucket[kLynx ? kMaxDeviceBuckets + 16 : 16];
   __shared__ float s_sscale[256];
   __shared__ Frame s_frame[kGroup];
   __shared__ float s_red_lo[kRounds][kGroup];
   __shared__ float s_red_hi[kRounds][kGroup];
-  __shared__ float s_p0[kRounds][kGroup];  // lynx: mu; uniform: min
-  __shared__ float s_p1[kRounds][kGroup];  // lynx: 1 / sigma (InverseSigma); uniform: scale
+  __shared__ __align__(16) float s_p0[kRounds][kGroup];  // lynx: mu; uniform: min
+  __shared__ __align__(16) float s_p1[kRounds][kGroup];  // lynx: 1 / sigma (InverseSigma); uniform: scale
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -342,9 +409,15 @@ __global__ void __launch_bounds__(kThreads)
   const int nvalid = min(kGroup, channels - c0);
   const T* src = static_cast<const T*>(p.src.data);
 
+  // The tables come from device memory (coalesced); read through kernel parameters with per-thread indices
+  // they would be serialized by the constant cache.
+  LynxScalars tb{};
   if constexpr (kLynx) {
-    if (tid < 128) s_thr[tid] = tb.thresholds[tid];
-    s_sscale[tid] = tb.sigma_scale[tid];
+    tb = LynxScalars{tables->alpha, tables->inv_log1p_alpha, tables->bits, tables->max_code, tables->bucket_count,
+                     tables->corrections};
+    if (tid < 128 + kMaxDeviceCorrections) s_thr[tid] = tables->thresholds[tid];
+    s_sscale[tid] = tables->sigma_scale[tid];
+    for (int j = tid; j <= tb.bucket_count; j += kThreads) s_bucket[j] = tables->bucket_base[j];
   }
 
   // Value (t, c0 + c) from global memory; 0 (and an error) for a bad block id.
@@ -402,13 +475,43 @@ __global__ void __launch_bounds__(kThreads)
   uint8_t* meta = p.out.meta + page * p.out.meta_stride;
   const size_t chunk_values = static_cast<size_t>(p.shape.num_chunks) * channels;
 
-  // Lynx: the page-channel range first (lynx_kernels_ref.cc RefStatsRange).
+  const int chunk_len = p.shape.chunk_len;
+  const int num_chunks = p.shape.num_chunks;
+  const float qmax = static_cast<float>((1 << p.total_bits) - 1);
+  // Min and max of chunk k of channel c0 + c (the reference's compare order), checking every value is finite.
+  auto chunk_range = [&](int k, int c, float& cmin, float& cmax) {
+    const int t0 = k * chunk_len;
+    cmin = __int_as_float(0x7f800000);
+    cmax = -cmin;
+    for (int t = 0; t < chunk_len; ++t) {
+      const float x = value(t0 + t, c);
+      if (!isfinite(x)) ReportNonFinite(p.status, page, tokens, channels, t0 + t, c0 + c);
+      if constexpr (kLynx) {
+        if (x < cmin) cmin = x;
+        if (x > cmax) cmax = x;
+      } else {  // baselines.cc EncodeUniform: the second operand on ties
+        cmin = cmin < x ? cmin : x;
+        cmax = cmax > x ? cmax : x;
+      }
+    }
+  };
+  // Lynx: the page-channel range first (lynx_kernels_ref.cc RefStatsRange). When the page has at most kRounds
+  // chunks, each thread's chunk range is computed once and the channel range is their min/max (equal up to the
+  // sign of a zero, which is canonicalized); else a separate pass over the tokens.
+  const bool fused = kLynx && num_chunks <= kRounds;
+  float f_cmin = 0.0f, f_cmax = 0.0f;
   if constexpr (kLynx) {
     const int c = tid % kGroup;
     const int s = tid / kGroup;
     float lo = __int_as_float(0x7f800000);
     float hi = -lo;
-    if (c < nvalid) {
+    if (fused) {
+      if (s < num_chunks && c < nvalid) {
+        chunk_range(s, c, f_cmin, f_cmax);
+        lo = f_cmin;
+        hi = f_cmax;
+      }
+    } else if (c < nvalid) {
       for (int t = s; t < tokens; t += kRounds) {
         const float x = value(t, c);
         if (x < lo) lo = x;
@@ -434,9 +537,6 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  const int chunk_len = p.shape.chunk_len;
-  const int num_chunks = p.shape.num_chunks;
-  const float qmax = static_cast<float>((1 << p.total_bits) - 1);
   for (int k0 = 0; k0 < num_chunks; k0 += kRounds) {
     {
       const int kl = tid / kGroup;
@@ -445,18 +545,12 @@ __global__ void __launch_bounds__(kThreads)
       if (k < num_chunks && c < nvalid) {
         const int t0 = k * chunk_len;
         const size_t i = static_cast<size_t>(k) * channels + c0 + c;
-        float cmin = __int_as_float(0x7f800000);
-        float cmax = -cmin;
-        for (int t = 0; t < chunk_len; ++t) {
-          const float x = value(t0 + t, c);
-          if (!isfinite(x)) ReportNonFinite(p.status, page, tokens, channels, t0 + t, c0 + c);
-          if constexpr (kLynx) {
-            if (x < cmin) cmin = x;
-            if (x > cmax) cmax = x;
-          } else {
-            cmin = RefFmin(cmin, x);
-            cmax = RefFmax(cmax, x);
-          }
+        float cmin, cmax;
+        if (fused) {
+          cmin = f_cmin;
+          cmax = f_cmax;
+        } else {
+          chunk_range(k, c, cmin, cmax);
         }
         if constexpr (kLynx) {
           float centre;
@@ -484,7 +578,7 @@ __global__ void __launch_bounds__(kThreads)
           meta[8 * static_cast<size_t>(channels) + i] = static_cast<uint8_t>(qm);
           meta[8 * static_cast<size_t>(channels) + chunk_values + i] = static_cast<uint8_t>(qs);
           s_p0[kl][c] = mu;
-          s_p1[kl][c] = InverseSigma(f.half * s_sscale[qs]);
+          s_p1[kl][c] = InverseSigma(SigmaFromScale(f.half, s_sscale[qs]));
         } else {
           const uint16_t m16 = FloatToF16(cmin, 1);
           const float m = F16ToFloat(m16);
@@ -501,44 +595,75 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const int t_begin = k0 * chunk_len;
     const int t_end = min(num_chunks, k0 + kRounds) * chunk_len;
-    for (int t = t_begin + warp; t < t_end; t += kThreads / 32) {
-      const int kl = (t - t_begin) / chunk_len;
-      uint32_t code = 0;
-      if (lane < nvalid) {
-        const float x = value(t, lane);
-        const float a0 = s_p0[kl][lane];
-        const float a1 = s_p1[kl][lane];
-        if constexpr (kLynx) {
-          float xf = 0.0f;
-          if (a1 != 0.0f) {
-            const float d = x - a0;
-            xf = Clamp(d * a1, -1.0f, 1.0f);
+    if constexpr (kOctets) {
+      // A thread codes 8 consecutive channels of one row: their fields fill whole bytes of every stream.
+      constexpr int kPerRow = kGroup / 8;
+      const int c = 8 * (tid % kPerRow);
+      if (c < nvalid) {
+        const float inv_chunk = 1.0f / static_cast<float>(chunk_len);
+        for (int t = t_begin + tid / kPerRow; t < t_end; t += kThreads / kPerRow) {
+          // (t - t_begin) / chunk_len: exact, as t - t_begin < 2048 leaves a margin of 0.5 / chunk_len.
+          const int kl = __float2int_rz((static_cast<float>(t - t_begin) + 0.5f) * inv_chunk);
+          float x[8], a0[8], a1[8];
+          if constexpr (kStaged) {
+            const float4* tp = reinterpret_cast<const float4*>(&tile[t * kGroup + c]);
+            const float4 u = tp[0], v = tp[1];
+            x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = v.x, x[5] = v.y, x[6] = v.z, x[7] = v.w;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) x[e] = value(t, c + e);
           }
-          const uint32_t neg = xf < 0.0f ? 1u : 0u;
-          const float a = fabsf(xf);
-          const int m = tb.max_code;
-          int mag = __float2int_rn(__logf(1.0f + tb.alpha * a) * tb.inv_log1p_alpha * static_cast<float>(m));
-          mag = mag < 0 ? 0 : (mag > m ? m : mag);
-          while (mag > 0 && a < s_thr[mag]) --mag;
-          while (mag < m && a >= s_thr[mag + 1]) ++mag;
-          code = (neg << (tb.bits - 1)) | static_cast<uint32_t>(mag);
-        } else {
-          float q = 0.0f;
-          if (a1 > 0.0f) {
-            q = rintf((x - a0) / a1);
-            q = RefFmin(RefFmax(q, 0.0f), qmax);
+          const float4* p0 = reinterpret_cast<const float4*>(&s_p0[kl][c]);
+          const float4* p1 = reinterpret_cast<const float4*>(&s_p1[kl][c]);
+          const float4 m0 = p0[0], m1 = p0[1], s0 = p1[0], s1 = p1[1];
+          a0[0] = m0.x, a0[1] = m0.y, a0[2] = m0.z, a0[3] = m0.w, a0[4] = m1.x, a0[5] = m1.y, a0[6] = m1.z, a0[7] = m1.w;
+          a1[0] = s0.x, a1[1] = s0.y, a1[2] = s0.z, a1[3] = s0.w, a1[4] = s1.x, a1[5] = s1.y, a1[6] = s1.z, a1[7] = s1.w;
+          uint32_t code[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) code[e] = CodeOf<kLynx>(x[e], a0[e], a1[e], s_thr, s_bucket, tb, qmax);
+          // The 8 codes as bytes; each stream's field of every byte, gathered into 8 * w contiguous bits.
+          const uint32_t lo4 = code[0] | (code[1] << 8) | (code[2] << 16) | (code[3] << 24);
+          const uint32_t hi4 = code[4] | (code[5] << 8) | (code[6] << 16) | (code[7] << 24);
+          int shift = p.total_bits;
+          const unsigned long long octet = (static_cast<unsigned long long>(t) * channels + c0 + c) >> 3;
+          for (int s = 0; s < p.num_streams; ++s) {
+            const int w = p.stage_bits[s];
+            shift -= w;
+            const uint32_t mask = (1u << w) - 1;
+            unsigned long long packed;
+            if (w == 8) {
+              packed = lo4 | (static_cast<unsigned long long>(hi4) << 32);
+            } else if (w == 4) {
+              const uint32_t f_lo = (lo4 >> shift) & 0x0F0F0F0Fu, f_hi = (hi4 >> shift) & 0x0F0F0F0Fu;
+              packed = __byte_perm(f_lo, f_hi, 0x6420) | (__byte_perm(f_lo, f_hi, 0x7531) << 4);
+            } else if (w < 4) {
+              uint32_t acc = 0;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc |= ((code[e] >> shift) & mask) << (e * w);
+              packed = acc;
+            } else {
+              packed = 0;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) packed |= static_cast<unsigned long long>((code[e] >> shift) & mask) << (e * w);
+            }
+            StoreFields(p.out.codes[s] + page * p.out.codes_stride[s] + octet * w, packed, w);
           }
-          code = static_cast<uint32_t>(q);
         }
       }
-      int shift = p.total_bits;
-      const unsigned long long row = static_cast<unsigned long long>(t) * channels + c0;
-      for (int s = 0; s < p.num_streams; ++s) {
-        const int w = p.stage_bits[s];
-        shift -= w;
-        const uint32_t field = (code >> shift) & ((1u << w) - 1);
-        uint32_t* words = reinterpret_cast<uint32_t*>(p.out.codes[s] + page * p.out.codes_stride[s]);
-        PackRow(words, row * w, w, nvalid, field, lane);
+    } else {
+      for (int t = t_begin + warp; t < t_end; t += kThreads / 32) {
+        const int kl = (t - t_begin) / chunk_len;
+        uint32_t code = 0;
+        if (lane < nvalid) code = CodeOf<kLynx>(value(t, lane), s_p0[kl][lane], s_p1[kl][lane], s_thr, s_bucket, tb, qmax);
+        int shift = p.total_bits;
+        const unsigned long long row = static_cast<unsigned long long>(t) * channels + c0;
+        for (int s = 0; s < p.num_streams; ++s) {
+          const int w = p.stage_bits[s];
+          shift -= w;
+          const uint32_t field = (code >> shift) & ((1u << w) - 1);
+          uint32_t* words = reinterpret_cast<uint32_t*>(p.out.codes[s] + page * p.out.codes_stride[s]);
+          PackRow(words, row * w, w, nvalid, field, lane);
+        }
       }
     }
     __syncthreads();
@@ -601,6 +726,18 @@ __global__ void __launch_bounds__(kThreads) EncodeRowKernel(const EncodeParams p
 
 // ---- Decode ----------------------------------------------------------------------------------------------
 
+// VEC consecutive floats of shared memory (16-byte aligned when VEC == 8).
+template <int VEC>
+__device__ __forceinline__ void LoadShared(const float* p, float* out) {
+  if constexpr (VEC == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+  }
+}
+
 enum class Kind { kBf16, kUniform, kFp8, kLynx };
 
 struct DecodeParams {
@@ -616,13 +753,21 @@ struct DecodeParams {
 // Block (channel group of 16 * VEC, token tile of 128, page); thread (vector j, slice s) decodes channels
 // [c, c + VEC) of 8 consecutive tokens.
 template <typename OutT, int VEC, Kind kKind>
-__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const DecodeParams p, const __grid_constant__ LynxDeviceTables tb) {
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  constexpr int kGroupChannels = kDecodeVecThreads * VEC;
+  constexpr bool kChunked = kKind == Kind::kLynx || kKind == Kind::kUniform;
   __shared__ float s_table[256];  // lynx: decode table; fp8: e4m3 values
   __shared__ float s_sscale[256];
+  // The tile's chunk parameters, computed once per (chunk, channel) by the block: lynx (mu, sigma),
+  // uniform (min, scale). Used when the tile spans at most kDecodeMaxTileChunks chunks.
+  __shared__ __align__(16) float s_p0[kChunked ? kDecodeMaxTileChunks : 1][kGroupChannels];
+  __shared__ __align__(16) float s_p1[kChunked ? kDecodeMaxTileChunks : 1][kGroupChannels];
+  __shared__ __align__(16) float s_lo[kKind == Kind::kLynx ? kGroupChannels : 1];
+  __shared__ __align__(16) float s_hi[kKind == Kind::kLynx ? kGroupChannels : 1];
   const int tid = threadIdx.x;
   if constexpr (kKind == Kind::kLynx) {
-    s_table[tid] = tb.decode[tid];
-    s_sscale[tid] = tb.sigma_scale[tid];
+    s_table[tid] = tables->decode[tid];
+    s_sscale[tid] = tables->sigma_scale[tid];
   } else if constexpr (kKind == Kind::kFp8) {
     s_table[tid] = E4m3IsNan(tid) ? 0.0f : E4m3ToFloat(tid);
   }
@@ -631,25 +776,48 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   const int page = blockIdx.z;
   const int tokens = p.shape.tokens;
   const int channels = p.shape.channels;
-  const int c = (blockIdx.x * kDecodeVecThreads + tid % kDecodeVecThreads) * VEC;
-  const int t_first = blockIdx.y * kDecodeTileTokens + (tid / kDecodeVecThreads) * kDecodeTokensPerThread;
-  if (c >= channels) return;
+  const int cg0 = blockIdx.x * kGroupChannels;
+  const int c = cg0 + (tid % kDecodeVecThreads) * VEC;
+  const int t_tile = blockIdx.y * kDecodeTileTokens;
+  const int t_first = t_tile + (tid / kDecodeVecThreads) * kDecodeTokensPerThread;
   const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
   const size_t chunk_values = static_cast<size_t>(p.shape.num_chunks) * channels;
   OutT* dst = static_cast<OutT*>(p.dst.data);
-
-  // Per-channel state: lynx range (lo, hi) and the current chunk's (p0, p1).
-  float lo[VEC], hi[VEC], p0[VEC], p1[VEC];
-  if constexpr (kKind == Kind::kLynx) {
-    bool bad = false;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      lo[e] = reinterpret_cast<const float*>(meta)[c + e];
-      hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
-      if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
+  const int k_first = t_tile / p.shape.chunk_len;
+  const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
+  const bool shared_params = kChunked && tile_chunks <= kDecodeMaxTileChunks;
+  if (shared_params) {
+    for (int idx = tid; idx < tile_chunks * kGroupChannels; idx += kThreads) {
+      const int kk = idx / kGroupChannels;
+      const int cc = idx - kk * kGroupChannels;
+      const int ca = cg0 + cc;
+      if (ca >= channels) continue;
+      const size_t mi = static_cast<size_t>(k_first + kk) * channels + ca;
+      if constexpr (kKind == Kind::kLynx) {
+        const float l = reinterpret_cast<const float*>(meta)[ca];
+        const float h = reinterpret_cast<const float*>(meta)[channels + ca];
+        if (kk == 0) {
+          if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
+          s_lo[cc] = l;
+          s_hi[cc] = h;
+        }
+        const Frame f = MakeFrame(l, h);
+        s_p0[kk][cc] = ChunkMu(f, meta[8 * static_cast<size_t>(channels) + mi]);
+        s_p1[kk][cc] = SigmaFromScale(f.half, s_sscale[meta[8 * static_cast<size_t>(channels) + chunk_values + mi]]);
+      } else if constexpr (kKind == Kind::kUniform) {
+        const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi];
+        const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi];
+        if (((m16 >> 10) & 0x1F) == 0x1F || ((s16 >> 10) & 0x1F) == 0x1F) atomicOr(&p.status->errors, kErrBadFp16Meta);
+        s_p0[kk][cc] = F16ToFloat(m16);
+        s_p1[kk][cc] = F16ToFloat(s16);
+      }
     }
-    if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);
   }
+  __syncthreads();
+  if (c >= channels) return;
+
+  // Per token: the lynx range (lo, hi) and the chunk's (p0, p1) of the thread's channels.
+  float lo[VEC], hi[VEC], p0[VEC], p1[VEC];
   // Lynx and uniform, 8 channels per thread: first every stream's fields of the thread's 8 tokens (independent
   // loads, all in flight together), merged into one code prefix byte per value.
   constexpr bool kPrefetch = (kKind == Kind::kLynx || kKind == Kind::kUniform) && VEC == 8;
@@ -669,29 +837,49 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
       const unsigned long long mask = (1ull << w) - 1;
 #pragma unroll
       for (int i = 0; i < kDecodeTokensPerThread; ++i) {
-        unsigned long long spread = 0;
+        unsigned long long spread;
+        if (w == 8) {
+          spread = bits[i];
+        } else if (w == 4) {  // nibbles 0..7 to bytes 0..7
+          const uint32_t x = static_cast<uint32_t>(bits[i]);
+          const uint32_t even = x & 0x0F0F0F0Fu, odd = (x >> 4) & 0x0F0F0F0Fu;
+          spread = __byte_perm(even, odd, 0x5140) | (static_cast<unsigned long long>(__byte_perm(even, odd, 0x7362)) << 32);
+        } else {
+          spread = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) spread |= ((bits[i] >> (e * w)) & mask) << (8 * e);
+          for (int e = 0; e < 8; ++e) spread |= ((bits[i] >> (e * w)) & mask) << (8 * e);
+        }
         pre[i] = (pre[i] << w) | spread;  // prefixes stay below 2^8: no byte overflows into the next
       }
     }
   }
-  int cur_k = -1;
 #pragma unroll
   for (int i = 0; i < kDecodeTokensPerThread; ++i) {
     const int t = t_first + i;
     if (t >= tokens) continue;
     const int k = t / p.shape.chunk_len;
-    if (k != cur_k && (kKind == Kind::kLynx || kKind == Kind::kUniform)) {
-      cur_k = k;
+    if (kChunked && shared_params) {
+      const int kk = k - k_first;
+      LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
+      LoadShared<VEC>(&s_p1[kk][c - cg0], p1);
+      if constexpr (kKind == Kind::kLynx) {
+        LoadShared<VEC>(&s_lo[c - cg0], lo);
+        LoadShared<VEC>(&s_hi[c - cg0], hi);
+      }
+    } else if (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
       const size_t mi = static_cast<size_t>(k) * channels + c;
       if constexpr (kKind == Kind::kLynx) {
+        bool bad = false;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
+          lo[e] = reinterpret_cast<const float*>(meta)[c + e];
+          hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
+          if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
           const Frame f = MakeFrame(lo[e], hi[e]);
           p0[e] = ChunkMu(f, meta[8 * static_cast<size_t>(channels) + mi + e]);
-          p1[e] = f.half * s_sscale[meta[8 * static_cast<size_t>(channels) + chunk_values + mi + e]];
+          p1[e] = SigmaFromScale(f.half, s_sscale[meta[8 * static_cast<size_t>(channels) + chunk_values + mi + e]]);
         }
+        if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);
       } else {
         bool bad = false;
 #pragma unroll
@@ -783,19 +971,26 @@ absl::Status LaunchError(const char* kernel) {
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <typename T, int VEC, bool kLynx>
-absl::Status LaunchGroupEncode(const EncodeParams& p, const LynxDeviceTables& tb, cudaStream_t stream) {
+absl::Status LaunchGroupEncode(const EncodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
   const dim3 grid((p.shape.channels + kGroup - 1) / kGroup, p.shape.num_pages);
+  const bool octets = p.shape.channels % 8 == 0;
   if (p.shape.tokens <= kMaxStagedTokens) {
     const size_t smem = static_cast<size_t>(p.shape.tokens) * kGroup * sizeof(float);
-    EncodeGroupKernel<T, VEC, kLynx, true><<<grid, kThreads, smem, stream>>>(p, tb);
+    if (octets) {
+      EncodeGroupKernel<T, VEC, kLynx, true, true><<<grid, kThreads, smem, stream>>>(p, tb);
+    } else {
+      EncodeGroupKernel<T, VEC, kLynx, true, false><<<grid, kThreads, smem, stream>>>(p, tb);
+    }
+  } else if (octets) {
+    EncodeGroupKernel<T, VEC, kLynx, false, true><<<grid, kThreads, 0, stream>>>(p, tb);
   } else {
-    EncodeGroupKernel<T, VEC, kLynx, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    EncodeGroupKernel<T, VEC, kLynx, false, false><<<grid, kThreads, 0, stream>>>(p, tb);
   }
   return LaunchError(kLynx ? "EncodeGroupKernel<lynx>" : "EncodeGroupKernel<uniform>");
 }
 
 template <typename T>
-absl::Status LaunchEncodeTyped(SchemeKind kind, const EncodeParams& p, const LynxDeviceTables& tb,
+absl::Status LaunchEncodeTyped(SchemeKind kind, const EncodeParams& p, const LynxDeviceTables* tb,
                                cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = p.src.head_dim % kVec == 0 && Aligned16(p.src.data);
@@ -820,7 +1015,7 @@ absl::Status LaunchEncodeTyped(SchemeKind kind, const EncodeParams& p, const Lyn
 }
 
 template <typename OutT, Kind kKind>
-absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables& tb, cudaStream_t stream) {
+absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
   const bool vec = p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data);
   const dim3 tiles(0, (p.shape.tokens + kDecodeTileTokens - 1) / kDecodeTileTokens, p.shape.num_pages);
   if (vec) {
@@ -834,7 +1029,7 @@ absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables& tb,
 }
 
 template <typename OutT>
-absl::Status LaunchDecodeTyped(SchemeKind kind, const DecodeParams& p, const LynxDeviceTables& tb,
+absl::Status LaunchDecodeTyped(SchemeKind kind, const DecodeParams& p, const LynxDeviceTables* tb,
                                cudaStream_t stream) {
   switch (kind) {
     case SchemeKind::kBf16:
@@ -866,17 +1061,20 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.centering_mean = centering_mean;
-  // Streams whose rows do not start on 32-bit words share boundary words between groups: zero them first.
+  // With channels % 8 != 0 the warp-per-row packer runs, and streams whose rows do not start on 32-bit words
+  // share boundary words between groups, which it ORs in: zero those streams first.
   if (scheme.kind == SchemeKind::kLynx || scheme.kind == SchemeKind::kInt8 || scheme.kind == SchemeKind::kInt4) {
     for (int i = 0; i < p.num_streams; ++i) {
-      if ((static_cast<size_t>(shape.channels) * p.stage_bits[i]) % 32 != 0) {
+      if (shape.channels % 8 != 0 && (static_cast<size_t>(shape.channels) * p.stage_bits[i]) % 32 != 0) {
         const cudaError_t e = cudaMemsetAsync(out.codes[i], 0, out.codes_stride[i] * shape.num_pages, stream);
         if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaMemsetAsync: ", cudaGetErrorName(e)));
       }
     }
   }
-  static const LynxDeviceTables kNoTables{};
-  const LynxDeviceTables& tb = tables != nullptr ? *tables : kNoTables;
+  const LynxDeviceTables* tb = tables;
+  if ((scheme.kind == SchemeKind::kLynx) != (tb != nullptr)) {
+    return absl::InternalError("lynx launches need device tables, other schemes none");
+  }
   switch (src.dtype) {
     case DType::kFloat32:
       return LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
@@ -900,8 +1098,10 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTabl
   p.total_bits = 0;
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < scheme.num_streams() ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < scheme.num_streams(); ++i) p.total_bits += scheme.stage_bits[i];
-  static const LynxDeviceTables kNoTables{};
-  const LynxDeviceTables& tb = tables != nullptr ? *tables : kNoTables;
+  const LynxDeviceTables* tb = tables;
+  if ((scheme.kind == SchemeKind::kLynx) != (tb != nullptr)) {
+    return absl::InternalError("lynx launches need device tables, other schemes none");
+  }
   switch (dst.dtype) {
     case DType::kFloat32:
       return LaunchDecodeTyped<float>(scheme.kind, p, tb, stream);

@@ -57,9 +57,16 @@ enum DeviceError : unsigned int {
 };
 inline constexpr unsigned long long kNoNonFinite = ~0ull;
 
-// The lynx family's tables for one (alpha, bits), as lynx_math.h builds them. Passed to kernels by value.
+// The lynx family's tables for one (alpha, bits), as lynx_math.h builds them, in device memory for a launch.
+inline constexpr int kMaxDeviceBuckets = 4096;
+inline constexpr int kMaxDeviceCorrections = 8;
 struct LynxDeviceTables {
-  float thresholds[128];   // [k] for k in 1..M, +inf past M; [0] = 0
+  float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
+  // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need
+  // more than kMaxDeviceBuckets buckets or kMaxDeviceCorrections corrections (then a log guess is corrected).
+  uint8_t bucket_base[kMaxDeviceBuckets + 1];
+  int bucket_count;
+  int corrections;
   float sigma_scale[256];
   float decode[256];       // decode_table(known, rule) for the decode launch; unused by encode
   float alpha;
@@ -68,12 +75,14 @@ struct LynxDeviceTables {
   int max_code;
 };
 
-// Encodes every page of the batch. centering_mean: Centering::kMean. `status` is device memory.
+// Encodes every page of the batch. centering_mean: Centering::kMean. `status` and `tables` (lynx only, else
+// null) are device memory.
 absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxDeviceTables* tables,
                           const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
                           void* stream);
 
-// Decodes streams [0, stages) of every page into dst. `tables` holds the decode table for `stages`.
+// Decodes streams [0, stages) of every page into dst. `tables` (device memory; lynx only, else null) holds the
+// decode table for `stages`.
 absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
                           const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream);
 

@@ -5,7 +5,7 @@
 // Bytes counted = bytes read + bytes written (the copy: 2 x size; encode: the bf16 input + the encoded
 // payload; decode: the payload of the stages used + the bf16 output).
 //
-//   bazel run -c opt //codec/gpu:gpu_codec_benchmark            (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
+//   bazel run -c opt //codec/gpu:gpu_codec_benchmark [scheme ...]   (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -68,7 +68,7 @@ double MedianMs(CudaStream stream, Run run) {
 
 double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
 
-void Run() {
+void Run(const std::vector<std::string>& only) {
   const int devices = ValueOrDie(CudaDeviceCount());
   if (devices == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -121,7 +121,7 @@ void Run() {
 
   const std::vector<std::string> schemes = {"bf16",      "int8",      "int4",        "fp8",   "lynx",    "lynx-a2r6",
                                             "lynx-a3r5", "lynx-a4r4", "lynx-a2r2r4", "lynx8", "lynx4"};
-  for (const std::string& name : schemes) {
+  for (const std::string& name : only.empty() ? schemes : only) {
     const Scheme scheme = ValueOrDie(ParseScheme(name));
     CodecOptions options;
     ContainerLayout layout;
@@ -171,7 +171,8 @@ void Run() {
 }  // namespace
 }  // namespace kvt::codec::gpu
 
-int main() {
-  kvt::codec::gpu::Run();
+// Arguments, if any, name the schemes to run (default: all standard ones).
+int main(int argc, char** argv) {
+  kvt::codec::gpu::Run(std::vector<std::string>(argv + 1, argv + argc));
   return 0;
 }

@@ -4,7 +4,8 @@
 #   tools/gpu/run_gpu.sh prepare   # here: bazel build -c opt the two binaries, copy them and every shared library
 #                                  # they need beyond glibc/libstdc++ into .gpu/ (git-ignored)
 #   tools/gpu/run_gpu.sh device    # there, from the repo root: tests, then a short compute-sanitizer memcheck,
-#                                  # then the benchmark; logs under $OUT (default ./.gpu/out)
+#                                  # then the benchmark; logs under $OUT (default ./.gpu/out).
+#                                  # KVT_GPU_PROFILE=1 adds an Nsight Compute summary of one lynx encode/decode.
 #
 # With the device tool: run "tools/gpu/run_gpu.sh prepare" here, then
 #   run(kind="nvidia-h100-x1", carry=[".gpu"], command="bash tools/gpu/run_gpu.sh device")
@@ -17,11 +18,14 @@ TARGETS=(//codec/gpu:codec_cuda_test //codec/gpu:gpu_codec_benchmark)
 
 prepare() {
   bazel build -c opt "${TARGETS[@]}"
+  # The opt output tree itself: the bazel-bin symlink follows whichever build ran last (other users' too).
+  local out
+  out="$(bazel info -c opt bazel-bin 2>/dev/null)"
   rm -rf .gpu/bin .gpu/lib
   mkdir -p .gpu/bin .gpu/lib
   local bin
   for bin in codec_cuda_test gpu_codec_benchmark; do
-    cp -f "bazel-bin/codec/gpu/${bin}" .gpu/bin/
+    cp -f "${out}/codec/gpu/${bin}" .gpu/bin/
     chmod u+w ".gpu/bin/${bin}"
   done
   # Every resolved library except the C runtime and libstdc++/libgcc, which the GPU machine's newer Ubuntu has.
@@ -54,11 +58,16 @@ device() {
       && echo "memcheck: clean" || { echo "memcheck: exit $? (see memcheck.log)"; tail -n 20 "$out/memcheck.log"; }
   fi
   .gpu/bin/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark.log" || rc=1
+  if [ "${KVT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then  # one lynx encode and decode, profiled
+    timeout 120 ncu --section SpeedOfLight --section Occupancy --launch-skip 8 --launch-count 1 \
+      -k regex:'EncodeGroupKernel|DecodeKernel' .gpu/bin/gpu_codec_benchmark lynx >"$out/ncu.log" 2>&1 || true
+    grep -E "EncodeGroupKernel|DecodeKernel|Throughput|Duration|Achieved Occupancy|Registers" "$out/ncu.log" | head -40
+  fi
   return $rc
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
