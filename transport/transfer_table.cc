@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "transport/internal/detached_status.h"
 #include "transport/internal/range_set.h"
 #include "transport/internal/mutex.h"
 
@@ -53,9 +54,9 @@ struct TransferTable::Entry {
     }
     return nullptr;
   }
-  void FailWith(absl::Status s) {
+  void FailWith(const absl::Status& s) {
     if (!status.ok()) return;
-    status = std::move(s);
+    status = internal::Detached(s);
     ready.clear();  // chunks return their credit as they are destroyed
     for (InboundStream& st : streams) st.held.clear();
   }
@@ -132,8 +133,8 @@ bool TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> pay
     e.delivered_bytes += c.header.length;
     const bool stream_complete = s->next_deliver == s->bounds.length;
     const bool transfer_complete = e.delivered_bytes == e.total_bytes;
-    e.ready.emplace_back(c.header, std::move(c.payload), stream_complete, transfer_complete, c.credit_bytes,
-                         std::move(c.credit));
+    e.ready.emplace_back(c.header, std::move(c.payload), stream_complete, transfer_complete, next_arrival_++,
+                         c.credit_bytes, std::move(c.credit));
     c.credit = nullptr;
     s->held.erase(s->held.begin());
   }
@@ -174,7 +175,7 @@ absl::StatusOr<ReceivedChunk> TransferTable::Receive(uint64_t id, absl::Duration
         absl::StrFormat("no chunk of transfer %d within %s", id, absl::FormatDuration(timeout)));
   }
   if (!e->status.ok()) {
-    absl::Status s = e->status;
+    absl::Status s = internal::Detached(e->status);
     auto again = entries_.find(id);
     if (again != entries_.end() && again->second == entry) entries_.erase(again);
     return s;

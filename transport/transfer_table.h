@@ -60,6 +60,7 @@ class TransferTable {
 
   mutable internal::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvt::transport

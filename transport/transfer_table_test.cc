@@ -46,6 +46,7 @@ TEST(TransferTableTest, ChunksAreHandedOutInOffsetOrderEvenWhenTheyArriveOutOfOr
     auto c = table.Receive(1, absl::Seconds(1));
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->header().offset, expected);
+    EXPECT_EQ(c->arrival_sequence(), expected / 10);
     EXPECT_EQ(c->payload()[0], expected / 10);
     EXPECT_EQ(c->transfer_complete(), expected == 20);
   }

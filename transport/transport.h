@@ -70,11 +70,13 @@ class CreditReturn {
 class ReceivedChunk {
  public:
   ReceivedChunk(ChunkHeader header, std::unique_ptr<uint8_t[]> payload, bool stream_complete,
-                bool transfer_complete, int64_t credit_bytes, std::shared_ptr<CreditReturn> credit)
+                bool transfer_complete, uint64_t arrival_sequence, int64_t credit_bytes,
+                std::shared_ptr<CreditReturn> credit)
       : header_(header),
         payload_(std::move(payload)),
         stream_complete_(stream_complete),
         transfer_complete_(transfer_complete),
+        arrival_sequence_(arrival_sequence),
         credit_bytes_(credit_bytes),
         credit_(std::move(credit)) {}
   ReceivedChunk(ReceivedChunk&&) = default;
@@ -84,6 +86,7 @@ class ReceivedChunk {
     payload_ = std::move(o.payload_);
     stream_complete_ = o.stream_complete_;
     transfer_complete_ = o.transfer_complete_;
+    arrival_sequence_ = o.arrival_sequence_;
     credit_bytes_ = o.credit_bytes_;
     credit_ = std::move(o.credit_);
     return *this;
@@ -95,6 +98,9 @@ class ReceivedChunk {
   // The last chunk of its (page, stage) stream / of the whole transfer. Chunks of one stream come in offset order.
   bool stream_complete() const { return stream_complete_; }
   bool transfer_complete() const { return transfer_complete_; }
+  // Position of this chunk among all chunks this transport handed to consumers (0, 1, 2, ... across every
+  // transfer and link): the order they arrived in, whichever thread reads them.
+  uint64_t arrival_sequence() const { return arrival_sequence_; }
 
  private:
   void ReleaseCredit() {
@@ -106,6 +112,7 @@ class ReceivedChunk {
   std::unique_ptr<uint8_t[]> payload_;
   bool stream_complete_;
   bool transfer_complete_;
+  uint64_t arrival_sequence_;
   int64_t credit_bytes_;
   std::shared_ptr<CreditReturn> credit_;
 };

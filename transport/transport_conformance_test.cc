@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -150,9 +151,9 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
   ASSERT_TRUE(receiver_->Expect(1, {{0, 0, a_anchor.size()}, {0, 1, a_residual.size()}}).ok());
   ASSERT_TRUE(receiver_->Expect(2, {{0, 0, b_anchor.size()}, {0, 1, b_residual.size()}}).ok());
 
-  // Every received chunk gets a global sequence number, so the test can count what overtook what.
+  // Each chunk is logged with its arrival sequence, so the check sees wire order, not reader scheduling.
   internal::Mutex mu;
-  std::vector<std::pair<uint64_t, int>> log;  // (transfer, stage) in arrival order
+  std::vector<std::tuple<uint64_t, uint64_t, int>> log;  // (arrival sequence, transfer, stage)
   std::atomic<bool> a_residual_started{false};
   auto drain = [&](uint64_t id) {
     while (true) {
@@ -160,7 +161,7 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
       if (!c.ok()) return;
       {
         internal::MutexLock lock(&mu);
-        log.emplace_back(id, c->header().stage);
+        log.emplace_back(c->arrival_sequence(), id, c->header().stage);
       }
       if (id == 1 && c->header().stage == 1) a_residual_started = true;
       if (c->transfer_complete()) return;
@@ -170,11 +171,7 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
   auto a = sender_->Send(peer_, 1, {{0, 0, a_anchor}, {0, 1, a_residual}});
   ASSERT_TRUE(a.ok()) << a.status();
   while (!a_residual_started) absl::SleepFor(absl::Milliseconds(1));
-  size_t logged_at_submit;
-  {
-    internal::MutexLock lock(&mu);
-    logged_at_submit = log.size();
-  }
+  const uint64_t arrived_at_submit = receiver_->stats().chunks_received;
   auto b = sender_->Send(peer_, 2, {{0, 0, b_anchor}, {0, 1, b_residual}});
   ASSERT_TRUE(b.ok()) << b.status();
   rx_a.join();
@@ -183,16 +180,28 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
   ASSERT_TRUE((*b)->Wait().ok());
 
   ASSERT_EQ(log.size(), 4u + 48u + 8u + 8u);
-  size_t b_anchor_done = 0, a_residual_done = 0, a_residual_after_submit = 0, b_anchor_seen = 0;
+  std::sort(log.begin(), log.end());
+  size_t b_anchor_first = log.size(), b_anchor_done = 0, a_residual_done = 0, b_anchor_seen = 0;
   for (size_t i = 0; i < log.size(); ++i) {
-    if (log[i] == std::make_pair(uint64_t{2}, 0) && ++b_anchor_seen == 8) b_anchor_done = i;
-    if (log[i] == std::make_pair(uint64_t{1}, 1)) a_residual_done = i;
+    ASSERT_EQ(std::get<0>(log[i]), i) << "arrival sequences are dense";
+    const auto [seq, id, stage] = log[i];
+    if (id == 2 && stage == 0) {
+      b_anchor_first = std::min(b_anchor_first, i);
+      if (++b_anchor_seen == 8) b_anchor_done = i;
+    }
+    if (id == 1 && stage == 1) a_residual_done = i;
   }
-  for (size_t i = logged_at_submit; i < b_anchor_done; ++i) {
-    if (log[i] == std::make_pair(uint64_t{1}, 1)) ++a_residual_after_submit;
+  size_t a_residual_after_submit = 0, a_residual_inside_b_anchor = 0;
+  for (size_t i = arrived_at_submit; i < b_anchor_done; ++i) {
+    if (std::get<1>(log[i]) == 1 && std::get<2>(log[i]) == 1) {
+      ++a_residual_after_submit;
+      if (i > b_anchor_first) ++a_residual_inside_b_anchor;
+    }
   }
   EXPECT_LT(b_anchor_done, a_residual_done) << "B's anchor must finish while A's residual is still going";
-  // Only chunks already paced onto the wire (the bucket's burst) plus the one in progress may slip in between.
+  // Once B's anchor is moving, no residual chunk comes between its chunks...
+  EXPECT_EQ(a_residual_inside_b_anchor, 0u);
+  // ... and before it, only chunks already paced onto the wire (the bucket's burst) plus one in progress.
   EXPECT_LE(a_residual_after_submit, 4u);
   EXPECT_EQ(sender_->stats().promoted_chunks_sent, 0u);
 }
@@ -233,6 +242,7 @@ TEST_P(TransportTest, ThrottledLinkDeliversCloseToTheConfiguredRate) {
   std::vector<std::vector<uint8_t>> got(1);
   ASSERT_TRUE(ReceiveAll(*receiver_, 9, got, {{0, 0, data.size()}}).ok());
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  ASSERT_TRUE((*h)->Wait().ok());
   const double rate = data.size() / seconds;
   // The first burst (two chunks) goes at once; everything else is paced.
   EXPECT_LT(rate, 1.15 * o.rate_bytes_per_second) << seconds << " s";

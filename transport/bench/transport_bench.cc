@@ -188,6 +188,7 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
       t.seconds = seconds;
       t.goodput_gbps = bytes / seconds / kBytesPerGbit;
       t.ratio = t.goodput_gbps / gbps;
+      t.above_unthrottled = gbps > report.unthrottled.back().goodput_gbps;
       report.throttled.push_back(t);
     }
     // 3. Anchor first: a residual transfer is queued, then an anchor transfer right after it.
@@ -251,8 +252,9 @@ std::string FormatTransportBenchTable(const TransportBenchReport& r) {
   absl::StrAppendFormat(&out, "%-10s %10s %10s %9s %15s %7s\n", "transport", "R Gbit/s", "bytes", "seconds",
                         "goodput Gbit/s", "ratio");
   for (const auto& t : r.throttled) {
-    absl::StrAppendFormat(&out, "%-10s %10.2f %8.0fMi %9.3f %15.3f %7.3f\n", t.transport, t.rate_gbps,
-                          t.bytes / 1048576.0, t.seconds, t.goodput_gbps, t.ratio);
+    absl::StrAppendFormat(&out, "%-10s %10.2f %8.0fMi %9.3f %15.3f %7.3f%s\n", t.transport, t.rate_gbps,
+                          t.bytes / 1048576.0, t.seconds, t.goodput_gbps, t.ratio,
+                          t.above_unthrottled ? "  (R above this transport's unthrottled goodput)" : "");
   }
   absl::StrAppend(&out,
                   "\nAnchor first (residual queued, anchor queued right after; target: anchor <= "
@@ -290,7 +292,8 @@ std::string FormatTransportBenchJson(const TransportBenchReport& r) {
                               {"bytes", t.bytes},
                               {"seconds", t.seconds},
                               {"goodput_gbps", t.goodput_gbps},
-                              {"ratio", t.ratio}});
+                              {"ratio", t.ratio},
+                              {"above_unthrottled", t.above_unthrottled}});
   }
   j["anchor_first"] = nlohmann::json::array();
   for (const auto& a : r.anchor_first) {

@@ -58,6 +58,8 @@ struct TransportBenchReport {
     double seconds = 0;
     double goodput_gbps = 0;
     double ratio = 0;  // goodput / rate
+    // R exceeds what the same transport reached unthrottled in this run: the ratio measures the machine then.
+    bool above_unthrottled = false;
   };
   struct AnchorFirst {
     std::string transport;

@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabili
   engine->thread_ = std::thread([e, started, make_wire = std::move(make_wire)]() mutable {
     auto wire = make_wire(e, [e] { e->Wake(); });
     if (!wire.ok()) {
-      started->status = wire.status();
+      started->status = Detached(wire.status());
       started->done.Notify();
       return;
     }
@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabili
   });
   started->done.WaitForNotification();
   if (!started->status.ok()) {
-    engine->thread_.join();
+    engine->thread_.join();  // the thread has released its references to the status
     {
       internal::MutexLock lock(&engine->cmd_mu_);
       engine->stopping_ = true;
@@ -368,7 +368,7 @@ void Engine::LinkDown(PeerLink& link, absl::Status status) {
   table_.FailLink(link.id, status);
   auto waiter = connect_waiters_.find(link.id);
   if (waiter != connect_waiters_.end()) {
-    waiter->second->status = status;
+    waiter->second->status = Detached(status);
     waiter->second->done.Notify();
     connect_waiters_.erase(waiter);
   }
@@ -597,7 +597,7 @@ absl::StatusOr<PeerId> Engine::Connect(const std::string& address, absl::Duratio
           absl::StrFormat("no answer from %s within %s", address, absl::FormatDuration(timeout)));
     }
   }
-  if (!waiter->status.ok()) return waiter->status;
+  if (!waiter->status.ok()) return Detached(waiter->status);
   return *id;
 }
 

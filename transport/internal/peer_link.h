@@ -16,6 +16,7 @@
 #include "transport/lane_scheduler.h"
 #include "transport/token_bucket.h"
 #include "transport/transport.h"
+#include "transport/internal/detached_status.h"
 #include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
@@ -39,7 +40,7 @@ class SendState final : public SendHandle {
   absl::Status Wait() override {
     internal::MutexLock lock(&mu_);
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
-    return status_;
+    return Detached(status_);
   }
   bool WaitFor(absl::Duration timeout) override {
     internal::MutexLock lock(&mu_);
@@ -52,7 +53,7 @@ class SendState final : public SendHandle {
   void Finish(absl::Status status) {
     internal::MutexLock lock(&mu_);
     if (done_) return;
-    status_ = std::move(status);
+    status_ = Detached(status);
     done_ = true;
   }
 
