@@ -129,7 +129,7 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
   }
   d.bucket_count = 0;
   d.corrections = 0;
-  if (t.bucket_count <= internal::kMaxDeviceBuckets && t.corrections <= internal::kMaxDeviceCorrections) {
+  if (t.bucket_count <= internal::kMaxDeviceBuckets && t.corrections == 1) {
     d.bucket_count = t.bucket_count;
     d.corrections = t.corrections;
     for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);

@@ -336,8 +336,7 @@ __device__ __forceinline__ uint32_t CodeOf(float x, float a0, float a1, const fl
       // inside bucket j.
       const int j = __float2int_rz(a * static_cast<float>(tb.bucket_count));
       const int base = bucket_base[j];
-      mag = base;
-      for (int i = 1; i <= tb.corrections; ++i) mag += a >= thr[base + i] ? 1 : 0;
+      mag = base + (a >= thr[base + 1] ? 1 : 0);  // the host enables this path only with one correction
     } else {
       // A guess of #{k : a >= t_k} from the log curve, corrected by the thresholds themselves: exact for any
       // guess, as t_k is non-decreasing.
@@ -430,35 +429,40 @@ __global__ void __launch_bounds__(kThreads)
     return ToFloat<T>(src[ChannelOffset(p.src, base, c0 + c)]);
   };
   if constexpr (kStaged) {
-    const int vpr = nvalid / VEC;
-    const int total = tokens * vpr;
+    // Row offsets first (one block-id lookup and division per token), then the tile: thread tid always loads
+    // the same VEC channels, of rows tid / kPerRow + u * kRowsPerPass, so no division per vector.
+    __shared__ long long s_row[kMaxStagedTokens];  // element offset of the row, or -1 for a bad block id
+    for (int t = tid; t < tokens; t += kThreads) {
+      size_t base;
+      s_row[t] = RowBase(p.src, channels, page, t, base) ? static_cast<long long>(base) : -1;
+    }
+    __syncthreads();
+    constexpr int kPerRow = kGroup / VEC;
+    constexpr int kRowsPerPass = kThreads / kPerRow;
+    const int j = tid % kPerRow;
+    const bool active = j * VEC < nvalid;
+    const size_t coff = ChannelOffset(p.src, 0, c0 + j * VEC);
     constexpr int kBatch = 4;
-    for (int i0 = tid; i0 < total; i0 += kThreads * kBatch) {
+    for (int t0 = tid / kPerRow; t0 < tokens; t0 += kRowsPerPass * kBatch) {
       float v[kBatch][VEC];
-      int slot[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const int i = i0 + u * kThreads;
-        slot[u] = -1;
-        if (i < total) {
-          const int t = i / vpr;
-          const int j = i - t * vpr;
-          slot[u] = t * kGroup + j * VEC;
-          size_t base;
-          if (RowBase(p.src, channels, page, t, base)) {
-            LoadVec<T, VEC>(src + ChannelOffset(p.src, base, c0 + j * VEC), v[u]);
-          } else {
-            atomicOr(&p.status->errors, kErrBadBlockId);
+        const int t = t0 + u * kRowsPerPass;
+        const long long base = active && t < tokens ? s_row[t] : -2;
+        if (base >= 0) {
+          LoadVec<T, VEC>(src + static_cast<size_t>(base) + coff, v[u]);
+        } else {
+          if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
-          }
+          for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
         }
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        if (slot[u] >= 0) {
+        const int t = t0 + u * kRowsPerPass;
+        if (active && t < tokens) {
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) tile[slot[u] + e] = v[u][e];
+          for (int e = 0; e < VEC; ++e) tile[t * kGroup + j * VEC + e] = v[u][e];
         }
       }
     }
@@ -853,11 +857,19 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
       }
     }
   }
+  // Cursors over the thread's consecutive tokens: chunk and block advance without a division per token.
+  int kc = t_first / p.shape.chunk_len, kr = t_first - kc * p.shape.chunk_len;
+  int bj = t_first / p.dst.block_tokens, br = t_first - bj * p.dst.block_tokens;
+  const int32_t* page_ids = p.dst.block_ids + static_cast<size_t>(page) * p.dst.blocks_per_page;
+  const size_t coff = ChannelOffset(p.dst, 0, c);
 #pragma unroll
   for (int i = 0; i < kDecodeTokensPerThread; ++i) {
     const int t = t_first + i;
     if (t >= tokens) continue;
-    const int k = t / p.shape.chunk_len;
+    const int k = kc;
+    const int row_block = bj, row = br;
+    if (++kr == p.shape.chunk_len) kr = 0, ++kc;
+    if (++br == p.dst.block_tokens) br = 0, ++bj;
     if (kChunked && shared_params) {
       const int kk = k - k_first;
       LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
@@ -942,15 +954,19 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
       }
       if (bad) atomicOr(&p.status->errors, kErrNonFiniteCode);
     }
-    size_t base;
-    if (!RowBase(p.dst, channels, page, t, base)) {
+    const int b = page_ids[row_block];
+    if (b < 0 || b >= p.dst.num_blocks) {
       atomicOr(&p.status->errors, kErrBadBlockId);
       continue;
     }
+    const size_t base = p.dst.layout == Layout::kNHD
+                            ? (static_cast<size_t>(b) * p.dst.block_tokens + row) * channels
+                            : static_cast<size_t>(b) * p.dst.heads * p.dst.block_tokens * p.dst.head_dim +
+                                  static_cast<size_t>(row) * p.dst.head_dim;
     if constexpr (VEC == 1) {
-      dst[ChannelOffset(p.dst, base, c)] = FromFloat<OutT>(y[0]);
+      dst[base + coff] = FromFloat<OutT>(y[0]);
     } else {
-      StoreVec<OutT, VEC>(dst + ChannelOffset(p.dst, base, c), y);
+      StoreVec<OutT, VEC>(dst + base + coff, y);
     }
   }
 }

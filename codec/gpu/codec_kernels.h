@@ -63,7 +63,7 @@ inline constexpr int kMaxDeviceCorrections = 8;
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need
-  // more than kMaxDeviceBuckets buckets or kMaxDeviceCorrections corrections (then a log guess is corrected).
+  // more than kMaxDeviceBuckets buckets or more than one correction (then a log guess is corrected).
   uint8_t bucket_base[kMaxDeviceBuckets + 1];
   int bucket_count;
   int corrections;
