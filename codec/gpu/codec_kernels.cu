@@ -33,8 +33,8 @@ constexpr int kDecodeVecThreads = 16;             // threads across channels in 
 constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
 constexpr int kDecodeTokensPerThread = 8;
 constexpr int kDecodeTileTokens = kDecodeSlices * kDecodeTokensPerThread;  // 128
-constexpr int kDecodeMinBlocks = 3;  // caps registers at 85 so three 256-thread blocks share an SM
-constexpr int kDecodeMaxTileChunks = 8;  // chunks of a tile whose parameters the block shares (chunk >= 16)
+constexpr int kDecodeMinBlocks = 4;  // caps registers at 64 so four 256-thread blocks share an SM
+constexpr int kDecodeMaxTileChunks = 9;  // chunks a 128-token tile spans when chunks have >= 16 tokens
 constexpr unsigned kFull = 0xffffffffu;
 
 // ---- The reference's float semantics -------------------------------------------------------------------
@@ -756,7 +756,7 @@ struct DecodeParams {
 
 // Block (channel group of 16 * VEC, token tile of 128, page); thread (vector j, slice s) decodes channels
 // [c, c + VEC) of 8 consecutive tokens.
-template <typename OutT, int VEC, Kind kKind>
+template <typename OutT, int VEC, Kind kKind, bool kSharedParams>
 __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kGroupChannels = kDecodeVecThreads * VEC;
   constexpr bool kChunked = kKind == Kind::kLynx || kKind == Kind::kUniform;
@@ -789,8 +789,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   OutT* dst = static_cast<OutT*>(p.dst.data);
   const int k_first = t_tile / p.shape.chunk_len;
   const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
-  const bool shared_params = kChunked && tile_chunks <= kDecodeMaxTileChunks;
-  if (shared_params) {
+  // The launcher picks kSharedParams only when every tile spans at most kDecodeMaxTileChunks chunks.
+  constexpr bool shared_params = kChunked && kSharedParams;
+  if constexpr (shared_params) {
     for (int idx = tid; idx < tile_chunks * kGroupChannels; idx += kThreads) {
       const int kk = idx / kGroupChannels;
       const int cc = idx - kk * kGroupChannels;
@@ -870,7 +871,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
     const int row_block = bj, row = br;
     if (++kr == p.shape.chunk_len) kr = 0, ++kc;
     if (++br == p.dst.block_tokens) br = 0, ++bj;
-    if (kChunked && shared_params) {
+    if constexpr (shared_params) {
       const int kk = k - k_first;
       LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
       LoadShared<VEC>(&s_p1[kk][c - cg0], p1);
@@ -878,7 +879,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
         LoadShared<VEC>(&s_lo[c - cg0], lo);
         LoadShared<VEC>(&s_hi[c - cg0], hi);
       }
-    } else if (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
+    } else if constexpr (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
       const size_t mi = static_cast<size_t>(k) * channels + c;
       if constexpr (kKind == Kind::kLynx) {
         bool bad = false;
@@ -1034,12 +1035,23 @@ template <typename OutT, Kind kKind>
 absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
   const bool vec = p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data);
   const dim3 tiles(0, (p.shape.tokens + kDecodeTileTokens - 1) / kDecodeTileTokens, p.shape.num_pages);
+  // Tiles of 128 tokens span at most 128 / 16 + 1 chunks of >= 16 tokens: their parameters fit shared memory.
+  const bool shared = p.shape.chunk_len >= 16;
+  static_assert(kDecodeTileTokens / 16 + 1 <= kDecodeMaxTileChunks, "tile chunk bound");
   if (vec) {
     const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
-    DecodeKernel<OutT, 8, kKind><<<grid, kThreads, 0, stream>>>(p, tb);
+    if (shared) {
+      DecodeKernel<OutT, 8, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      DecodeKernel<OutT, 8, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
   } else {
     const dim3 grid((p.shape.channels + kDecodeVecThreads - 1) / kDecodeVecThreads, tiles.y, tiles.z);
-    DecodeKernel<OutT, 1, kKind><<<grid, kThreads, 0, stream>>>(p, tb);
+    if (shared) {
+      DecodeKernel<OutT, 1, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      DecodeKernel<OutT, 1, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
   }
   return LaunchError("DecodeKernel");
 }
