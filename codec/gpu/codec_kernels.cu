@@ -11,8 +11,11 @@
 // (chunk, channel), then each thread codes 8 consecutive channels of a row, whose fields fill whole bytes of
 // every stream (one store per stream). With channels % 8 != 0 a warp codes a row (a lane per channel) and packs
 // the fields with shuffles into 32-bit words (atomicOr only on words shared with a neighbouring group).
-// Decode: one block per (page, 128 channels, 128 tokens); a thread decodes 8 channels of 8 consecutive tokens,
-// reading each stream's fields with one aligned load and writing the output dtype with 16-byte stores.
+// The magnitude code comes from lynx_math.h's bucket table (one threshold compare) or, for tables that need more
+// corrections, a log guess corrected against the thresholds; the tables are read from device memory.
+// Decode: one block per (page, 128 channels, 128 tokens); the block derives each chunk's (mu, sigma) once into
+// shared memory, then a thread decodes 8 channels of 8 consecutive tokens, reading each stream's fields with
+// one aligned load per token and writing the output dtype with 16-byte stores.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -34,7 +34,7 @@ absl::StatusOr<int> CudaDeviceCount() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    cudaGetLastError();  // reset the runtime's last-error state so later calls do not report this one
     return FromCuda(e, "cudaGetDeviceCount");
   }
   return n;
