@@ -191,9 +191,8 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
       t.above_unthrottled = gbps > report.unthrottled.back().goodput_gbps;
       report.throttled.push_back(t);
     }
-    // 3. Anchor first: a residual transfer is queued, then an anchor transfer right after it.
-    if (!options.rates_gbps.empty()) {
-      const double gbps = options.rates_gbps.front();
+    // 3. Anchor first at each rate: a residual transfer is queued, then an anchor transfer right after it.
+    for (double gbps : options.rates_gbps) {
       const double rate = gbps * kBytesPerGbit;
       KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, rate));
       KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, 4 * uint64_t{options.chunk_bytes}).status());

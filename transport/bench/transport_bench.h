@@ -3,8 +3,8 @@
 // side). Three figures per UCX transport:
 //   1. unthrottled goodput, and its ratio to ucx_perftest's bandwidth (target >= 0.9);
 //   2. goodput with the link's token bucket at rate R, and its ratio to R (target >= 0.95);
-//   3. with a residual transfer queued and an anchor queued right after it at rate R: the anchor's completion
-//      time against (anchor bytes / R + one chunk time) x 1.05.
+//   3. at each rate R, with a residual transfer queued and an anchor queued right after it: the anchor's
+//      completion time against (anchor bytes / R + one chunk time) x 1.05.
 // Runs sender and receiver as two transports in this process (each with its own progress thread) over
 // 127.0.0.1. Blocking; call from one thread.
 #ifndef KVT_TRANSPORT_BENCH_TRANSPORT_BENCH_H_
@@ -30,7 +30,7 @@ struct TransportBenchOptions {
   // Token-bucket rates to measure, in Gbit/s (1e9 bit/s), and how long each throttled run lasts.
   std::vector<double> rates_gbps = {1, 5, 10};
   double throttled_seconds = 1.0;
-  // Anchor-first run: at the first rate of `rates_gbps`; the residual is queued first.
+  // Anchor-first runs (one per rate): the residual is queued first, the anchor right after.
   uint64_t anchor_bytes = 32 << 20;
   uint64_t residual_bytes = 128 << 20;
   // ucx_perftest: program (looked up in PATH when it has no slash), test and iterations.

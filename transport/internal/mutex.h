@@ -63,7 +63,8 @@ class ABSL_LOCKABLE Mutex {
   struct Predicate {
     Mutex* mu;
     Pred* pred;
-    bool Eval() const {
+    // Abseil calls this only with the mutex held, which the analysis cannot see.
+    bool Eval() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
       mu->Acquired();
       const bool met = (*pred)();
       mu->Releasing();
