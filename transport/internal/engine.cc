@@ -13,9 +13,8 @@ namespace kvt::transport::internal {
 namespace {
 
 constexpr int kMaxChunksPerRound = 32;
-// The progress thread polls without sleeping for this long after its last piece of work: while a transfer runs,
-// events are microseconds apart, and a sleep would stall the pipeline (UCX progresses only when polled).
-constexpr absl::Duration kBusyPollAfterWork = absl::Milliseconds(1);
+// Idle rounds the progress thread polls before it sleeps (until its next timer, at most the wire's poll interval).
+constexpr int kSpinRoundsBeforeSleep = 64;
 constexpr absl::Duration kShutdownDrain = absl::Seconds(2);
 // After a link fails, its transfers finish once the wire has completed (or cancelled) their sends, or after this
 // long regardless: some UCX transports (shared memory in UCX 1.13) cannot cancel sends to a vanished peer, and
@@ -164,7 +163,7 @@ void Engine::IdleWait(absl::Duration max_wait) {
 }
 
 void Engine::Run() {
-  absl::Time last_work = clock_->Now();
+  int idle_rounds = 0;
   while (true) {
     bool stopping;
     {
@@ -180,8 +179,8 @@ void Engine::Run() {
       for (auto& [id, link] : links_) work += ServiceLink(*link, now, &next_timer);
     }
     if (work > 0) {
-      last_work = now;
-    } else if (now - last_work > kBusyPollAfterWork) {
+      idle_rounds = 0;
+    } else if (++idle_rounds > kSpinRoundsBeforeSleep) {
       IdleWait(next_timer - clock_->Now());
     }
   }
