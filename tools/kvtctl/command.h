@@ -5,11 +5,13 @@
 #define KVT_TOOLS_KVTCTL_COMMAND_H_
 
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tools/kvtctl/flag_set.h"
 
 namespace kvt::kvtctl {
 
@@ -34,6 +36,12 @@ struct CommandGroup {
 // Prints "kvtctl <command>: <message>" and `usage` to io.err; returns kExitUsage.
 int UsageError(const CommandIo& io, const std::string& command, const std::string& message,
                const std::string& usage);
+
+// Parses a subcommand's `args` into `flags`. Returns the exit code when the command must stop here: kExitUsage
+// after a usage error or a stray positional argument (message and flags printed to io.err), kExitOk after --help
+// (`usage_head` and the flags printed to io.out); nullopt when the command should go on.
+std::optional<int> ParseCommandLine(FlagSet& flags, const std::vector<std::string>& args, const CommandIo& io,
+                                    const std::string& command, const std::string& usage_head);
 
 // Prints "kvtctl <command>: <status>" to io.err; returns kExitFailure.
 int Failure(const CommandIo& io, const std::string& command, const absl::Status& status);

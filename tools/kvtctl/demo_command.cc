@@ -25,13 +25,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Int("layers", &layers, "layers evaluated, spread evenly over the depth");
   flags.String("schemes", &schemes, "comma-separated scheme names");
   flags.Bool("json", &json, "print one JSON document instead of the table");
-  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (flags.help_requested()) {
-    io.out << "Usage: kvtctl demo [--tokens N] [--layers L] [--json]\n" << flags.Usage();
-    return kExitOk;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, "Usage: kvtctl demo [--tokens N] [--layers L] [--json]")) {
+    return *exit;
   }
   auto so = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
   if (!so.ok()) return UsageError(io, cmd, std::string(so.status().message()), flags.Usage());

@@ -2,6 +2,7 @@
 #include "tools/kvtctl/kvtctl.h"
 
 #include "absl/strings/str_format.h"
+#include "tools/kvtctl/bench_command.h"
 #include "tools/kvtctl/codec_command.h"
 #include "tools/kvtctl/demo_command.h"
 
@@ -21,6 +22,7 @@ const std::vector<CommandGroup>& CommandGroups() {
   static const auto* groups = new std::vector<CommandGroup>{
       CodecCommandGroup(),
       DemoCommandGroup(),
+      BenchCommandGroup(),
   };
   return *groups;
 }
