@@ -42,6 +42,23 @@ TEST(Crc32c, HardwareAndPortablePathsAgreeOnRandomBuffers) {
   }
 }
 
+TEST(Crc32c, InterleavedLanesAgreeWithThePortablePathAtEveryBlockBoundaryAndAlignment) {
+  if (!internal::Crc32cHardwareAvailable()) GTEST_SKIP() << "CPU has no SSE4.2";
+  std::mt19937 rng(11);
+  std::vector<uint8_t> buf(3 * 3 * 4096 + 64);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t len : {size_t{3 * 4096 - 1}, size_t{3 * 4096}, size_t{3 * 4096 + 1}, size_t{6 * 4096 + 7},
+                     size_t{9 * 4096}}) {
+    for (size_t offset : {0, 1, 3, 8, 13}) {
+      for (uint32_t seed : {0u, 0xDEADBEEFu}) {
+        EXPECT_EQ(internal::Crc32cHardware(seed, buf.data() + offset, len),
+                  internal::Crc32cPortable(seed, buf.data() + offset, len))
+            << "len " << len << " offset " << offset << " seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(Crc32c, SingleBitFlipChangesChecksum) {
   std::vector<uint8_t> buf(4096, 0x5A);
   const uint32_t before = Crc32c(buf.data(), buf.size());
