@@ -17,14 +17,15 @@ constexpr uint64_t kUnbound = ~uint64_t{0};
 // A verified chunk that arrived ahead of a gap in its stream. Returns its credit if dropped.
 struct HeldChunk {
   ChunkHeader header;
-  std::unique_ptr<uint8_t[]> payload;
+  PayloadBuffer payload;
   int64_t credit_bytes = 0;
   std::shared_ptr<CreditReturn> credit;
 
   HeldChunk(HeldChunk&&) = default;
-  HeldChunk(ChunkHeader h, std::unique_ptr<uint8_t[]> p, int64_t b, std::shared_ptr<CreditReturn> c)
+  HeldChunk(ChunkHeader h, PayloadBuffer p, int64_t b, std::shared_ptr<CreditReturn> c)
       : header(h), payload(std::move(p)), credit_bytes(b), credit(std::move(c)) {}
   ~HeldChunk() {
+    payload.reset();  // before the credit, as ReceivedChunk does
     if (credit != nullptr) credit->Return(credit_bytes);
   }
 };
@@ -116,7 +117,7 @@ absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
   return absl::OkStatus();
 }
 
-bool TransferTable::Deliver(const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+bool TransferTable::Deliver(const ChunkHeader& h, PayloadBuffer payload, int64_t credit_bytes,
                             std::shared_ptr<CreditReturn> credit) {
   HeldChunk chunk(h, std::move(payload), credit_bytes, std::move(credit));
   internal::MutexLock lock(&mu_);

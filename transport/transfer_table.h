@@ -40,7 +40,7 @@ class TransferTable {
   // Hands a verified chunk, previously admitted, to the consumer. `credit_bytes` go back through `credit` when the
   // consumer drops the chunk (or at once if the transfer is gone). Returns true when this chunk completed the
   // transfer: every announced byte has now arrived (the sender may be told).
-  bool Deliver(const ChunkHeader& header, std::unique_ptr<uint8_t[]> payload, int64_t credit_bytes,
+  bool Deliver(const ChunkHeader& header, PayloadBuffer payload, int64_t credit_bytes,
                std::shared_ptr<CreditReturn> credit);
 
   // Fails transfer `id` (no-op if unknown): its waiting chunks are dropped, Receive returns `status` once.

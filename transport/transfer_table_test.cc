@@ -25,8 +25,8 @@ ChunkHeader Header(uint64_t id, uint32_t page, uint8_t stage, uint64_t offset, u
   return h;
 }
 
-std::unique_ptr<uint8_t[]> Bytes(uint32_t n, uint8_t fill) {
-  std::unique_ptr<uint8_t[]> b(new uint8_t[n]);
+PayloadBuffer Bytes(uint32_t n, uint8_t fill) {
+  PayloadBuffer b(new uint8_t[n]);
   std::memset(b.get(), fill, n);
   return b;
 }

@@ -65,11 +65,35 @@ class CreditReturn {
   virtual void Return(int64_t bytes) = 0;
 };
 
+// Takes back the payload buffer of a destroyed ReceivedChunk. Implemented by the transport (a link's pool of
+// receive buffers); thread-safe, since consumers drop chunks on their own threads.
+class PayloadRecycler {
+ public:
+  virtual ~PayloadRecycler() = default;
+  // Takes ownership of `buffer`, which came from this recycler.
+  virtual void Recycle(uint8_t* buffer) = 0;
+};
+
+// Releases a payload buffer: back to its recycler, or delete[] when it has none.
+struct PayloadRelease {
+  std::shared_ptr<PayloadRecycler> recycler;
+  void operator()(uint8_t* buffer) const {
+    if (recycler != nullptr) {
+      recycler->Recycle(buffer);
+    } else {
+      delete[] buffer;
+    }
+  }
+};
+
+// The bytes of a received chunk (at least its length), owned until the chunk is dropped.
+using PayloadBuffer = std::unique_ptr<uint8_t[], PayloadRelease>;
+
 // One received, verified chunk. Move-only. Holds receive-buffer credit of its link until destroyed, so a
 // receiver that keeps chunks (or stops calling Receive) slows its sender down.
 class ReceivedChunk {
  public:
-  ReceivedChunk(ChunkHeader header, std::unique_ptr<uint8_t[]> payload, bool stream_complete,
+  ReceivedChunk(ChunkHeader header, PayloadBuffer payload, bool stream_complete,
                 bool transfer_complete, uint64_t arrival_sequence, int64_t credit_bytes,
                 std::shared_ptr<CreditReturn> credit)
       : header_(header),
@@ -81,7 +105,7 @@ class ReceivedChunk {
         credit_(std::move(credit)) {}
   ReceivedChunk(ReceivedChunk&&) = default;
   ReceivedChunk& operator=(ReceivedChunk&& o) {
-    ReleaseCredit();
+    Release();
     header_ = o.header_;
     payload_ = std::move(o.payload_);
     stream_complete_ = o.stream_complete_;
@@ -91,7 +115,7 @@ class ReceivedChunk {
     credit_ = std::move(o.credit_);
     return *this;
   }
-  ~ReceivedChunk() { ReleaseCredit(); }
+  ~ReceivedChunk() { Release(); }
 
   const ChunkHeader& header() const { return header_; }
   absl::Span<const uint8_t> payload() const { return {payload_.get(), header_.length}; }
@@ -103,13 +127,15 @@ class ReceivedChunk {
   uint64_t arrival_sequence() const { return arrival_sequence_; }
 
  private:
-  void ReleaseCredit() {
+  // The buffer goes back before the credit, so the chunk the credit lets in can reuse it.
+  void Release() {
+    payload_.reset();
     if (credit_ != nullptr) credit_->Return(credit_bytes_);
     credit_.reset();
   }
 
   ChunkHeader header_;
-  std::unique_ptr<uint8_t[]> payload_;
+  PayloadBuffer payload_;
   bool stream_complete_;
   bool transfer_complete_;
   uint64_t arrival_sequence_;

@@ -59,7 +59,7 @@ struct Engine::SendRecord {
 struct Engine::PendingRead {
   LinkId link = 0;
   ChunkHeader header;
-  std::unique_ptr<uint8_t[]> payload;
+  PayloadBuffer payload;
   int64_t wire_bytes = 0;
 };
 
@@ -380,7 +380,8 @@ void Engine::OnLinkUp(LinkId id, bool inbound) {
   PeerLink* link = FindLink(id);
   if (link == nullptr) {
     auto made = std::make_unique<PeerLink>(id, inbound, options_.chunk_bytes, options_.starvation_bound,
-                                           options_.rate_bytes_per_second, options_.burst_bytes, clock_, now);
+                                           options_.rate_bytes_per_second, options_.burst_bytes,
+                                           options_.max_receive_buffer_bytes, clock_, now);
     link = made.get();
     links_.emplace(id, std::move(made));
   }
@@ -487,7 +488,7 @@ void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, Inbou
   }
   link.credit->buffered.fetch_add(wire_bytes, std::memory_order_relaxed);
   RaiseMax(counters_->max_buffered, buffered);
-  std::unique_ptr<uint8_t[]> buf(new uint8_t[h->length]);
+  PayloadBuffer buf = link.receive_buffers->Take(h->length);
   const uint64_t cookie = next_cookie_++;
   auto done = payload.ReadInto(buf.get(), cookie);
   if (!done.ok()) {
@@ -519,7 +520,7 @@ void Engine::RejectChunk(LinkId id, uint64_t transfer_id, const absl::Status& st
   }
 }
 
-void Engine::FinishChunk(LinkId id, const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t wire_bytes) {
+void Engine::FinishChunk(LinkId id, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes) {
   PeerLink* link = FindLink(id);
   if (link == nullptr) return;
   if (Crc32c(payload.get(), h.length) != h.payload_crc32c) {
@@ -578,8 +579,8 @@ absl::StatusOr<PeerId> Engine::Connect(const std::string& address, absl::Duratio
     if (!id.ok()) return;
     const absl::Time now = clock_->Now();
     links_.emplace(*id, std::make_unique<PeerLink>(*id, false, options_.chunk_bytes, options_.starvation_bound,
-                                                   options_.rate_bytes_per_second, options_.burst_bytes, clock_,
-                                                   now));
+                                                   options_.rate_bytes_per_second, options_.burst_bytes,
+                                                   options_.max_receive_buffer_bytes, clock_, now));
     connect_waiters_.emplace(*id, waiter);
   });
   if (!queued.ok()) return queued;

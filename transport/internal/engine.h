@@ -78,7 +78,7 @@ class Engine final : public Transport, private WireEvents {
   void SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time now);
   void SendControl(PeerLink& link, const ControlMessage& m, absl::Time now);
   void HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, InboundPayload& payload);
-  void FinishChunk(LinkId link, const ChunkHeader& h, std::unique_ptr<uint8_t[]> payload, int64_t wire_bytes);
+  void FinishChunk(LinkId link, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes);
   void RejectChunk(LinkId link, uint64_t transfer_id, const absl::Status& status, int64_t wire_bytes);
   void FailTransfer(OutboundTransfer& t, absl::Status status);
   void MaybeFinish(uint64_t transfer_id);

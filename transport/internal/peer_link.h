@@ -4,6 +4,7 @@
 #ifndef KVT_TRANSPORT_INTERNAL_PEER_LINK_H_
 #define KVT_TRANSPORT_INTERNAL_PEER_LINK_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "transport/token_bucket.h"
 #include "transport/transport.h"
 #include "transport/internal/detached_status.h"
+#include "transport/internal/receive_buffer_pool.h"
 #include "transport/internal/mutex.h"
 
 namespace kvt::transport::internal {
@@ -75,13 +77,16 @@ struct OutboundTransfer {
 };
 
 struct PeerLink {
+  // `receive_window` is the most chunk bytes (headers included) this side lets the peer have buffered here.
   PeerLink(LinkId id, bool inbound, uint32_t chunk_bytes, absl::Duration starvation_bound, double rate,
-           int64_t burst, const Clock* clock, absl::Time now)
+           int64_t burst, int64_t receive_window, const Clock* clock, absl::Time now)
       : id(id),
         inbound(inbound),
         scheduler(chunk_bytes, starvation_bound),
         bucket(rate, burst, clock),
         credit(std::make_shared<LinkCredit>()),
+        receive_buffers(std::make_shared<ReceiveBufferPool>(
+            chunk_bytes, static_cast<size_t>(receive_window / std::max<int64_t>(chunk_bytes, 1)))),
         last_heard(now),
         last_sent(now) {}
 
@@ -96,6 +101,8 @@ struct PeerLink {
   LaneScheduler scheduler;
   TokenBucket bucket;
   std::shared_ptr<LinkCredit> credit;
+  // Payload buffers of chunks received on this link; at most a receive window of them.
+  std::shared_ptr<ReceiveBufferPool> receive_buffers;
   absl::flat_hash_set<uint64_t> transfers;  // outbound transfer ids on this link
   absl::Time last_heard;
   absl::Time last_sent;
