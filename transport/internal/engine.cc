@@ -12,7 +12,9 @@
 namespace kvt::transport::internal {
 namespace {
 
-constexpr int kMaxChunksPerRound = 32;
+// Chunks one link may hand the wire per round. Each costs a CRC32C pass on this thread, during which the wire is
+// not progressed; a small batch keeps the bytes already handed over moving.
+constexpr int kMaxChunksPerRound = 4;
 // Idle rounds the progress thread polls before it sleeps (until its next timer, at most the wire's poll interval).
 constexpr int kSpinRoundsBeforeSleep = 64;
 constexpr absl::Duration kShutdownDrain = absl::Seconds(2);

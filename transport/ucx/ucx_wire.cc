@@ -22,6 +22,9 @@ constexpr unsigned kConnectAmId = 3;
 constexpr size_t kTokenBytes = 8;
 constexpr size_t kMaxHeaderBytes = 64;  // token + the largest kvt header
 constexpr absl::Duration kCloseDrain = absl::Seconds(2);
+// Completions reported per Progress call. Reporting a received chunk verifies its CRC; bounding the batch lets
+// UCX move the next payloads between checks instead of idling through a long batch of them.
+constexpr int kMaxCompletionsPerProgress = 4;
 constexpr char kAddressPrefix[] = "ucx:";
 
 uint64_t ReadToken(const void* header) {
@@ -352,8 +355,9 @@ int UcxWire::Progress() {
       ++it;
     }
   }
-  // Report what the callbacks queued; reporting may queue more (a hello sent on link up completes at once).
-  while (!completions_.empty()) {
+  // Report what the callbacks queued, a bounded batch at a time (the rest next call); reporting may queue more (a
+  // hello sent on link up completes at once).
+  for (int reported = 0; reported < kMaxCompletionsPerProgress && !completions_.empty(); ++reported) {
     Completion c = std::move(completions_.front());
     completions_.pop_front();
     ++work;
