@@ -1,6 +1,7 @@
 #include "transport/internal/engine.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -83,7 +84,8 @@ Engine::Engine(Options options, Capabilities capabilities)
     : options_(std::move(options)),
       capabilities_(std::move(capabilities)),
       clock_(options_.clock),
-      counters_(std::make_unique<Counters>()) {}
+      counters_(std::make_unique<Counters>()),
+      verifier_(std::make_unique<ChunkVerifier>([this] { Wake(); })) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabilities capabilities,
                                                        WireFactory make_wire) {
@@ -175,6 +177,9 @@ void Engine::Run() {
     if (stopping) break;
     int work = wire_->Progress();
     work += RunCommands();
+    // After RunCommands, which clears wake_: a chunk verified from here on sets it again, so IdleWait below
+    // cannot sleep through it.
+    work += DeliverVerified();
     const absl::Time now = clock_->Now();
     absl::Time next_timer = now + wire_->idle_poll_interval();
     if (!frozen_.load(std::memory_order_relaxed)) {
@@ -191,6 +196,7 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
+  verifier_.reset();  // chunks still being checked are dropped, as the links below go down
   for (auto& [id, link] : links_) LinkDown(*link, absl::UnavailableError("transport shut down"));
   const absl::Time give_up = clock_->Now() + kShutdownDrain;
   while (!send_records_.empty() && clock_->Now() < give_up) {
@@ -523,22 +529,39 @@ void Engine::RejectChunk(LinkId id, uint64_t transfer_id, const absl::Status& st
 }
 
 void Engine::FinishChunk(LinkId id, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes) {
-  PeerLink* link = FindLink(id);
-  if (link == nullptr) return;
-  if (Crc32c(payload.get(), h.length) != h.payload_crc32c) {
-    counters_->rejected_bad_crc.fetch_add(1, std::memory_order_relaxed);
-    link->credit->buffered.fetch_sub(wire_bytes, std::memory_order_relaxed);
-    RejectChunk(id, h.transfer_id,
-                absl::DataLossError(absl::StrFormat("chunk [%d, +%d) of transfer %d page %d stage %d: bad CRC32C",
-                                                    h.offset, h.length, h.transfer_id, h.page, h.stage)),
-                wire_bytes);
-    return;
+  VerifiedChunk chunk;
+  chunk.link = id;
+  chunk.header = h;
+  chunk.payload = std::move(payload);
+  chunk.wire_bytes = wire_bytes;
+  verifier_->Submit(std::move(chunk));
+}
+
+int Engine::DeliverVerified() {
+  std::deque<VerifiedChunk> verified = verifier_->TakeVerified();
+  for (VerifiedChunk& chunk : verified) {
+    const LinkId id = chunk.link;
+    const ChunkHeader& h = chunk.header;
+    const int64_t wire_bytes = chunk.wire_bytes;
+    PeerLink* link = FindLink(id);
+    if (link == nullptr) continue;
+    if (!chunk.crc_ok) {
+      counters_->rejected_bad_crc.fetch_add(1, std::memory_order_relaxed);
+      link->credit->buffered.fetch_sub(wire_bytes, std::memory_order_relaxed);
+      RejectChunk(id, h.transfer_id,
+                  absl::DataLossError(absl::StrFormat("chunk [%d, +%d) of transfer %d page %d stage %d: bad CRC32C",
+                                                      h.offset, h.length, h.transfer_id, h.page, h.stage)),
+                  wire_bytes);
+      continue;
+    }
+    counters_->chunks_received.fetch_add(1, std::memory_order_relaxed);
+    counters_->payload_bytes_received.fetch_add(h.length, std::memory_order_relaxed);
+    if (table_.Deliver(h, std::move(chunk.payload), wire_bytes, link->credit) && link->down.ok() &&
+        link->wire_up) {
+      SendControl(*link, ControlMessage{ControlType::kAck, h.transfer_id, 0}, clock_->Now());
+    }
   }
-  counters_->chunks_received.fetch_add(1, std::memory_order_relaxed);
-  counters_->payload_bytes_received.fetch_add(h.length, std::memory_order_relaxed);
-  if (table_.Deliver(h, std::move(payload), wire_bytes, link->credit) && link->down.ok() && link->wire_up) {
-    SendControl(*link, ControlMessage{ControlType::kAck, h.transfer_id, 0}, clock_->Now());
-  }
+  return static_cast<int>(verified.size());
 }
 
 void Engine::OnPayloadRead(uint64_t cookie, absl::Status status) {

@@ -6,7 +6,7 @@
 // Data flow, sender: Send -> command -> OutboundTransfer + streams on the link's lanes -> each progress round, per
 // link, while the scheduler has a chunk, the window has credit and the bucket has tokens: CRC32C, header,
 // Wire::Send. Receiver: Wire::OnMessage -> header checks -> TransferTable::Admit (bounds) -> payload read ->
-// CRC check -> TransferTable::Deliver -> Receive; dropping a ReceivedChunk returns credit -> kCredit to the sender.
+// CRC check (on the ChunkVerifier's thread) -> TransferTable::Deliver -> Receive; dropping a ReceivedChunk returns credit -> kCredit to the sender.
 #ifndef KVT_TRANSPORT_INTERNAL_ENGINE_H_
 #define KVT_TRANSPORT_INTERNAL_ENGINE_H_
 
@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/internal/chunk_verifier.h"
 #include "transport/internal/control_message.h"
 #include "transport/internal/peer_link.h"
 #include "transport/internal/wire.h"
@@ -78,7 +79,9 @@ class Engine final : public Transport, private WireEvents {
   void SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time now);
   void SendControl(PeerLink& link, const ControlMessage& m, absl::Time now);
   void HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, InboundPayload& payload);
+  // Hands a received chunk to the verifier; DeliverVerified takes it from there once checked.
   void FinishChunk(LinkId link, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes);
+  int DeliverVerified();
   void RejectChunk(LinkId link, uint64_t transfer_id, const absl::Status& status, int64_t wire_bytes);
   void FailTransfer(OutboundTransfer& t, absl::Status status);
   void MaybeFinish(uint64_t transfer_id);
@@ -108,6 +111,10 @@ class Engine final : public Transport, private WireEvents {
   std::vector<std::function<void()>> commands_ ABSL_GUARDED_BY(cmd_mu_);
   bool wake_ ABSL_GUARDED_BY(cmd_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(cmd_mu_) = false;
+
+  // Checks received chunks' CRC32C off the progress thread; wakes it when a chunk is done. Started in the
+  // constructor, stopped by the progress thread on shutdown (or by the destructor if it never ran).
+  std::unique_ptr<ChunkVerifier> verifier_;
 
   // State below is touched only by the progress thread.
   std::unique_ptr<Wire> wire_;
