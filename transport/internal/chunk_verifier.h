@@ -1,6 +1,6 @@
 // Checks received chunks' CRC32C on a thread of its own, so the engine's progress thread goes back to moving
-// bytes (polling UCX, sending credit) while a chunk is checked instead of in series with it. Chunks are checked
-// and handed back in the order they were submitted, so verification does not reorder arrivals.
+// bytes (polling UCX, sending credit) while a chunk is checked instead of in series with it. Chunks are
+// checked and handed back in the order they were submitted, so verification does not reorder arrivals.
 // Thread-safe: Submit and TakeVerified are called from the progress thread; the checks run on the verifier's.
 #ifndef KVT_TRANSPORT_INTERNAL_CHUNK_VERIFIER_H_
 #define KVT_TRANSPORT_INTERNAL_CHUNK_VERIFIER_H_
@@ -29,8 +29,8 @@ struct VerifiedChunk {
 
 class ChunkVerifier {
  public:
-  // Starts the thread. `on_verified` runs on it after each chunk is checked (the engine's wake-up); it must not
-  // call back into the verifier.
+  // Starts the thread. `on_verified` runs on it after each chunk is checked (the engine's wake-up); it must
+  // not call back into the verifier.
   explicit ChunkVerifier(std::function<void()> on_verified);
   // Stops and joins the thread; chunks not yet taken are dropped (their buffers released).
   ~ChunkVerifier();

@@ -55,11 +55,12 @@ TEST(ChunkVerifierTest, GoodChunksPassAndCorruptOnesFail) {
 TEST(ChunkVerifierTest, ChunksComeBackInTheOrderSubmitted) {
   ChunkVerifier v([] {});
   constexpr int kChunks = 200;
-  for (int i = 0; i < kChunks; ++i) v.Submit(MakeChunk(uint64_t{i} * 1000, 1000 + (i % 7) * 100, i % 13 == 0));
+  for (int i = 0; i < kChunks; ++i)
+    v.Submit(MakeChunk(static_cast<uint64_t>(i) * 1000, 1000 + (i % 7) * 100, i % 13 == 0));
   std::vector<VerifiedChunk> out = TakeN(v, kChunks);
   ASSERT_EQ(out.size(), static_cast<size_t>(kChunks));
   for (int i = 0; i < kChunks; ++i) {
-    EXPECT_EQ(out[i].header.offset, uint64_t{i} * 1000);
+    EXPECT_EQ(out[i].header.offset, static_cast<uint64_t>(i) * 1000);
     EXPECT_EQ(out[i].crc_ok, i % 13 != 0) << i;
   }
 }

@@ -196,7 +196,6 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
-  verifier_.reset();  // chunks still being checked are dropped, as the links below go down
   for (auto& [id, link] : links_) LinkDown(*link, absl::UnavailableError("transport shut down"));
   const absl::Time give_up = clock_->Now() + kShutdownDrain;
   while (!send_records_.empty() && clock_->Now() < give_up) {
@@ -207,6 +206,7 @@ void Engine::Shutdown() {
   }
   for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
   outbound_.clear();
+  verifier_.reset();  // chunks still being checked are dropped: their links are down
   pending_reads_.clear();
   wire_.reset();
   // Commands queued while shutting down must not leave their callers waiting.
@@ -529,6 +529,7 @@ void Engine::RejectChunk(LinkId id, uint64_t transfer_id, const absl::Status& st
 }
 
 void Engine::FinishChunk(LinkId id, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes) {
+  if (verifier_ == nullptr) return;  // shut down: the chunk's link is down and its transfer failed
   VerifiedChunk chunk;
   chunk.link = id;
   chunk.header = h;

@@ -1,12 +1,12 @@
-// A link's pool of chunk receive buffers: the progress thread takes one per inbound chunk and the consumer hands
-// it back by dropping the ReceivedChunk, so steady-state receiving reuses memory that is already mapped instead
-// of faulting in (and freeing) a fresh chunk-sized buffer per chunk. Thread-safe: Take on the progress thread,
-// Recycle on any consumer thread.
+// A link's pool of chunk receive buffers: the progress thread takes one per inbound chunk and the consumer
+// hands it back by dropping the ReceivedChunk, so steady-state receiving reuses memory that is already mapped
+// instead of faulting in (and freeing) a fresh chunk-sized buffer per chunk. Thread-safe: Take on the
+// progress thread, Recycle on any consumer thread.
 //
-// Invariant: at most `max_buffers` pooled buffers of `buffer_bytes` exist at once (in use or idle), so the pool
-// never holds more than max_buffers x buffer_bytes; the engine sizes that to the link's receive window. A payload
-// the pool cannot serve (too small to be worth a pooled buffer, too large, or the pool at its limit) gets a fresh
-// buffer of its own length, freed when dropped.
+// Invariant: at most `max_buffers` pooled buffers of `buffer_bytes` exist at once (in use or idle), so the
+// pool never holds more than max_buffers x buffer_bytes; the engine sizes that to the link's receive window.
+// A payload the pool cannot serve (too small to be worth a pooled buffer, too large, or the pool at its
+// limit) gets a fresh buffer of its own length, freed when dropped.
 #ifndef KVT_TRANSPORT_INTERNAL_RECEIVE_BUFFER_POOL_H_
 #define KVT_TRANSPORT_INTERNAL_RECEIVE_BUFFER_POOL_H_
 
@@ -21,7 +21,8 @@
 
 namespace kvt::transport::internal {
 
-class ReceiveBufferPool final : public PayloadRecycler, public std::enable_shared_from_this<ReceiveBufferPool> {
+class ReceiveBufferPool final : public PayloadRecycler,
+                                public std::enable_shared_from_this<ReceiveBufferPool> {
  public:
   // `buffer_bytes` > 0. Make with std::make_shared: Take hands out references to the pool.
   ReceiveBufferPool(size_t buffer_bytes, size_t max_buffers);
