@@ -45,6 +45,17 @@ size_t PackedBytes(size_t values, int bits) { return (values * static_cast<size_
 
 }  // namespace
 
+size_t LynxAnchorTableFloats(const Scheme& scheme) {
+  if (scheme.kind != SchemeKind::kLynx) return 0;
+  size_t floats = 0;
+  int known = 0;
+  for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
+    known += scheme.stage_bits[s];
+    floats += size_t{1} << (known - 1);
+  }
+  return floats;
+}
+
 int NumChunks(int tokens, int chunk_tokens) {
   if (tokens <= 0 || chunk_tokens <= 0) return 0;
   return tokens < chunk_tokens ? 1 : tokens / chunk_tokens;
@@ -123,8 +134,10 @@ size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int chan
     }
     case SchemeKind::kLynx: {
       if (stream > 0) return PackedBytes(n, scheme.stage_bits[stream]);
-      size_t meta = 8 * static_cast<size_t>(channels) + 2 * chunk_values;
+      // f32 lo, hi per channel; the 23-bit chunk end pairs; spikes; the anchor tables.
+      size_t meta = 8 * static_cast<size_t>(channels) + (chunk_values * 23 + 7) / 8;
       if (scheme.spike_reserve) meta += 5 * chunk_values;
+      meta += 4 * LynxAnchorTableFloats(scheme);
       return meta + PackedBytes(n, scheme.stage_bits[0]);
     }
   }
@@ -177,8 +190,8 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
     return absl::InvalidArgumentError("not a kvt container: bad magic");
   }
   if (uint16_t v = Load<uint16_t>(h + kOffVersion); v != kContainerVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("container version ", v, " unsupported (this build reads ",
-                                                   kContainerVersion, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("container version ", v, " unsupported (this build reads only ",
+                                                   kContainerVersion, "; version 1 lynx metadata differs: re-encode)"));
   }
   if (uint32_t crc = Crc32c(h, kOffHeaderCrc); crc != Load<uint32_t>(h + kOffHeaderCrc)) {
     return absl::DataLossError("container header CRC32C mismatch");

@@ -16,7 +16,9 @@
 namespace kvt::codec {
 
 inline constexpr uint32_t kContainerMagic = 0x3154564Bu;  // "KVT1" in little-endian byte order
-inline constexpr uint16_t kContainerVersion = 1;
+// Version 2: lynx chunk metadata as 12-bit interval ends and the conditional-mean anchor tables (docs/FORMAT.md).
+// Version 1 containers are rejected with INVALID_ARGUMENT.
+inline constexpr uint16_t kContainerVersion = 2;
 // The fixed header that opens every container (and stream 0); docs/FORMAT.md has its fields.
 inline constexpr size_t kContainerHeaderBytes = 104;
 // ContainerLayout::flags bits.
@@ -46,6 +48,11 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
 // The exact size of stream `i` for a page of these dims, the same formula the encoder and the header check use.
 // Returns 0 if the dims are invalid for the scheme. Stream 0's size here excludes the header.
 size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int channels, int chunk_tokens);
+
+// The f32 entries of a lynx scheme's conditional-mean anchor tables in stream 0: for every partial stage s
+// (1..num_streams - 1, knowing the code's top k_s = stage_bits[0] + ... + stage_bits[s - 1] bits), 2^(k_s - 1)
+// magnitudes. 0 for other schemes and single-stream lynx.
+size_t LynxAnchorTableFloats(const Scheme& scheme);
 
 // Chunks per channel in a page: tokens / chunk_tokens, or 1 for a page shorter than one chunk.
 int NumChunks(int tokens, int chunk_tokens);

@@ -24,6 +24,7 @@ absl::Status CodecOptions::Validate() const {
   switch (anchor_rule) {
     case AnchorRule::kCodeCentre:
     case AnchorRule::kValueCentre:
+    case AnchorRule::kConditionalMean:
       break;
     default:
       return absl::InvalidArgumentError("CodecOptions.anchor_rule is not a known AnchorRule");

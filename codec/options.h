@@ -21,10 +21,11 @@ enum class Centering {
   kMean,      // the chunk mean, as the source paper does: sigma = max |x - mean|, up to twice the range needed
 };
 
-// Where an anchor-only decode puts a value whose lower code bits are unknown.
+// Where a partial (anchor-only, ...) decode puts a value whose lower code bits are unknown.
 enum class AnchorRule {
-  kCodeCentre,   // centre of the anchor's interval in the code (log) domain
-  kValueCentre,  // centre of the anchor's interval in the value domain
+  kCodeCentre,       // centre of the anchor's interval in the code (log) domain
+  kValueCentre,      // centre of the anchor's interval in the value domain
+  kConditionalMean,  // the page's mean of the full-precision values in the interval, stored in the anchor stream
 };
 
 enum class NonFinitePolicy {
@@ -43,8 +44,9 @@ struct CodecOptions {
   float alpha = 0.5f;  // the sweep: near-linear beats steeper curves on KV at 8 and 4 bits
   // Encode-side only (the decoder needs no knowledge of it).
   Centering centering = Centering::kMidrange;
-  // Decode-side only: how a decode with fewer than all stages reconstructs values.
-  AnchorRule anchor_rule = AnchorRule::kCodeCentre;  // the sweep: slightly better than kValueCentre at alpha 0.5
+  // Decode-side only (every multi-stream lynx container carries the conditional-mean tables): how a decode with
+  // fewer than all stages reconstructs values.
+  AnchorRule anchor_rule = AnchorRule::kConditionalMean;  // the sweep in docs/CODEC.md
   NonFinitePolicy non_finite = NonFinitePolicy::kReject;
   // kAvx2 / kAvx512 on a CPU without them: INVALID_ARGUMENT (see ImplAvailable).
   CodecImpl impl = CodecImpl::kAuto;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,19 +31,49 @@ class CodeScratch {
 };
 
 struct MetaOffsets {
-  size_t lo, hi, q_mu, q_sigma, spike_value, spike_index, codes;
+  size_t lo, hi, ends, spike_value, spike_index, tables, codes;
 };
 
-MetaOffsets Offsets(int channels, size_t chunk_values, bool spikes) {
+MetaOffsets Offsets(const Scheme& scheme, int channels, size_t chunk_values) {
+  const bool spikes = scheme.spike_reserve;
   MetaOffsets o;
   o.lo = 0;
   o.hi = o.lo + 4 * static_cast<size_t>(channels);
-  o.q_mu = o.hi + 4 * static_cast<size_t>(channels);
-  o.q_sigma = o.q_mu + chunk_values;
-  o.spike_value = o.q_sigma + chunk_values;
+  o.ends = o.hi + 4 * static_cast<size_t>(channels);
+  o.spike_value = o.ends + EndPairBytes(chunk_values);
   o.spike_index = o.spike_value + (spikes ? 4 * chunk_values : 0);
-  o.codes = o.spike_index + (spikes ? chunk_values : 0);
+  o.tables = o.spike_index + (spikes ? chunk_values : 0);
+  o.codes = o.tables + 4 * LynxAnchorTableFloats(scheme);
   return o;
+}
+
+// The histogram of magnitude codes I = code & M over the page's values, spikes excluded: integer counts, so
+// every implementation gets the same table whatever order it counts in.
+std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, size_t n, const LynxPageMeta& meta, int max_code) {
+  std::array<std::array<uint32_t, 256>, 4> partial{};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++partial[0][codes[i]];
+    ++partial[1][codes[i + 1]];
+    ++partial[2][codes[i + 2]];
+    ++partial[3][codes[i + 3]];
+  }
+  for (; i < n; ++i) ++partial[0][codes[i]];
+  std::vector<uint64_t> count(static_cast<size_t>(max_code) + 1, 0);
+  for (int c = 0; c < 256; ++c) {
+    const uint64_t total = uint64_t{partial[0][c]} + partial[1][c] + partial[2][c] + partial[3][c];
+    count[c & max_code] += total;
+  }
+  if (meta.spikes) {
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      for (int c = 0; c < meta.channels; ++c) {
+        const size_t s = static_cast<size_t>(k) * meta.channels + c;
+        const size_t t = static_cast<size_t>(k) * meta.chunk_len + meta.spike_index[s];
+        --count[codes[t * meta.channels + c] & max_code];
+      }
+    }
+  }
+  return count;
 }
 
 }  // namespace
@@ -65,16 +96,28 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   CodeScratch codes(n);
   kernels.codes(page, meta, *tables, codes.data());
 
-  const size_t chunk_values = meta.q_mu.size();
-  const MetaOffsets o = Offsets(page.channels, chunk_values, scheme.spike_reserve);
+  const size_t chunk_values = meta.q_low.size();
+  const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
   uint8_t* s0 = streams[0];
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
   std::memcpy(s0 + o.hi, meta.hi.data(), 4 * meta.hi.size());
-  std::memcpy(s0 + o.q_mu, meta.q_mu.data(), chunk_values);
-  std::memcpy(s0 + o.q_sigma, meta.q_sigma.data(), chunk_values);
+  std::vector<uint32_t> pairs(chunk_values);
+  for (size_t i = 0; i < chunk_values; ++i) pairs[i] = EndPairIndex(meta.q_low[i], meta.q_high[i]);
+  PackEndPairs(pairs.data(), chunk_values, s0 + o.ends);
   if (scheme.spike_reserve) {
     std::memcpy(s0 + o.spike_value, meta.spike_value.data(), 4 * chunk_values);
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
+  }
+  if (scheme.num_streams() > 1) {
+    const std::vector<uint64_t> count = MagnitudeHistogram(codes.data(), n, meta, tables->max_code);
+    uint8_t* out = s0 + o.tables;
+    int known = 0;
+    for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
+      known += scheme.stage_bits[s];
+      const std::vector<float> table = ConditionalMeanTable(*tables, count.data(), known);
+      std::memcpy(out, table.data(), 4 * table.size());
+      out += 4 * table.size();
+    }
   }
   int shift = bits;
   for (int i = 0; i < scheme.num_streams(); ++i) {
@@ -91,8 +134,8 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
   LynxPageMeta meta;
   meta.Resize(layout.tokens, layout.channels, chunk_len, scheme.spike_reserve);
-  const size_t chunk_values = meta.q_mu.size();
-  const MetaOffsets o = Offsets(layout.channels, chunk_values, scheme.spike_reserve);
+  const size_t chunk_values = meta.q_low.size();
+  const MetaOffsets o = Offsets(scheme, layout.channels, chunk_values);
   const uint8_t* s0 = streams[0];
   std::memcpy(meta.lo.data(), s0 + o.lo, 4 * meta.lo.size());
   std::memcpy(meta.hi.data(), s0 + o.hi, 4 * meta.hi.size());
@@ -102,8 +145,20 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
                                               "] for channel ", c));
     }
   }
-  std::memcpy(meta.q_mu.data(), s0 + o.q_mu, chunk_values);
-  std::memcpy(meta.q_sigma.data(), s0 + o.q_sigma, chunk_values);
+  {
+    std::vector<uint32_t> pairs(chunk_values);
+    UnpackEndPairs(s0 + o.ends, chunk_values, pairs.data());
+    for (size_t i = 0; i < chunk_values; ++i) {
+      int q_low, q_high;
+      if (!EndPairFromIndex(pairs[i], q_low, q_high)) {
+        return absl::DataLossError(absl::StrCat("lynx container: chunk end pair index ", pairs[i], " at chunk ",
+                                                i / layout.channels, ", channel ", i % layout.channels,
+                                                " is past the grid"));
+      }
+      meta.q_low[i] = static_cast<uint16_t>(q_low);
+      meta.q_high[i] = static_cast<uint16_t>(q_high);
+    }
+  }
   if (scheme.spike_reserve) {
     std::memcpy(meta.spike_value.data(), s0 + o.spike_value, 4 * chunk_values);
     std::memcpy(meta.spike_index.data(), s0 + o.spike_index, chunk_values);
@@ -115,16 +170,39 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
       }
     }
   }
+  // The conditional-mean tables (every one checked, used or not): finite magnitudes in [0, 1].
+  std::vector<float> stored(LynxAnchorTableFloats(scheme));
+  std::memcpy(stored.data(), s0 + o.tables, 4 * stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (!(stored[i] >= 0.0f && stored[i] <= 1.0f)) {
+      return absl::DataLossError(
+          absl::StrCat("lynx container: anchor table entry ", i, " is ", stored[i], ", outside [0, 1]"));
+    }
+  }
   kernels.derive(meta);
 
   const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
   CodeScratch prefix(n);
   int known = 0;
+  size_t table_offset = 0;
   for (int i = 0; i < stages; ++i) {
     AppendField(i == 0 ? s0 + o.codes : streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
     known += scheme.stage_bits[i];
+    if (i + 1 < stages) table_offset += size_t{1} << (known - 1);
   }
-  kernels.reconstruct(prefix.data(), meta, tables->decode_table(known, rule).data(), known, out);
+  std::vector<float> signed_table;
+  const float* table = tables->decode_table(known, rule).data();
+  if (rule == AnchorRule::kConditionalMean && known < bits) {
+    // Entries [0, 2^(known-1)) are the stored magnitudes, the upper half their negations (decode_table's form).
+    const size_t cells = size_t{1} << (known - 1);
+    signed_table.resize(2 * cells);
+    for (size_t h = 0; h < cells; ++h) {
+      signed_table[h] = stored[table_offset + h];
+      signed_table[cells + h] = -stored[table_offset + h];
+    }
+    table = signed_table.data();
+  }
+  kernels.reconstruct(prefix.data(), meta, table, known, out);
   if (scheme.spike_reserve) {
     for (int k = 0; k < meta.num_chunks; ++k) {
       for (int c = 0; c < layout.channels; ++c) {

@@ -22,7 +22,7 @@ struct LynxPageMeta {
   int num_chunks = 0;
   bool spikes = false;
   std::vector<float> lo, hi;               // [channels]
-  std::vector<uint8_t> q_mu, q_sigma;      // [num_chunks * channels], chunk-major
+  std::vector<uint16_t> q_low, q_high;     // [num_chunks * channels], chunk-major: the chunk's ends, 0..4094
   std::vector<float> spike_value;          // [num_chunks * channels] when spikes
   std::vector<uint8_t> spike_index;        // token within the chunk, < chunk_len
 
@@ -30,13 +30,13 @@ struct LynxPageMeta {
   std::vector<float> mu, sigma, inv_sigma; // [num_chunks * channels]
 
   void Resize(int tokens, int channels, int chunk_len, bool spikes);
-  // Fills frames, mu, sigma and inv_sigma from lo, hi, q_mu, q_sigma (lynx_math.h's ChunkMu, ChunkSigma,
+  // Fills frames, mu, sigma and inv_sigma from lo, hi, q_low, q_high (lynx_math.h's ChunkCentreAndWidth,
   // InverseSigma).
   void Derive();
 };
 
 struct LynxKernels {
-  // Fills lo, hi, q_mu, q_sigma for a page without spike reserving (meta is already Resize()d).
+  // Fills lo, hi, q_low, q_high for a page without spike reserving (meta is already Resize()d).
   void (*stats)(const PageView& page, Centering centering, LynxPageMeta& meta);
   // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / inv_sigma.
   void (*codes)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes);
@@ -66,8 +66,14 @@ void RefCodesRange(const PageView& page, const LynxPageMeta& meta, const LynxTab
 void RefReconstructRange(const uint8_t* prefix, const LynxPageMeta& meta, const float* table,
                          const MutablePageView& out, int c_begin, int c_end);
 
+// Fills q_low / q_high of chunks [0, num_chunks) of channels [c_begin, c_end) from their minimum, maximum and
+// target centre (chunk-major arrays of num_chunks * channels, like q_low) and the channels' lo / hi, which
+// must be set: QuantizeChunkEnds per chunk. The vectorized stats kernels share it.
+void QuantizeChunkRange(LynxPageMeta& meta, Centering centering, const float* cmin, const float* cmax,
+                        const float* centre, int c_begin, int c_end);
+
 // Spike-reserving statistics (scalar, shared by every implementation): per chunk, the value farthest from the
-// chunk's centre is the spike; lo/hi and q_mu/q_sigma describe the remaining values.
+// chunk's centre is the spike; lo/hi and q_low/q_high describe the remaining values.
 void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta);
 
 }  // namespace kvt::codec::internal

@@ -24,30 +24,19 @@ KVT_AVX2 inline void StoreBytes(uint8_t* out, __m256i v) {  // 8 x int32 in 0..2
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(p16, p16));
 }
 
-KVT_AVX2 inline __m256 Frame(__m256 lo, __m256 hi, bool centre) {  // MakeChannelFrame in double
-  const __m256d lo_a = _mm256_cvtps_pd(_mm256_castps256_ps128(lo)), lo_b = _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1));
-  const __m256d hi_a = _mm256_cvtps_pd(_mm256_castps256_ps128(hi)), hi_b = _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1));
-  const __m256d h = _mm256_set1_pd(0.5);
-  const __m256d a = centre ? _mm256_add_pd(lo_a, hi_a) : _mm256_sub_pd(hi_a, lo_a);
-  const __m256d b = centre ? _mm256_add_pd(lo_b, hi_b) : _mm256_sub_pd(hi_b, lo_b);
-  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(_mm256_mul_pd(a, h))),
-                              _mm256_cvtpd_ps(_mm256_mul_pd(b, h)), 1);
-}
-
+// Per chunk-channel minimum, maximum and target centre vectorized; the ends are quantized by the shared scalar
+// QuantizeChunkRange (a few searches per 32 values).
 KVT_AVX2 void Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   const int channels = page.channels;
   const int full = channels / kLanes * kLanes;
   const int n = meta.chunk_len;
   const __m256 inv_n = _mm256_set1_ps(1.0f / static_cast<float>(n));
   const __m256 half_f = _mm256_set1_ps(0.5f);
-  const __m256 one = _mm256_set1_ps(1.0f), minus_one = _mm256_set1_ps(-1.0f);
-  const __m256 k127 = _mm256_set1_ps(127.0f);
   const __m256 zero = _mm256_setzero_ps();
   const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const float* sigma_scale = SigmaScaleTable().data();
-  // Per-chunk statistics of the current channel block, kLanes floats per chunk.
-  std::vector<float> cmin_v(meta.num_chunks * kLanes), cmax_v(cmin_v.size()), centre_v(cmin_v.size());
+  const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
+  std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
   for (int c0 = 0; c0 < full; c0 += kLanes) {
     __m256 lo = inf, hi = ninf;
     for (int k = 0; k < meta.num_chunks; ++k) {
@@ -62,9 +51,10 @@ KVT_AVX2 void Stats(const PageView& page, Centering centering, LynxPageMeta& met
       const __m256 centre = centering == Centering::kMidrange
                                 ? _mm256_add_ps(_mm256_mul_ps(half_f, cmin), _mm256_mul_ps(half_f, cmax))
                                 : sum;
-      _mm256_storeu_ps(&cmin_v[k * kLanes], cmin);
-      _mm256_storeu_ps(&cmax_v[k * kLanes], cmax);
-      _mm256_storeu_ps(&centre_v[k * kLanes], Clamp(centre, cmin, cmax));
+      const size_t i = static_cast<size_t>(k) * channels + c0;
+      _mm256_storeu_ps(&cmin_all[i], cmin);
+      _mm256_storeu_ps(&cmax_all[i], cmax);
+      _mm256_storeu_ps(&centre_all[i], Clamp(centre, cmin, cmax));
       lo = _mm256_min_ps(lo, cmin);
       hi = _mm256_max_ps(hi, cmax);
     }
@@ -72,32 +62,8 @@ KVT_AVX2 void Stats(const PageView& page, Centering centering, LynxPageMeta& met
     hi = _mm256_and_ps(hi, _mm256_cmp_ps(hi, zero, _CMP_NEQ_OQ));
     _mm256_storeu_ps(meta.lo.data() + c0, lo);
     _mm256_storeu_ps(meta.hi.data() + c0, hi);
-    const __m256 fc = Frame(lo, hi, true), fh = Frame(lo, hi, false);
-    const __m256 flat_channel = _mm256_cmp_ps(fh, zero, _CMP_EQ_OQ);
-    for (int k = 0; k < meta.num_chunks; ++k) {
-      __m256 u = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(&centre_v[k * kLanes]), fc), fh);
-      u = _mm256_min_ps(_mm256_max_ps(u, minus_one), one);
-      __m256 q = _mm256_round_ps(_mm256_add_ps(_mm256_mul_ps(u, k127), k127),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      q = _mm256_andnot_ps(flat_channel, q);
-      const __m256 off = _mm256_div_ps(_mm256_sub_ps(q, k127), k127);
-      const __m256 mu = Clamp(_mm256_add_ps(fc, _mm256_mul_ps(fh, off)), lo, hi);
-      const __m256 need = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(&cmax_v[k * kLanes]), mu), _mm256_sub_ps(mu, _mm256_loadu_ps(&cmin_v[k * kLanes])));
-      __m256i pos = _mm256_setzero_si256();
-      for (int step = 128; step >= 1; step >>= 1) {
-        const __m256i cand = _mm256_add_epi32(pos, _mm256_set1_epi32(step));
-        const __m256 s = _mm256_i32gather_ps(sigma_scale, cand, 4);
-        const __m256 below = _mm256_cmp_ps(_mm256_mul_ps(fh, s), need, _CMP_LT_OQ);
-        pos = _mm256_blendv_epi8(pos, cand, _mm256_castps_si256(below));
-      }
-      __m256i qs = _mm256_min_epi32(_mm256_add_epi32(pos, _mm256_set1_epi32(1)), _mm256_set1_epi32(255));
-      const __m256 covered = _mm256_andnot_ps(flat_channel, _mm256_cmp_ps(need, zero, _CMP_GT_OQ));
-      qs = _mm256_and_si256(qs, _mm256_castps_si256(covered));
-      const size_t i = static_cast<size_t>(k) * channels + c0;
-      StoreBytes(meta.q_mu.data() + i, _mm256_cvtps_epi32(q));
-      StoreBytes(meta.q_sigma.data() + i, qs);
-    }
   }
+  QuantizeChunkRange(meta, centering, cmin_all.data(), cmax_all.data(), centre_all.data(), 0, full);
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
 }
 

@@ -29,15 +29,9 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   const int n = meta.chunk_len;
   const __m512 inv_n = _mm512_set1_ps(1.0f / static_cast<float>(n));
   const __m512 half_f = _mm512_set1_ps(0.5f);
-  const __m512 one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f);
-  const __m512 k127 = _mm512_set1_ps(127.0f);
   const __m512 zero = _mm512_setzero_ps();
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  // frac[j] = 2^(-j/16) as in lynx_math.cc: sigma_scale[255 - j] / 2, exactly.
-  alignas(64) float fraction_table[16];
-  for (int j = 0; j < 16; ++j) fraction_table[j] = SigmaScaleTable()[255 - j] * 0.5f;
-  const __m512 fractions = _mm512_load_ps(fraction_table);
   // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
   std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
@@ -75,55 +69,13 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
       lo = _mm512_min_ps(lo, _mm512_loadu_ps(&cmin_all[static_cast<size_t>(k) * channels + c0]));
       hi = _mm512_max_ps(hi, _mm512_loadu_ps(&cmax_all[static_cast<size_t>(k) * channels + c0]));
     }
-    // Canonical zeros (+0), then the frames in double exactly as MakeChannelFrame.
+    // Canonical zeros (+0).
     lo = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo, zero, _CMP_NEQ_OQ), lo);
     hi = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi, zero, _CMP_NEQ_OQ), hi);
     _mm512_storeu_ps(meta.lo.data() + c0, lo);
     _mm512_storeu_ps(meta.hi.data() + c0, hi);
-    const __m512d lo_a = _mm512_cvtps_pd(_mm512_castps512_ps256(lo));
-    const __m512d lo_b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(lo, 1));
-    const __m512d hi_a = _mm512_cvtps_pd(_mm512_castps512_ps256(hi));
-    const __m512d hi_b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(hi, 1));
-    const __m512d half_d = _mm512_set1_pd(0.5);
-    const __m512 fc = _mm512_insertf32x8(
-        _mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_mul_pd(_mm512_add_pd(lo_a, hi_a), half_d))),
-        _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_add_pd(lo_b, hi_b), half_d)), 1);
-    const __m512 fh = _mm512_insertf32x8(
-        _mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(hi_a, lo_a), half_d))),
-        _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(hi_b, lo_b), half_d)), 1);
-    const __mmask16 flat_channel = _mm512_cmp_ps_mask(fh, zero, _CMP_EQ_OQ);
-    for (int k = 0; k < meta.num_chunks; ++k) {
-      const size_t i = static_cast<size_t>(k) * channels + c0;
-      // QuantizeMu
-      __m512 u = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(&centre_all[i]), fc), fh);
-      u = _mm512_min_ps(_mm512_max_ps(u, minus_one), one);
-      __m512 q = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(u, k127), k127),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      q = _mm512_mask_mov_ps(q, flat_channel, zero);
-      // ChunkMu
-      const __m512 off = _mm512_div_ps(_mm512_sub_ps(q, k127), k127);
-      const __m512 mu = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
-      // QuantizeSigma
-      const __m512 need = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(&cmax_all[i]), mu),
-                                        _mm512_sub_ps(mu, _mm512_loadu_ps(&cmin_all[i])));
-      __m512i pos = _mm512_setzero_si512();
-      for (int step = 128; step >= 1; step >>= 1) {
-        const __m512i cand = _mm512_add_epi32(pos, _mm512_set1_epi32(step));
-        // sigma_scale[cand] = ldexp(frac[(255 - cand) % 16], 1 - (255 - cand) / 16), without a gather.
-        const __m512i back = _mm512_sub_epi32(_mm512_set1_epi32(255), cand);
-        const __m512 frac = _mm512_permutexvar_ps(_mm512_and_si512(back, _mm512_set1_epi32(15)), fractions);
-        const __m512 exp2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(1), _mm512_srli_epi32(back, 4)));
-        const __m512 s = _mm512_scalef_ps(frac, exp2);
-        const __mmask16 below = _mm512_cmp_ps_mask(_mm512_mul_ps(fh, s), need, _CMP_LT_OQ);
-        pos = _mm512_mask_mov_epi32(pos, below, cand);
-      }
-      __m512i qs = _mm512_min_epi32(_mm512_add_epi32(pos, _mm512_set1_epi32(1)), _mm512_set1_epi32(255));
-      const __mmask16 covered = _mm512_cmp_ps_mask(need, zero, _CMP_GT_OQ) & ~flat_channel;
-      qs = _mm512_maskz_mov_epi32(covered, qs);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(meta.q_mu.data() + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(meta.q_sigma.data() + i), _mm512_cvtepi32_epi8(qs));
-    }
   }
+  QuantizeChunkRange(meta, centering, cmin_all.data(), cmax_all.data(), centre_all.data(), 0, full);
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
 }
 
@@ -305,6 +257,15 @@ KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, con
   if (full < channels) RefReconstructRange(prefix, meta, table, out, full, channels);
 }
 
+// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane.
+KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh) {
+  const __m512 k2047 = _mm512_set1_ps(2047.0f);
+  const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047), k2047);
+  __m512 e = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
+  e = _mm512_mask_mov_ps(e, _mm512_cmple_epi32_mask(q, _mm512_setzero_si512()), lo);
+  return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(kEndGridMax)), hi);
+}
+
 // LynxPageMeta::Derive, 16 chunk-channels at a time.
 KVT_AVX512 void Derive(LynxPageMeta& meta) {
   const int channels = meta.channels;
@@ -315,20 +276,20 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
     centre[c] = meta.frames[c].centre;
     half[c] = meta.frames[c].half;
   }
-  const float* sigma_scale = SigmaScaleTable().data();
-  const __m512 k127 = _mm512_set1_ps(127.0f), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), half_f = _mm512_set1_ps(0.5f);
   const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t base = static_cast<size_t>(k) * channels;
     for (int c0 = 0; c0 < full; c0 += kLanes) {
-      const __m512i qm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&meta.q_mu[base + c0])));
-      const __m512i qs =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&meta.q_sigma[base + c0])));
+      const __m512i ql =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&meta.q_low[base + c0])));
+      const __m512i qh =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&meta.q_high[base + c0])));
+      const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
       const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
-      const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qm), k127), k127);
-      const __m512 mu = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), _mm512_loadu_ps(&meta.lo[c0]),
-                              _mm512_loadu_ps(&meta.hi[c0]));
-      const __m512 sigma = _mm512_min_ps(_mm512_mul_ps(fh, _mm512_i32gather_ps(qs, sigma_scale, 4)), flt_max);
+      const __m512 a = Ends(ql, lo, hi, fc, fh), b = Ends(qh, lo, hi, fc, fh);
+      const __m512 mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
+      const __m512 sigma = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)), flt_max);
       const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sigma, zero, _CMP_GT_OQ),
                                              _mm512_min_ps(_mm512_div_ps(one, sigma), flt_max));
       _mm512_storeu_ps(&meta.mu[base + c0], mu);
@@ -336,8 +297,8 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
       _mm512_storeu_ps(&meta.inv_sigma[base + c0], inv);
     }
     for (int c = full; c < channels; ++c) {
-      meta.mu[base + c] = ChunkMu(meta.frames[c], meta.q_mu[base + c]);
-      meta.sigma[base + c] = ChunkSigma(meta.frames[c], meta.q_sigma[base + c]);
+      ChunkCentreAndWidth(meta.frames[c], meta.q_low[base + c], meta.q_high[base + c], meta.mu[base + c],
+                          meta.sigma[base + c]);
       meta.inv_sigma[base + c] = InverseSigma(meta.sigma[base + c]);
     }
   }

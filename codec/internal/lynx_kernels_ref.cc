@@ -36,15 +36,12 @@ void ChunkCentre(At at, int n, Centering centering, float& cmin, float& cmax, fl
   centre = Clamp(centre, cmin, cmax);
 }
 
-// Quantizes one chunk's (cmin, cmax, centre) in `frame` into q_mu / q_sigma.
-void QuantizeChunk(const ChannelFrame& frame, float cmin, float cmax, float centre, uint8_t& q_mu, uint8_t& q_sigma) {
-  int qm = QuantizeMu(frame, centre);
-  float mu = ChunkMu(frame, qm);
-  float above = cmax - mu;
-  float below = mu - cmin;
-  float need = above > below ? above : below;
-  q_mu = static_cast<uint8_t>(qm);
-  q_sigma = static_cast<uint8_t>(QuantizeSigma(frame, need));
+void QuantizeChunk(const ChannelFrame& frame, Centering centering, float cmin, float cmax, float centre,
+                   uint16_t& q_low, uint16_t& q_high) {
+  int a, b;
+  QuantizeChunkEnds(frame, centering, cmin, cmax, centre, a, b);
+  q_low = static_cast<uint16_t>(a);
+  q_high = static_cast<uint16_t>(b);
 }
 
 }  // namespace
@@ -67,7 +64,18 @@ void RefStatsRange(const PageView& page, Centering centering, LynxPageMeta& meta
       float cmin, cmax, centre;
       ChunkCentre([&](int t) { return page.at(t0 + t, c); }, meta.chunk_len, centering, cmin, cmax, centre);
       const size_t i = static_cast<size_t>(k) * channels + c;
-      QuantizeChunk(frame, cmin, cmax, centre, meta.q_mu[i], meta.q_sigma[i]);
+      QuantizeChunk(frame, centering, cmin, cmax, centre, meta.q_low[i], meta.q_high[i]);
+    }
+  }
+}
+
+void QuantizeChunkRange(LynxPageMeta& meta, Centering centering, const float* cmin, const float* cmax,
+                        const float* centre, int c_begin, int c_end) {
+  for (int c = c_begin; c < c_end; ++c) {
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      const size_t i = static_cast<size_t>(k) * meta.channels + c;
+      QuantizeChunk(frame, centering, cmin[i], cmax[i], centre[i], meta.q_low[i], meta.q_high[i]);
     }
   }
 }
@@ -132,8 +140,8 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
   const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
   lo.assign(channels, 0.0f);
   hi.assign(channels, 0.0f);
-  q_mu.assign(chunk_values, 0);
-  q_sigma.assign(chunk_values, 0);
+  q_low.assign(chunk_values, 0);
+  q_high.assign(chunk_values, 0);
   spike_value.assign(spikes ? chunk_values : 0, 0.0f);
   spike_index.assign(spikes ? chunk_values : 0, 0);
   frames.assign(channels, ChannelFrame{});
@@ -146,12 +154,10 @@ void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
 
 void LynxPageMeta::Derive() {
   for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
-  const std::array<float, 256>& sigma_scale = SigmaScaleTable();
   for (int k = 0; k < num_chunks; ++k) {
     for (int c = 0; c < channels; ++c) {
       const size_t i = static_cast<size_t>(k) * channels + c;
-      mu[i] = ChunkMu(frames[c], q_mu[i]);
-      sigma[i] = SigmaFromScale(frames[c].half, sigma_scale[q_sigma[i]]);  // ChunkSigma
+      ChunkCentreAndWidth(frames[c], q_low[i], q_high[i], mu[i], sigma[i]);
       inv_sigma[i] = InverseSigma(sigma[i]);
     }
   }
@@ -204,11 +210,11 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
     for (int k = 0; k < meta.num_chunks; ++k) {
       const size_t i = static_cast<size_t>(k) * channels + c;
       if (std::isnan(centre_v[k])) {
-        meta.q_mu[i] = 0;
-        meta.q_sigma[i] = 0;
+        meta.q_low[i] = 0;
+        meta.q_high[i] = 0;
         continue;
       }
-      QuantizeChunk(frame, cmin_v[k], cmax_v[k], centre_v[k], meta.q_mu[i], meta.q_sigma[i]);
+      QuantizeChunk(frame, centering, cmin_v[k], cmax_v[k], centre_v[k], meta.q_low[i], meta.q_high[i]);
     }
   }
 }

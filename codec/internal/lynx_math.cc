@@ -11,13 +11,6 @@
 namespace kvt::codec::internal {
 namespace {
 
-// 2^(-j/16) for j = 0..15, rounded to float: the constants of docs/FORMAT.md (sigma scale).
-std::array<float, 16> SigmaFractions() {
-  std::array<float, 16> f{};
-  for (int j = 0; j < 16; ++j) f[j] = static_cast<float>(std::exp2(-j / 16.0));
-  return f;
-}
-
 // expm1(c / M * log1p(alpha)) / alpha: the inverse of the log curve at (fractional) code c, in double.
 double CurveValue(double alpha, int max_code, double c) {
   return std::expm1(c / max_code * std::log1p(alpha)) / alpha;
@@ -137,14 +130,40 @@ double LogGuess(const LynxTables& t, float a) {
   return ((e - 1) + s) * t.guess_scale;
 }
 
-const std::array<float, 256>& SigmaScaleTable() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> s{};
-    const std::array<float, 16> frac = SigmaFractions();
-    s[0] = 0.0f;
-    for (int q = 1; q < 256; ++q) s[q] = std::ldexp(frac[(255 - q) % 16], 1 - (255 - q) / 16);
-    return s;
-  }();
+void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
+  const size_t bytes = EndPairBytes(n);
+  for (size_t j = 0; j < bytes; ++j) out[j] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t bit = i * kEndPairBits;
+    const uint64_t v = static_cast<uint64_t>(index[i] & ((1u << kEndPairBits) - 1)) << (bit % 8);
+    for (size_t j = 0; j < 4 && bit / 8 + j < bytes; ++j) out[bit / 8 + j] |= static_cast<uint8_t>(v >> (8 * j));
+  }
+}
+
+void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index) {
+  const size_t bytes = EndPairBytes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t bit = i * kEndPairBits;
+    uint64_t v = 0;
+    for (size_t j = 0; j < 4 && bit / 8 + j < bytes; ++j) v |= static_cast<uint64_t>(in[bit / 8 + j]) << (8 * j);
+    index[i] = static_cast<uint32_t>(v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+  }
+}
+
+std::vector<float> ConditionalMeanTable(const LynxTables& t, const uint64_t* count, int known) {
+  const int unknown = t.bits - known;
+  const int cells = 1 << (known - 1);
+  const std::vector<float>& centre = t.decode_table(known, AnchorRule::kCodeCentre);
+  std::vector<float> table(cells);
+  for (int h = 0; h < cells; ++h) {
+    double sum = 0;
+    uint64_t n = 0;
+    for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
+      sum += static_cast<double>(count[i]) * static_cast<double>(t.full_values[i]);
+      n += count[i];
+    }
+    table[h] = n == 0 ? centre[h] : static_cast<float>(sum / static_cast<double>(n));
+  }
   return table;
 }
 

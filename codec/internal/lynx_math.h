@@ -1,6 +1,7 @@
 // The lynx family's arithmetic, shared by every implementation (scalar reference, AVX2, AVX-512, and the host
 // side of the CUDA kernels): the code tables for a given (alpha, code bits), the per-chunk metadata
-// quantizers, and the exact float-op sequences that turn stored metadata into the mu/sigma the codes use.
+// quantizers, the conditional-mean anchor tables, and the exact float-op sequences that turn stored metadata
+// into the mu/sigma the codes use.
 // docs/FORMAT.md and docs/CODEC.md state the same procedure in words. Tables are immutable; thread-safe.
 #ifndef KVT_CODEC_INTERNAL_LYNX_MATH_H_
 #define KVT_CODEC_INTERNAL_LYNX_MATH_H_
@@ -44,10 +45,11 @@ struct LynxTables {
   std::vector<float> guess_low, guess_high;  // M + 1 entries each
 
   // Signed reconstruction tables indexed by the known code prefix p (the top `known` bits of the b-bit code
-  // sign:I), one per (known bits 1..b, anchor rule): decode_table(known, rule)[p] = +-v. With known == b both
-  // rules give full_values.
+  // sign:I), one per (known bits 1..b, fixed anchor rule): decode_table(known, rule)[p] = +-v. With known == b
+  // both rules give full_values. kConditionalMean's tables travel in the container (ConditionalMeanTable); here
+  // it names its fallback, the code-centre table.
   const std::vector<float>& decode_table(int known, AnchorRule rule) const {
-    return decode_tables[known][rule == AnchorRule::kCodeCentre ? 0 : 1];
+    return decode_tables[known][rule == AnchorRule::kValueCentre ? 1 : 0];
   }
   std::array<std::array<std::vector<float>, 2>, 9> decode_tables;
 };
@@ -66,7 +68,7 @@ inline int MagnitudeCode(const LynxTables& t, float a) {
   return i;
 }
 
-// ---- Metadata (per page-channel: lo/hi; per chunk: q_mu, q_sigma) -------------------------------------------
+// ---- Metadata (per page-channel: lo/hi; per chunk: the ends of its interval) -------------------------------
 
 // The frame of one page-channel, from its stored fp32 lo <= hi (finite; a zero is stored as +0).
 struct ChannelFrame {
@@ -83,15 +85,6 @@ inline ChannelFrame MakeChannelFrame(float lo, float hi) {
   return f;
 }
 
-// sigma_scale[q] for q in 0..255: 0 for q = 0 (a flat chunk), else 2^(1 - (255 - q) / 16) as
-// ldexp(frac[(255 - q) % 16], 1 - (255 - q) / 16), frac[j] = float(2^(-j/16)) (docs/FORMAT.md): from 2^-14.875
-// up to 2 = twice the channel's half range, so sigma covers any chunk whatever its centre (|x - mu| <= hi - lo).
-const std::array<float, 256>& SigmaScaleTable();
-
-// Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
-//   mu = min(max(centre + half * ((q_mu - 127.0f) / 127.0f), lo), hi)
-// The grid has 255 points with one exactly at the channel centre (q_mu = 127); encoders write 0..254, and a
-// decoder reading 255 lands on hi by the clamp.
 // Clamp(x, lo, hi) = min(max(x, lo), hi) for non-NaN operands (the vector min/max instructions' semantics; only
 // the sign of a zero result may differ between implementations, which no code depends on).
 inline float Clamp(float x, float lo, float hi) {
@@ -99,18 +92,72 @@ inline float Clamp(float x, float lo, float hi) {
   return y < hi ? y : hi;
 }
 
-inline float ChunkMu(const ChannelFrame& f, int q_mu) {
-  float off = (static_cast<float>(q_mu) - 127.0f) / 127.0f;
-  float prod = f.half * off;
-  float mu = f.centre + prod;
-  return Clamp(mu, f.lo, f.hi);
+// A chunk's interval [ChunkEnd(q_low), ChunkEnd(q_high)] has its ends on a 4095-point grid over the page-channel
+// range: q in 0..kEndGridMax, q = 0 exactly lo, q = kEndGridMax exactly hi, q = kEndGridCentre exactly the
+// channel centre. The pair (q_low <= q_high) is stored as one 23-bit index (docs/FORMAT.md).
+inline constexpr int kEndGridMax = 4094;
+inline constexpr int kEndGridCentre = 2047;
+inline constexpr int kEndPairBits = 23;
+inline constexpr uint32_t kMaxEndPairIndex = kEndGridMax * (kEndGridMax + 1) / 2 + kEndGridMax;  // < 2^23
+static_assert(kMaxEndPairIndex < (1u << kEndPairBits));
+
+// Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
+//   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
+// Non-decreasing in q.
+inline float ChunkEnd(const ChannelFrame& f, int q) {
+  if (q <= 0) return f.lo;
+  if (q >= kEndGridMax) return f.hi;
+  const float off = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+  const float prod = f.half * off;
+  return Clamp(f.centre + prod, f.lo, f.hi);
 }
-//   sigma = min(half * sigma_scale[q_sigma], FLT_MAX)   (the product overflows only for ranges near FLT_MAX)
-inline float SigmaFromScale(float half, float scale) {
-  const float s = half * scale;
-  return s < std::numeric_limits<float>::max() ? s : std::numeric_limits<float>::max();
+
+// The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half *
+// 2047 + 2047) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
+inline int GuessEnd(const ChannelFrame& f, float a) {
+  float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
+  int g = static_cast<int>(std::floor(u * 2047.0f + 2047.0f));
+  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
 }
-inline float ChunkSigma(const ChannelFrame& f, int q_sigma) { return SigmaFromScale(f.half, SigmaScaleTable()[q_sigma]); }
+
+// q_low for a target lower end a in [lo, hi]: 0 when half == 0, else the largest q in 0..kEndGridMax with
+// ChunkEnd(q) <= a (exists: ChunkEnd(0) = lo).
+inline int QuantizeEndBelow(const ChannelFrame& f, float a) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, a);
+  while (q > 0 && ChunkEnd(f, q) > a) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
+  return q;
+}
+
+// q_high for a target upper end b in [lo, hi]: 0 when half == 0, else the smallest q in q_low..kEndGridMax with
+// ChunkEnd(q) >= b (exists: ChunkEnd(kEndGridMax) = hi).
+inline int QuantizeEndAbove(const ChannelFrame& f, float b, int q_low) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, b);
+  if (q < q_low) q = q_low;
+  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
+  return q;
+}
+
+// The chunk's centre and half-width from its stored ends, f32 ops in this order:
+//   a = ChunkEnd(q_low), b = ChunkEnd(q_high), mu = min(max(0.5f * a + 0.5f * b, a), b),
+//   sigma = min(max(b - mu, mu - a), FLT_MAX)
+// so every x in [a, b] has |x - mu| <= sigma in float arithmetic too (rounding is monotone).
+inline void ChunkCentreAndWidth(const ChannelFrame& f, int q_low, int q_high, float& mu, float& sigma) {
+  const float a = ChunkEnd(f, q_low);
+  const float b = ChunkEnd(f, q_high);
+  const float ha = 0.5f * a;
+  const float hb = 0.5f * b;
+  const float m = Clamp(ha + hb, a, b);
+  const float up = b - m;
+  const float down = m - a;
+  const float s = up > down ? up : down;
+  mu = m;
+  sigma = s < std::numeric_limits<float>::max() ? s : std::numeric_limits<float>::max();
+}
+
 //   inv_sigma = sigma > 0 ? min(1.0f / sigma, FLT_MAX) : 0   (correctly rounded float division; the encoder
 // multiplies by it, so a vector path needs no division per value)
 inline float InverseSigma(float sigma) {
@@ -119,27 +166,55 @@ inline float InverseSigma(float sigma) {
   return inv < std::numeric_limits<float>::max() ? inv : std::numeric_limits<float>::max();
 }
 
-// q_mu for a target centre m in [lo, hi]: 0 when half == 0, else
-//   u = min(max((m - centre) / half, -1), 1); q = nearbyint(u * 127.0f + 127.0f)   (round half to even)
-inline int QuantizeMu(const ChannelFrame& f, float m) {
-  if (f.half == 0.0f) return 0;
-  float u = (m - f.centre) / f.half;
-  u = Clamp(u, -1.0f, 1.0f);
-  float q = std::nearbyint(u * 127.0f + 127.0f);
-  return static_cast<int>(q);
+// The target interval of a chunk with minimum cmin, maximum cmax and target centre m (in [cmin, cmax]) in
+// its channel's frame: kMidrange [cmin, cmax]; kMean [m - d, m + d] with d = max(cmax - m, m - cmin), widened
+// to include [cmin, cmax] against rounding and clipped to [lo, hi]. Then its stored ends (q_low, q_high).
+inline void QuantizeChunkEnds(const ChannelFrame& f, Centering centering, float cmin, float cmax, float m,
+                              int& q_low, int& q_high) {
+  float a = cmin, b = cmax;
+  if (centering == Centering::kMean) {
+    const float up = cmax - m;
+    const float down = m - cmin;
+    const float d = up > down ? up : down;
+    const float ma = m - d;
+    const float mb = m + d;
+    a = ma < cmin ? ma : cmin;
+    a = a > f.lo ? a : f.lo;
+    b = mb > cmax ? mb : cmax;
+    b = b < f.hi ? b : f.hi;
+  }
+  q_low = QuantizeEndBelow(f, a);
+  q_high = QuantizeEndAbove(f, b, q_low);
 }
 
-// q_sigma: 0 when need <= 0 or half == 0; else the smallest q in 1..255 with half * sigma_scale[q] >= need
-// (255 if none), found by binary lifting over the monotone sequence half * sigma_scale[q].
-inline int QuantizeSigma(const ChannelFrame& f, float need) {
-  if (!(need > 0.0f) || f.half == 0.0f) return 0;
-  const auto& s = SigmaScaleTable();
-  int pos = 0;  // number of q in 1..255 with half * s[q] < need (a prefix)
-  for (int step = 128; step >= 1; step >>= 1) {
-    if (pos + step <= 255 && f.half * s[pos + step] < need) pos += step;
-  }
-  return pos + 1 > 255 ? 255 : pos + 1;
+// The stored 23-bit index of an end pair q_low <= q_high: q_high * (q_high + 1) / 2 + q_low.
+inline uint32_t EndPairIndex(int q_low, int q_high) {
+  return static_cast<uint32_t>(q_high) * static_cast<uint32_t>(q_high + 1) / 2 + static_cast<uint32_t>(q_low);
 }
+// The inverse of EndPairIndex; false for an index above kMaxEndPairIndex (no encoder writes one).
+inline bool EndPairFromIndex(uint32_t index, int& q_low, int& q_high) {
+  if (index > kMaxEndPairIndex) return false;
+  int64_t h = static_cast<int64_t>((std::sqrt(8.0 * index + 1.0) - 1.0) / 2.0);
+  while (h > 0 && h * (h + 1) / 2 > index) --h;
+  while ((h + 1) * (h + 2) / 2 <= index) ++h;
+  q_high = static_cast<int>(h);
+  q_low = static_cast<int>(index - h * (h + 1) / 2);
+  return true;
+}
+
+// Packs n 23-bit indices LSB-first (index i at stream bits [23 i, 23 i + 23)) into ceil(23 n / 8) bytes, padding
+// bits zero; and the inverse.
+void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out);
+void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index);
+inline size_t EndPairBytes(size_t n) { return (n * kEndPairBits + 7) / 8; }
+
+// ---- Conditional-mean anchor tables ----------------------------------------------------------------------
+
+// The magnitude table of a partial decode that knows the top `known` bits (< b) of the b-bit code, from the
+// page's histogram of magnitude codes (count[I], I = 0..M): entry h (0 .. 2^(known-1) - 1) is the mean of
+// full_values[I] over the codes of cell h (I in [h 2^u, (h + 1) 2^u), u = b - known), weighted by count, summed
+// in double in increasing I and rounded to float; an empty cell gets its code-centre value.
+std::vector<float> ConditionalMeanTable(const LynxTables& t, const uint64_t* count, int known);
 
 // x_final for one value: d = x - mu; xf = d * inv_sigma; clamp to [-1, 1]; 0 when inv_sigma == 0 (sigma == 0).
 inline float FinalValue(float x, float mu, float inv_sigma) {

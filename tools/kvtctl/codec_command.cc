@@ -50,7 +50,7 @@ struct CodecFlags {
     flags.Double("alpha", &alpha, "lynx log-curve steepness");
     flags.String("centering", &centering, "lynx chunk centring: midrange | mean (empty: the codec default)");
     flags.String("anchor-rule", &anchor_rule,
-                 "anchor-only reconstruction: code-centre | value-centre (empty: the codec default)");
+                 "anchor-only reconstruction: conditional-mean | code-centre | value-centre (empty: the codec default)");
     flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity)");
     flags.Int("page-tokens", &page_tokens, "tokens per page (a multiple of --chunk-tokens)");
   }
@@ -65,7 +65,9 @@ absl::StatusOr<codec::Centering> ParseCentering(absl::string_view s) {
 absl::StatusOr<codec::AnchorRule> ParseAnchorRule(absl::string_view s) {
   if (s == "code-centre" || s == "code-center") return codec::AnchorRule::kCodeCentre;
   if (s == "value-centre" || s == "value-center") return codec::AnchorRule::kValueCentre;
-  return absl::InvalidArgumentError(absl::StrCat("unknown anchor rule '", s, "'; use code-centre or value-centre"));
+  if (s == "conditional-mean") return codec::AnchorRule::kConditionalMean;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown anchor rule '", s, "'; use conditional-mean, code-centre or value-centre"));
 }
 
 absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
@@ -248,7 +250,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "codec sweep";
   FlagSet flags("kvtctl codec sweep");
   std::string model = "llama-3.1-8b", bulks = "laplace,student-t", alphas = "1,2,4,8,16,32,64,128";
-  std::string centerings = "midrange,mean", anchor_rules = "code-centre,value-centre";
+  std::string centerings = "midrange,mean", anchor_rules = "conditional-mean,code-centre";
   std::string schemes = "lynx", baselines = "int8,int4";
   int tokens = 1024, layers = 2, queries = 8, chunk_tokens = codec::CodecOptions{}.chunk_tokens;
   uint64_t seed = 1;
@@ -259,7 +261,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("bulks", &bulks, "bulk distributions to sweep over: laplace, student-t");
   flags.String("alphas", &alphas, "alpha values");
   flags.String("centerings", &centerings, "centerings: midrange, mean");
-  flags.String("anchor-rules", &anchor_rules, "anchor rules: code-centre, value-centre");
+  flags.String("anchor-rules", &anchor_rules, "anchor rules: conditional-mean, code-centre, value-centre");
   flags.String("schemes", &schemes, "lynx-family schemes swept");
   flags.String("baselines", &baselines, "schemes evaluated once per data set for comparison");
   flags.Int("queries", &queries, "sampled queries per query head and layer");

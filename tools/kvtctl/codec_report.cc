@@ -14,7 +14,15 @@ using codec::eval::StageResult;
 const char* CenteringName(codec::Centering c) { return c == codec::Centering::kMidrange ? "midrange" : "mean"; }
 
 const char* AnchorRuleName(codec::AnchorRule r) {
-  return r == codec::AnchorRule::kCodeCentre ? "code-centre" : "value-centre";
+  switch (r) {
+    case codec::AnchorRule::kCodeCentre:
+      return "code-centre";
+    case codec::AnchorRule::kValueCentre:
+      return "value-centre";
+    case codec::AnchorRule::kConditionalMean:
+      return "conditional-mean";
+  }
+  return "unknown";
 }
 
 std::string StageLabel(const StageResult& stage) { return stage.full ? "full" : absl::StrCat(stage.stage); }
