@@ -98,7 +98,8 @@ TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
           ASSERT_TRUE(b.ok()) << b.status();
           ASSERT_EQ(a->bytes, b->bytes);
           for (int stages = 1; stages <= a->layout.scheme.num_streams(); ++stages) {
-            for (AnchorRule rule : {AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
+            for (AnchorRule rule :
+                 {AnchorRule::kConditionalMean, AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
               ref.anchor_rule = impl.anchor_rule = rule;
               // Same float ops in every implementation: decoded values are equal (+0 == -0).
               const std::vector<float> x = Decode(*a, stages, ref);
@@ -247,6 +248,9 @@ TEST(CodecBitsTest, LynxFitsInsideInt8AndItsAnchorInsideInt4BitsPerValue) {
   EXPECT_LE(bits("lynx-a2r2r4", 3), int8);
   EXPECT_LE(bits("lynx8", 1), int8);
   EXPECT_LE(bits("lynx4", 1), int4);
+  // docs/FORMAT.md's table: 104 header + 8192 lo/hi + 23552 end pairs + 32 anchor table + codes.
+  EXPECT_NEAR(bits("lynx", 2), 8.0 * (104 + 8192 + 23552 + 32 + 262144) / (256 * 1024), 1e-9);
+  EXPECT_NEAR(bits("lynx", 1), 8.0 * (104 + 8192 + 23552 + 32 + 131072) / (256 * 1024), 1e-9);
 }
 
 TEST(CodecArgumentsTest, BadPagesAndOptionsAreInvalidArguments) {

@@ -97,10 +97,15 @@ TEST(ContainerFuzzTest, ResealedMetadataNoEncoderWritesIsDataLoss) {
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, std::nanf("")); });
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, 1e30f); });
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 4 * 12, INFINITY); });
-  // lynx+spike: spike index past the chunk, spike value NaN. Offsets: lo, hi (12 ch x 4 B each), q_mu, q_sigma
-  // (2 chunks x 12 ch each), spike values (24 x 4 B), spike indices (24).
-  expect_data_loss("lynx+spike", [&](uint8_t* p) { p[96 + 48 + 96] = 32; });
-  expect_data_loss("lynx+spike", [&](uint8_t* p) { put_float(p + 96 + 48, std::nanf("")); });
+  // Offsets: lo, hi (12 ch x 4 B each), 23-bit end pairs (2 chunks x 12 ch: 69 B), then for lynx+spike spike
+  // values (24 x 4 B) and spike indices (24), then the anchor table (8 x f32).
+  // lynx: an end pair index past the grid (all 23 bits set), an anchor table entry NaN or above 1.
+  expect_data_loss("lynx", [&](uint8_t* p) { p[96] = p[97] = 0xFF; p[98] |= 0x7F; });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 96 + 69, std::nanf("")); });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 96 + 69 + 4 * 7, 1.5f); });
+  // lynx+spike: spike index past the chunk, spike value NaN.
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { p[96 + 69 + 96] = 32; });
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { put_float(p + 96 + 69, std::nanf("")); });
   // int8: fp16 min = inf (0x7C00); fp8: scale NaN, scale so large that 448 * scale overflows, a NaN code.
   expect_data_loss("int8", [&](uint8_t* p) { p[0] = 0x00; p[1] = 0x7C; });
   expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, std::nanf("")); });

@@ -1,8 +1,10 @@
 #include "codec/container.h"
 
 #include <cstring>
+#include <string>
 
 #include "codec/codec.h"
+#include "common/crc32c.h"
 #include "gtest/gtest.h"
 
 namespace kvt::codec {
@@ -36,7 +38,8 @@ TEST(ContainerTest, StreamsAreContiguousAndStreamZeroStartsWithTheHeader) {
   EncodedPage enc = EncodeRamp("lynx", 256, 64);
   EXPECT_EQ(enc.layout.stream_offset[0], 0u);
   EXPECT_EQ(enc.layout.stream_offset[1], enc.layout.stream_length[0]);
-  EXPECT_EQ(enc.layout.stream_length[0], kContainerHeaderBytes + 8 * 64 + 2 * 8 * 64 + 256 * 64 / 2);
+  // Header, lo/hi, 23-bit end pairs of 8 x 64 chunks, the 8-entry anchor table, the anchor codes.
+  EXPECT_EQ(enc.layout.stream_length[0], kContainerHeaderBytes + 8 * 64 + 8 * 64 * 23 / 8 + 4 * 8 + 256 * 64 / 2);
   EXPECT_EQ(enc.layout.stream_length[1], 256u * 64 / 2);
   uint32_t magic;
   std::memcpy(&magic, enc.stream(0).data(), 4);
@@ -45,9 +48,14 @@ TEST(ContainerTest, StreamsAreContiguousAndStreamZeroStartsWithTheHeader) {
 
 TEST(ContainerTest, StreamPayloadBytesFollowsTheDocumentedFormulas) {
   const Scheme lynx = *ParseScheme("lynx-a3r5"), spike = *ParseScheme("lynx+spike");
-  EXPECT_EQ(StreamPayloadBytes(lynx, 0, 256, 1024, 32), 8 * 1024 + 2 * 8 * 1024 + (256 * 1024 * 3 + 7) / 8);
+  // lo, hi; 23-bit end pairs; one anchor table of 2^(3 - 1) f32 magnitudes; the anchor codes.
+  EXPECT_EQ(StreamPayloadBytes(lynx, 0, 256, 1024, 32),
+            8 * 1024 + (8 * 1024 * 23 + 7) / 8 + 4 * 4 + (256 * 1024 * 3 + 7) / 8);
   EXPECT_EQ(StreamPayloadBytes(lynx, 1, 256, 1024, 32), 256u * 1024 * 5 / 8);
-  EXPECT_EQ(StreamPayloadBytes(spike, 0, 64, 10, 32), 8 * 10 + 7 * 2 * 10 + 64 * 10 / 2);
+  EXPECT_EQ(StreamPayloadBytes(spike, 0, 64, 10, 32), 8 * 10 + (20 * 23 + 7) / 8 + 5 * 20 + 4 * 8 + 64 * 10 / 2);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx-a2r2r4"), 0, 256, 1024, 32),
+            8 * 1024 + (8 * 1024 * 23 + 7) / 8 + 4 * (2 + 8) + 256 * 1024 * 2 / 8);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx8"), 0, 256, 1024, 32), 8 * 1024 + 8 * 1024 * 23 / 8 + 256u * 1024);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("int4"), 0, 7, 3, 32), 4 * 3 + (21 * 4 + 7) / 8);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("fp8"), 0, 2, 129, 32), 4 * 2 * 2 + 2 * 129);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("bf16"), 0, 3, 5, 32), 30u);
@@ -64,8 +72,21 @@ TEST(ContainerTest, BadMagicVersionAndTruncatedHeadersAreInvalidArguments) {
   b[0] ^= 1;
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
   b = enc.bytes;
-  b[4] = 2;  // version 2
+  b[4] = 3;  // version 3
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ContainerTest, VersionOneContainersAreRejectedAsInvalidArgumentsNamingTheVersion) {
+  // A version 1 container (8-bit mu / sigma lynx metadata) with a valid header CRC: rejected, not misread.
+  EncodedPage enc = EncodeRamp("lynx", 64, 8);
+  std::vector<uint8_t> b = enc.bytes;
+  b[4] = 1;
+  b[5] = 0;
+  const uint32_t crc = Crc32c(b.data(), kContainerHeaderBytes - 4);
+  std::memcpy(b.data() + kContainerHeaderBytes - 4, &crc, 4);
+  const absl::Status st = ParseContainerHeader(b).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("version 1"), std::string::npos) << st;
 }
 
 TEST(ContainerTest, HeaderFieldFlipsFailTheHeaderCrc) {

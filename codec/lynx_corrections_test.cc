@@ -144,15 +144,21 @@ void ExpectOnlyTheCodesError(const std::vector<float>& x, Centering centering) {
   ASSERT_TRUE(enc.ok()) << enc.status();
   const std::vector<float> ours = Decode(*enc, 1);
 
-  // The stored metadata, read back as a decoder does (docs/FORMAT.md: lo, hi, q_mu[2], q_sigma[2]).
+  // The stored metadata, read back as a decoder does (docs/FORMAT.md: lo, hi, then the 23-bit end pairs).
   const uint8_t* p = enc->bytes.data() + kContainerHeaderBytes;
   float lo, hi;
   std::memcpy(&lo, p, 4);
   std::memcpy(&hi, p + 4, 4);
   const internal::ChannelFrame frame = internal::MakeChannelFrame(lo, hi);
+  const int chunks = tokens / 32;
+  std::vector<uint32_t> pairs(chunks);
+  internal::UnpackEndPairs(p + 8, chunks, pairs.data());
   const double max_gap = CodeMaxGap();
-  for (int k = 0; k < tokens / 32; ++k) {
-    const float sigma = internal::ChunkSigma(frame, p[8 + tokens / 32 + k]);
+  for (int k = 0; k < chunks; ++k) {
+    int q_low, q_high;
+    ASSERT_TRUE(internal::EndPairFromIndex(pairs[k], q_low, q_high));
+    float mu, sigma;
+    internal::ChunkCentreAndWidth(frame, q_low, q_high, mu, sigma);
     for (int t = 32 * k; t < 32 * k + 32; ++t) {
       EXPECT_LE(std::fabs(ours[t] - x[t]), sigma * max_gap * 1.001 + 1e-5) << "token " << t;
     }
@@ -173,14 +179,55 @@ TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCode
     SCOPED_TRACE("mean");
     ExpectOnlyTheCodesError(x, Centering::kMean);
   }
-  // Algorithm 1 quantizes with the exact mean and max deviation; storing them on the same grid then moves every
-  // value of chunk 1 by the centre's rounding error, 20 times the code's own error.
+  // Algorithm 1 quantizes with the exact mean and max deviation; storing the centre on the same grid afterwards
+  // (the nearest of the 4095 points over [0, 100]) moves every value of chunk 1 by the centre's rounding error,
+  // several times the code's own error.
   const internal::ChannelFrame frame = internal::MakeChannelFrame(0.0f, 100.0f);
   double mean = 0;
   for (int t = 32; t < 64; ++t) mean += x[t] / 32.0;
-  const float stored_mu = internal::ChunkMu(frame, internal::QuantizeMu(frame, static_cast<float>(mean)));
-  const double sigma_needed = 0.1;  // chunk 1's half range (0.05) plus the centre's rounding, generously
-  EXPECT_GT(std::fabs(stored_mu - mean), 20 * sigma_needed * CodeMaxGap());
+  const int below = internal::QuantizeEndBelow(frame, static_cast<float>(mean));
+  const float a = internal::ChunkEnd(frame, below), b = internal::ChunkEnd(frame, below + 1);
+  const float stored_mu = mean - a < b - mean ? a : b;
+  const double sigma_needed = 0.05;  // chunk 1's half range
+  EXPECT_GT(std::fabs(stored_mu - mean), 5 * sigma_needed * CodeMaxGap());
+}
+
+TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeatsTheCellCentre) {
+  // Chunks holding -1 and +1 and Laplace values between: mu = 0 and sigma = 1 exactly, so x_final = x.
+  const int tokens = 256, channels = 16;
+  std::vector<float> x(tokens * channels);
+  std::mt19937 rng(7);
+  std::exponential_distribution<float> expo(6.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      const float v = std::fmin(expo(rng), 1.0f) * (rng() % 2 ? 1.0f : -1.0f);
+      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : v);
+    }
+  }
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const EncodedPage enc = Encode("lynx", x, tokens, channels);
+  const std::vector<float> full = Decode(enc, 2);
+  const std::vector<float> mean_rule = Decode(enc, 1, AnchorRule::kConditionalMean);
+  const std::vector<float> centre_rule = Decode(enc, 1, AnchorRule::kCodeCentre);
+  // Per anchor magnitude cell (I >> 4): the mean of the full decode's |value| over the page.
+  std::vector<double> sum(8, 0.0);
+  std::vector<int> n(8, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int h = internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4;
+    sum[h] += std::fabs(full[i]);
+    ++n[h];
+  }
+  double err_mean = 0, err_centre = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int h = internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4;
+    ASSERT_NEAR(std::fabs(mean_rule[i]), sum[h] / n[h], 1e-6) << i;
+    if (x[i] != 0.0f) ASSERT_EQ(mean_rule[i] < 0.0f, x[i] < 0.0f) << i;
+    err_mean += (mean_rule[i] - x[i]) * (mean_rule[i] - x[i]);
+    err_centre += (centre_rule[i] - x[i]) * (centre_rule[i] - x[i]);
+  }
+  EXPECT_LT(err_mean, 0.9 * err_centre);
+  // The top cell holds each chunk's extremes (exactly +-1 with midrange centering): its mean lies near 1.
+  EXPECT_GT(sum[7] / n[7], 0.95);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ TEST(LynxMathTest, DecodeTablesPlaceEachPrefixInsideItsInterval) {
   }
 }
 
-TEST(LynxMathTest, MetadataQuantizersCoverTheChunkWithTheStoredValues) {
+TEST(LynxMathTest, ChunkEndsCoverTheChunkTightlyWithTheStoredValues) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1000.0f, 1000.0f);
   for (int i = 0; i < 20000; ++i) {
@@ -105,42 +105,109 @@ TEST(LynxMathTest, MetadataQuantizersCoverTheChunkWithTheStoredValues) {
     std::uniform_real_distribution<float> in(lo, hi);
     float cmin = in(rng), cmax = in(rng);
     if (cmin > cmax) std::swap(cmin, cmax);
-    const float centre = 0.5f * cmin + 0.5f * cmax;
-    const int qm = QuantizeMu(f, centre);
-    ASSERT_GE(qm, 0);
-    ASSERT_LE(qm, 254);
-    const float mu = ChunkMu(f, qm);
-    const float need = std::fmax(cmax - mu, mu - cmin);
-    const int qs = QuantizeSigma(f, need);
-    const float sigma = ChunkSigma(f, qs);
-    ASSERT_GE(sigma, need);
-    // Smallest such sigma (unless capped at the full half-range).
-    if (qs > 1) ASSERT_LT(ChunkSigma(f, qs - 1), need);
-    // The stored centre is the nearest grid point to the target.
-    ASSERT_LE(std::fabs(mu - centre), (hi - lo) / 254.0f * 1.001f + 1e-4f);
+    int q_low, q_high;
+    QuantizeChunkEnds(f, Centering::kMidrange, cmin, cmax, 0.5f * cmin + 0.5f * cmax, q_low, q_high);
+    ASSERT_GE(q_low, 0);
+    ASSERT_LE(q_low, q_high);
+    ASSERT_LE(q_high, kEndGridMax);
+    // The stored ends enclose the chunk, and are the nearest grid points that do.
+    ASSERT_LE(ChunkEnd(f, q_low), cmin);
+    ASSERT_GE(ChunkEnd(f, q_high), cmax);
+    if (q_low < kEndGridMax) ASSERT_GT(ChunkEnd(f, q_low + 1), cmin);
+    if (q_high > q_low) ASSERT_LT(ChunkEnd(f, q_high - 1), cmax);
+    ASSERT_LE(cmin - ChunkEnd(f, q_low), (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
+    ASSERT_LE(ChunkEnd(f, q_high) - cmax, (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
+    // mu +- sigma covers every value of the chunk in float arithmetic.
+    float mu, sigma;
+    ChunkCentreAndWidth(f, q_low, q_high, mu, sigma);
+    ASSERT_LE(cmax - mu, sigma);
+    ASSERT_LE(mu - cmin, sigma);
   }
 }
 
-TEST(LynxMathTest, SigmaCoversAChunkWhateverItsCentre) {
-  // The worst case: mu at one end of the channel's range, values at the other (mean centering can do this).
+TEST(LynxMathTest, MeanCentredChunksAreCoveredEvenWhenTheMeanSitsAtOneEnd) {
   const ChannelFrame f = MakeChannelFrame(-3.0f, 7.0f);
-  for (float mu : {-3.0f, 7.0f, 2.0f}) {
-    const float need = std::fmax(7.0f - mu, mu + 3.0f);
-    EXPECT_GE(ChunkSigma(f, QuantizeSigma(f, need)), need) << mu;
+  for (float m : {-3.0f, 7.0f, 2.0f, -2.5f}) {
+    int q_low, q_high;
+    QuantizeChunkEnds(f, Centering::kMean, -3.0f, 7.0f, m, q_low, q_high);
+    float mu, sigma;
+    ChunkCentreAndWidth(f, q_low, q_high, mu, sigma);
+    EXPECT_LE(7.0f - mu, sigma) << m;
+    EXPECT_LE(mu + 3.0f, sigma) << m;
   }
-  EXPECT_EQ(SigmaScaleTable()[255], 2.0f);
-  EXPECT_EQ(SigmaScaleTable()[239], 1.0f);
+  // A mean-centred interval is symmetric about the mean where the channel range allows it.
+  int q_low, q_high;
+  QuantizeChunkEnds(f, Centering::kMean, 0.0f, 1.0f, 0.25f, q_low, q_high);
+  EXPECT_LE(ChunkEnd(f, q_low), -0.5f);
+  EXPECT_GE(ChunkEnd(f, q_high), 1.0f);
 }
 
-TEST(LynxMathTest, SigmaScaleMatchesTheConstantsOfFormatMd) {
-  const auto& s = SigmaScaleTable();
-  EXPECT_EQ(s[0], 0.0f);
-  EXPECT_EQ(s[255], 0x1p+1f);
-  EXPECT_EQ(s[254], 0x1.ea4afap+0f);
-  EXPECT_EQ(s[248], 0x1.7a1148p+0f);   // (255 - 248) = 7 -> frac[7] * 2
-  EXPECT_EQ(s[240], 0x1.0b5586p+0f);   // frac[15]
-  EXPECT_EQ(s[239], 0x1p+0f);
-  EXPECT_EQ(s[1], 0x1.172b84p-15f);    // (255 - 1) = 254 = 16 * 15 + 14 -> frac[14] * 2^(1 - 15)
+TEST(LynxMathTest, EndGridHasLoCentreAndHiExactlyAndIsMonotone) {
+  const ChannelFrame f = MakeChannelFrame(-1.3f, 2.9f);
+  EXPECT_EQ(ChunkEnd(f, 0), -1.3f);
+  EXPECT_EQ(ChunkEnd(f, kEndGridCentre), f.centre);
+  EXPECT_EQ(ChunkEnd(f, kEndGridMax), 2.9f);
+  for (int q = 1; q <= kEndGridMax; ++q) ASSERT_LE(ChunkEnd(f, q - 1), ChunkEnd(f, q)) << q;
+  // A constant channel: both ends at lo, sigma 0, so it decodes to exactly lo.
+  const ChannelFrame flat = MakeChannelFrame(5.0f, 5.0f);
+  int q_low, q_high;
+  QuantizeChunkEnds(flat, Centering::kMidrange, 5.0f, 5.0f, 5.0f, q_low, q_high);
+  EXPECT_EQ(q_low, 0);
+  EXPECT_EQ(q_high, 0);
+  float mu, sigma;
+  ChunkCentreAndWidth(flat, q_low, q_high, mu, sigma);
+  EXPECT_EQ(mu, 5.0f);
+  EXPECT_EQ(sigma, 0.0f);
+}
+
+TEST(LynxMathTest, EndPairIndexRoundTripsEveryPairAndRejectsIndicesPastTheGrid) {
+  for (int q_high = 0; q_high <= kEndGridMax; ++q_high) {
+    for (int q_low = 0; q_low <= q_high; ++q_low) {
+      int a, b;
+      ASSERT_TRUE(EndPairFromIndex(EndPairIndex(q_low, q_high), a, b));
+      ASSERT_EQ(a, q_low);
+      ASSERT_EQ(b, q_high);
+    }
+  }
+  EXPECT_EQ(EndPairIndex(kEndGridMax, kEndGridMax), kMaxEndPairIndex);
+  int a, b;
+  EXPECT_FALSE(EndPairFromIndex(kMaxEndPairIndex + 1, a, b));
+  EXPECT_FALSE(EndPairFromIndex((1u << kEndPairBits) - 1, a, b));
+}
+
+TEST(LynxMathTest, EndPairsPackInto23BitFieldsLsbFirst) {
+  std::mt19937 rng(9);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{65}}) {
+    std::vector<uint32_t> idx(n), back(n);
+    for (auto& v : idx) v = rng() % (kMaxEndPairIndex + 1);
+    std::vector<uint8_t> bytes(EndPairBytes(n), 0xFF);
+    PackEndPairs(idx.data(), n, bytes.data());
+    UnpackEndPairs(bytes.data(), n, back.data());
+    EXPECT_EQ(idx, back) << n;
+    EXPECT_EQ(bytes.size(), (23 * n + 7) / 8);
+  }
+  const uint32_t two[2] = {0x7FFFFF, 1};
+  uint8_t out[6];
+  PackEndPairs(two, 2, out);
+  EXPECT_EQ(out[0], 0xFF);
+  EXPECT_EQ(out[1], 0xFF);
+  EXPECT_EQ(out[2], 0x7F | 0x80);  // index 1's bit 0 is stream bit 23
+  EXPECT_EQ(out[3], 0x00);
+  EXPECT_EQ(out[5], 0x00);          // padding bits are zero
+}
+
+TEST(LynxMathTest, ConditionalMeanTableIsTheCountWeightedMeanOfEachCell) {
+  const auto t = GetLynxTables(0.5f, 8);
+  std::vector<uint64_t> count(128, 0);
+  count[127] = 3;   // cell 7 (I 112..127)
+  count[112] = 1;
+  count[5] = 10;    // cell 0
+  const std::vector<float> table = ConditionalMeanTable(*t, count.data(), 4);
+  ASSERT_EQ(table.size(), 8u);
+  EXPECT_EQ(table[7], static_cast<float>((3.0 * t->full_values[127] + t->full_values[112]) / 4.0));
+  EXPECT_EQ(table[0], t->full_values[5]);
+  // Empty cells fall back to the code-centre value.
+  for (int h = 1; h < 7; ++h) EXPECT_EQ(table[h], t->decode_table(4, AnchorRule::kCodeCentre)[h]) << h;
 }
 
 TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
@@ -148,10 +215,20 @@ TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
   const ChannelFrame f = MakeChannelFrame(-max, max);
   EXPECT_TRUE(std::isfinite(f.half));
   EXPECT_EQ(f.centre, 0.0f);
-  for (int q = 0; q < 256; ++q) {
-    EXPECT_TRUE(std::isfinite(ChunkMu(f, q)));
-    EXPECT_TRUE(std::isfinite(ChunkSigma(f, q)));
+  for (int q_low : {0, 1, 2047, 4093, 4094}) {
+    for (int q_high : {0, 1, 2047, 4093, 4094}) {
+      if (q_high < q_low) continue;
+      float mu, sigma;
+      ChunkCentreAndWidth(f, q_low, q_high, mu, sigma);
+      EXPECT_TRUE(std::isfinite(mu));
+      EXPECT_TRUE(std::isfinite(sigma));
+      EXPECT_TRUE(std::isfinite(ChunkEnd(f, q_low)));
+    }
   }
+  int q_low, q_high;
+  QuantizeChunkEnds(f, Centering::kMidrange, -max, max, 0.0f, q_low, q_high);
+  EXPECT_EQ(q_low, 0);
+  EXPECT_EQ(q_high, kEndGridMax);
   EXPECT_EQ(FinalValue(max, -max, InverseSigma(f.half)), 1.0f);  // (x - mu) overflows to inf, clamps to 1
   EXPECT_EQ(FinalValue(5.0f, 5.0f, 0.0f), 0.0f);   // flat chunk
 }
