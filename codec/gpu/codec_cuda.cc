@@ -33,7 +33,8 @@ size_t MetaBytes(const ContainerLayout& l) {
     case SchemeKind::kFp8:
       return 4 * static_cast<size_t>(l.tokens) * ((static_cast<size_t>(l.channels) + 127) / 128);
     case SchemeKind::kLynx:
-      return 8 * static_cast<size_t>(l.channels) + 2 * chunk_values + (l.scheme.spike_reserve ? 5 * chunk_values : 0);
+      return 8 * static_cast<size_t>(l.channels) + cpu::EndPairBytes(chunk_values) +
+             (l.scheme.spike_reserve ? 5 * chunk_values : 0) + 4 * LynxAnchorTableFloats(l.scheme);
   }
   return 0;
 }
@@ -115,6 +116,14 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
   internal::Staging st;
   st.meta = pages.meta(0);
   st.meta_stride = pages.meta_stride();
+  const ContainerLayout& l = pages.layout();
+  if (l.scheme.kind == SchemeKind::kLynx) {
+    const size_t chunk_values = static_cast<size_t>(NumChunks(l.tokens, l.chunk_tokens)) * l.channels;
+    st.ends_offset = 8 * static_cast<size_t>(l.channels);
+    st.tables_offset = st.ends_offset + cpu::EndPairBytes(chunk_values);
+    st.table_floats = static_cast<int>(LynxAnchorTableFloats(l.scheme));
+    st.histogram = pages.histogram();
+  }
   for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
     st.codes[i] = pages.codes(i, 0);
     st.codes_stride[i] = pages.codes_stride(i);
@@ -134,13 +143,23 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
     d.corrections = t.corrections;
     for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
   }
-  const auto& s = cpu::SigmaScaleTable();
-  for (int q = 0; q < 256; ++q) d.sigma_scale[q] = s[q];
+  for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];
   for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
   d.alpha = t.alpha;
   d.inv_log1p_alpha = static_cast<float>(1.0 / std::log1p(static_cast<double>(t.alpha)));
   d.bits = t.bits;
   d.max_code = t.max_code;
+}
+
+// The code-centre magnitudes of every partial stage of `scheme`, concatenated like the anchor tables: the
+// value the encoder gives a cell no code falls in.
+void FillAnchorFallback(const cpu::LynxTables& t, const Scheme& scheme, internal::LynxDeviceTables& d) {
+  int known = 0, j = 0;
+  for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
+    known += scheme.stage_bits[s];
+    const std::vector<float>& centre = t.decode_table(known, AnchorRule::kCodeCentre);
+    for (int h = 0; h < (1 << (known - 1)) && j < 128; ++h) d.anchor_fallback[j++] = centre[h];
+  }
 }
 
 // Uploads a host block-id list into `holder`.
@@ -199,6 +218,9 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
     offset += p->codes_stride_[i] * num_pages;
   }
   KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(offset));
+  if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
+    KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * 256 * num_pages));
+  }
   KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));
   p->base_ = static_cast<uint8_t*>(p->buffer_->get());
   internal::DeviceStatus clean{internal::kNoNonFinite, 0, 0};
@@ -322,7 +344,9 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
       return absl::InvalidArgumentError(
           absl::StrCat("options.alpha ", options.alpha, " disagrees with the batch's ", l.alpha));
     }
-    FillLynxTables(*cpu::GetLynxTables(options.alpha, l.scheme.total_code_bits()), tables);
+    const auto t = cpu::GetLynxTables(options.alpha, l.scheme.total_code_bits());
+    FillLynxTables(*t, tables);
+    FillAnchorFallback(*t, l.scheme, tables);
     KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
@@ -355,6 +379,15 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, Anch
     for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
     const std::vector<float>& dec = t->decode_table(known, rule);
     for (size_t i = 0; i < dec.size(); ++i) tables.decode[i] = dec[i];
+    if (rule == AnchorRule::kConditionalMean && known < bits) {
+      // The page's stored table of this stage: the concatenated tables of the stages before it come first.
+      tables.decode_from_page = 1;
+      int k = 0;
+      for (int i = 0; i + 1 < stages; ++i) {
+        k += l.scheme.stage_bits[i];
+        tables.table_first += 1 << (k - 1);
+      }
+    }
     KVT_ASSIGN_OR_RETURN(const void* staged, in.StageTables(1, &tables, sizeof(tables), stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
@@ -383,6 +416,12 @@ absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream strea
   }
   if (st.errors & internal::kErrBadChannelRange) {
     return absl::DataLossError("lynx container: bad channel range (non-finite or lo > hi)");
+  }
+  if (st.errors & internal::kErrBadChunkEnds) {
+    return absl::DataLossError("lynx container: a chunk end pair index is past the grid");
+  }
+  if (st.errors & internal::kErrBadAnchorTable) {
+    return absl::DataLossError("lynx container: an anchor table entry is outside [0, 1]");
   }
   if (st.errors & internal::kErrBadFp16Meta) {
     return absl::DataLossError(absl::StrCat("int", pages.layout().scheme.stage_bits[0],

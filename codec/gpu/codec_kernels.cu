@@ -62,36 +62,95 @@ __device__ __forceinline__ Frame MakeFrame(float lo, float hi) {
   f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
   return f;
 }
-__device__ __forceinline__ float ChunkMu(const Frame& f, int q_mu) {
-  float off = (static_cast<float>(q_mu) - 127.0f) / 127.0f;
-  float prod = f.half * off;
-  float mu = f.centre + prod;
-  return Clamp(mu, f.lo, f.hi);
+// The chunk end grid (lynx_math.h ChunkEnd ... EndPairFromIndex), operation for operation.
+constexpr int kEndGridMax = 4094;
+constexpr unsigned kMaxEndPairIndex = 4094u * 4095u / 2u + 4094u;
+constexpr int kEndPairBits = 23;
+__device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
+  if (q <= 0) return f.lo;
+  if (q >= kEndGridMax) return f.hi;
+  const float off = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+  const float prod = f.half * off;
+  return Clamp(f.centre + prod, f.lo, f.hi);
 }
-__device__ __forceinline__ float SigmaFromScale(float half, float scale) {
-  const float s = half * scale;
-  return s < 3.40282347e+38f ? s : 3.40282347e+38f;
+__device__ __forceinline__ int GuessEnd(const Frame& f, float a) {  // a starting point only
+  const float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
+  const int g = static_cast<int>(floorf(u * 2047.0f + 2047.0f));
+  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+}
+__device__ __forceinline__ int QuantizeEndBelow(const Frame& f, float a) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, a);
+  while (q > 0 && ChunkEnd(f, q) > a) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
+  return q;
+}
+__device__ __forceinline__ int QuantizeEndAbove(const Frame& f, float b, int q_low) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, b);
+  if (q < q_low) q = q_low;
+  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
+  return q;
+}
+__device__ __forceinline__ void QuantizeChunkEnds(const Frame& f, bool centering_mean, float cmin, float cmax,
+                                                  float m, int& q_low, int& q_high) {
+  float a = cmin, b = cmax;
+  if (centering_mean) {
+    const float up = cmax - m;
+    const float down = m - cmin;
+    const float d = up > down ? up : down;
+    const float ma = m - d;
+    const float mb = m + d;
+    a = ma < cmin ? ma : cmin;
+    a = a > f.lo ? a : f.lo;
+    b = mb > cmax ? mb : cmax;
+    b = b < f.hi ? b : f.hi;
+  }
+  q_low = QuantizeEndBelow(f, a);
+  q_high = QuantizeEndAbove(f, b, q_low);
+}
+__device__ __forceinline__ void ChunkCentreAndWidth(const Frame& f, int q_low, int q_high, float& mu, float& sigma) {
+  const float a = ChunkEnd(f, q_low);
+  const float b = ChunkEnd(f, q_high);
+  const float ha = 0.5f * a;
+  const float hb = 0.5f * b;
+  const float m = Clamp(ha + hb, a, b);
+  const float up = b - m;
+  const float down = m - a;
+  const float sg = up > down ? up : down;
+  mu = m;
+  sigma = sg < 3.40282347e+38f ? sg : 3.40282347e+38f;
+}
+__device__ __forceinline__ bool EndPairFromIndex(unsigned index, int& q_low, int& q_high) {
+  if (index > kMaxEndPairIndex) return false;
+  long long h = static_cast<long long>((sqrt(8.0 * index + 1.0) - 1.0) / 2.0);
+  while (h > 0 && h * (h + 1) / 2 > index) --h;
+  while ((h + 1) * (h + 2) / 2 <= index) ++h;
+  q_high = static_cast<int>(h);
+  q_low = static_cast<int>(index - h * (h + 1) / 2);
+  return true;
+}
+// The 23-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves room
+// past the array for the 4-byte read).
+__device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i) {
+  const size_t bit = i * kEndPairBits;
+  const uint8_t* q = ends + bit / 8;
+  const unsigned v = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24);
+  return (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+}
+// mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
+__device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
+  int ql, qh;
+  const bool ok = EndPairFromIndex(ReadEndPair(ends, i), ql, qh);
+  if (!ok) ql = qh = 0;
+  ChunkCentreAndWidth(f, ql, qh, mu, sigma);
+  return ok;
 }
 __device__ __forceinline__ float InverseSigma(float sigma) {
   if (!(sigma > 0.0f)) return 0.0f;
   float inv = 1.0f / sigma;
   return inv < 3.40282347e+38f ? inv : 3.40282347e+38f;
-}
-__device__ __forceinline__ int QuantizeMu(const Frame& f, float m) {
-  if (f.half == 0.0f) return 0;
-  float u = (m - f.centre) / f.half;
-  u = Clamp(u, -1.0f, 1.0f);
-  float p = u * 127.0f;
-  float q = rintf(p + 127.0f);
-  return static_cast<int>(q);
-}
-__device__ __forceinline__ int QuantizeSigma(const Frame& f, float need, const float* sscale) {
-  if (!(need > 0.0f) || f.half == 0.0f) return 0;
-  int pos = 0;
-  for (int step = 128; step >= 1; step >>= 1) {
-    if (pos + step <= 255 && f.half * sscale[pos + step] < need) pos += step;
-  }
-  return pos + 1 > 255 ? 255 : pos + 1;
 }
 __device__ __forceinline__ float Reconstruct(float v, float mu, float sigma, float lo, float hi) {
   float prod = sigma * v;
@@ -394,7 +453,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) float tile[];  // [tokens][kGroup] when kStaged
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ __align__(16) uint8_t s_bucket[kLynx ? kMaxDeviceBuckets + 16 : 16];
-  __shared__ float s_sscale[256];
+  __shared__ unsigned s_hist[256];  // multi-stream lynx: this block's code counts
   __shared__ Frame s_frame[kGroup];
   __shared__ float s_red_lo[kRounds][kGroup];
   __shared__ float s_red_hi[kRounds][kGroup];
@@ -418,7 +477,7 @@ __global__ void __launch_bounds__(kThreads)
     tb = LynxScalars{tables->alpha, tables->inv_log1p_alpha, tables->bits, tables->max_code, tables->bucket_count,
                      tables->corrections};
     if (tid < 128 + kMaxDeviceCorrections) s_thr[tid] = tables->thresholds[tid];
-    s_sscale[tid] = tables->sigma_scale[tid];
+    s_hist[tid] = 0;
     for (int j = tid; j <= tb.bucket_count; j += kThreads) s_bucket[j] = tables->bucket_base[j];
   }
 
@@ -576,16 +635,20 @@ __global__ void __launch_bounds__(kThreads)
           }
           centre = Clamp(centre, cmin, cmax);
           const Frame f = s_frame[c];
-          const int qm = QuantizeMu(f, centre);
-          const float mu = ChunkMu(f, qm);
-          const float above = cmax - mu;
-          const float below = mu - cmin;
-          const float need = above > below ? above : below;
-          const int qs = QuantizeSigma(f, need, s_sscale);
-          meta[8 * static_cast<size_t>(channels) + i] = static_cast<uint8_t>(qm);
-          meta[8 * static_cast<size_t>(channels) + chunk_values + i] = static_cast<uint8_t>(qs);
+          int ql, qh;
+          QuantizeChunkEnds(f, p.centering_mean, cmin, cmax, centre, ql, qh);
+          float mu, sigma;
+          ChunkCentreAndWidth(f, ql, qh, mu, sigma);
+          // The 23-bit field of chunk-channel i, ORed into the zeroed 32-bit words it spans (shared with the
+          // neighbouring fields, some written by other blocks).
+          const unsigned index = static_cast<unsigned>(qh) * static_cast<unsigned>(qh + 1) / 2 + static_cast<unsigned>(ql);
+          const size_t bit = i * kEndPairBits;
+          unsigned* words = reinterpret_cast<unsigned*>(meta + p.out.ends_offset) + bit / 32;
+          const unsigned long long v = static_cast<unsigned long long>(index) << (bit % 32);
+          atomicOr(&words[0], static_cast<unsigned>(v));
+          if (v >> 32) atomicOr(&words[1], static_cast<unsigned>(v >> 32));
           s_p0[kl][c] = mu;
-          s_p1[kl][c] = InverseSigma(SigmaFromScale(f.half, s_sscale[qs]));
+          s_p1[kl][c] = InverseSigma(sigma);
         } else {
           const uint16_t m16 = FloatToF16(cmin, 1);
           const float m = F16ToFloat(m16);
@@ -628,6 +691,10 @@ __global__ void __launch_bounds__(kThreads)
           uint32_t code[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e) code[e] = CodeOf<kLynx>(x[e], a0[e], a1[e], s_thr, s_bucket, tb, qmax);
+          if (kLynx && p.out.histogram != nullptr) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[code[e]], 1u);
+          }
           // The 8 codes as bytes; each stream's field of every byte, gathered into 8 * w contiguous bits.
           const uint32_t lo4 = code[0] | (code[1] << 8) | (code[2] << 16) | (code[3] << 24);
           const uint32_t hi4 = code[4] | (code[5] << 8) | (code[6] << 16) | (code[7] << 24);
@@ -662,6 +729,7 @@ __global__ void __launch_bounds__(kThreads)
         const int kl = (t - t_begin) / chunk_len;
         uint32_t code = 0;
         if (lane < nvalid) code = CodeOf<kLynx>(value(t, lane), s_p0[kl][lane], s_p1[kl][lane], s_thr, s_bucket, tb, qmax);
+        if (kLynx && p.out.histogram != nullptr && lane < nvalid) atomicAdd(&s_hist[code], 1u);
         int shift = p.total_bits;
         const unsigned long long row = static_cast<unsigned long long>(t) * channels + c0;
         for (int s = 0; s < p.num_streams; ++s) {
@@ -675,6 +743,45 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
+  if constexpr (kLynx) {
+    if (p.out.histogram != nullptr && s_hist[tid] != 0) atomicAdd(&p.out.histogram[page * 256 + tid], s_hist[tid]);
+  }
+}
+
+// Multi-stream lynx: the page's conditional-mean anchor tables from its code histogram (lynx_math.cc
+// ConditionalMeanTable): thread j computes entry j with the CPU's double operations in the CPU's order. One block
+// per page.
+__global__ void __launch_bounds__(128) AnchorTableKernel(const EncodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  const int page = blockIdx.x;
+  const int j = threadIdx.x;
+  if (j >= p.out.table_floats) return;
+  // The stage and cell of entry j: the partial stages' tables are concatenated, 2^(known - 1) entries each.
+  int known = 0, first = 0;
+  for (int s = 0; s + 1 < p.num_streams; ++s) {
+    known += p.stage_bits[s];
+    if (j < first + (1 << (known - 1))) break;
+    first += 1 << (known - 1);
+  }
+  const int h = j - first;
+  const int unknown = p.total_bits - known;
+  const int sign = 1 << (p.total_bits - 1);
+  const uint32_t* hist = p.out.histogram + static_cast<size_t>(page) * 256;
+  double sum = 0.0;
+  unsigned long long n = 0;
+  for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
+    const unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
+    sum += static_cast<double>(c) * static_cast<double>(tables->full_values[i]);
+    n += c;
+  }
+  const float v = n == 0 ? tables->anchor_fallback[j] : static_cast<float>(sum / static_cast<double>(n));
+  uint8_t* dst = p.out.meta + page * p.out.meta_stride + p.out.tables_offset + 4 * static_cast<size_t>(j);
+  const unsigned bits = __float_as_uint(v);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) dst[b] = static_cast<uint8_t>(bits >> (8 * b));
+}
+
+__device__ __forceinline__ float ReadF32(const uint8_t* q) {
+  return __uint_as_float(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24));
 }
 
 // ---- Encode: fp8 and bf16 (per-token schemes) ----------------------------------------------------------
@@ -764,7 +871,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   constexpr int kGroupChannels = kDecodeVecThreads * VEC;
   constexpr bool kChunked = kKind == Kind::kLynx || kKind == Kind::kUniform;
   __shared__ float s_table[256];  // lynx: decode table; fp8: e4m3 values
-  __shared__ float s_sscale[256];
   // The tile's chunk parameters, computed once per (chunk, channel) by the block: lynx (mu, sigma),
   // uniform (min, scale). Used when the tile spans at most kDecodeMaxTileChunks chunks.
   __shared__ __align__(16) float s_p0[kChunked ? kDecodeMaxTileChunks : 1][kGroupChannels];
@@ -773,8 +879,24 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   __shared__ __align__(16) float s_hi[kKind == Kind::kLynx ? kGroupChannels : 1];
   const int tid = threadIdx.x;
   if constexpr (kKind == Kind::kLynx) {
-    s_table[tid] = tables->decode[tid];
-    s_sscale[tid] = tables->sigma_scale[tid];
+    // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored
+    // one of this stage (upper half negated) or the fixed rule's.
+    const uint8_t* stored = p.in.meta + blockIdx.z * p.in.meta_stride + p.in.tables_offset;
+    if (tid < p.in.table_floats) {
+      const float v = ReadF32(stored + 4 * tid);
+      if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
+    }
+    if (tables->decode_from_page) {
+      int known = 0;
+      for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+      const int half = 1 << (known - 1);
+      if (tid < 2 * half) {
+        const float m = ReadF32(stored + 4 * (tables->table_first + (tid & (half - 1))));
+        s_table[tid] = tid < half ? m : -m;
+      }
+    } else {
+      s_table[tid] = tables->decode[tid];
+    }
   } else if constexpr (kKind == Kind::kFp8) {
     s_table[tid] = E4m3IsNan(tid) ? 0.0f : E4m3ToFloat(tid);
   }
@@ -810,8 +932,10 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
           s_hi[cc] = h;
         }
         const Frame f = MakeFrame(l, h);
-        s_p0[kk][cc] = ChunkMu(f, meta[8 * static_cast<size_t>(channels) + mi]);
-        s_p1[kk][cc] = SigmaFromScale(f.half, s_sscale[meta[8 * static_cast<size_t>(channels) + chunk_values + mi]]);
+        float mu, sigma;
+        if (!DecodeChunk(meta + p.in.ends_offset, mi, f, mu, sigma)) atomicOr(&p.status->errors, kErrBadChunkEnds);
+        s_p0[kk][cc] = mu;
+        s_p1[kk][cc] = sigma;
       } else if constexpr (kKind == Kind::kUniform) {
         const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi];
         const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi];
@@ -885,17 +1009,17 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
     } else if constexpr (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
       const size_t mi = static_cast<size_t>(k) * channels + c;
       if constexpr (kKind == Kind::kLynx) {
-        bool bad = false;
+        bool bad = false, bad_ends = false;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           lo[e] = reinterpret_cast<const float*>(meta)[c + e];
           hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
           if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
           const Frame f = MakeFrame(lo[e], hi[e]);
-          p0[e] = ChunkMu(f, meta[8 * static_cast<size_t>(channels) + mi + e]);
-          p1[e] = SigmaFromScale(f.half, s_sscale[meta[8 * static_cast<size_t>(channels) + chunk_values + mi + e]]);
+          if (!DecodeChunk(meta + p.in.ends_offset, mi + e, f, p0[e], p1[e])) bad_ends = true;
         }
         if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);
+        if (bad_ends) atomicOr(&p.status->errors, kErrBadChunkEnds);
       } else {
         bool bad = false;
 #pragma unroll
@@ -1106,15 +1230,34 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
   if ((scheme.kind == SchemeKind::kLynx) != (tb != nullptr)) {
     return absl::InternalError("lynx launches need device tables, other schemes none");
   }
+  if (scheme.kind == SchemeKind::kLynx) {
+    // The end pairs are ORed into zeroed words; the histogram is summed into zeroed counts.
+    cudaError_t e = cudaMemsetAsync(out.meta, 0, out.meta_stride * shape.num_pages, stream);
+    if (e == cudaSuccess && out.histogram != nullptr) {
+      e = cudaMemsetAsync(out.histogram, 0, sizeof(uint32_t) * 256 * shape.num_pages, stream);
+    }
+    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaMemsetAsync: ", cudaGetErrorName(e)));
+    if (p.num_streams > 1 && (out.histogram == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
+      return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
+    }
+  }
+  absl::Status st;
   switch (src.dtype) {
     case DType::kFloat32:
-      return LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
+      st = LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
+      break;
     case DType::kBfloat16:
-      return LaunchEncodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
+      st = LaunchEncodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
+      break;
     case DType::kFloat16:
-      return LaunchEncodeTyped<__half>(scheme.kind, p, tb, stream);
+      st = LaunchEncodeTyped<__half>(scheme.kind, p, tb, stream);
+      break;
+    default:
+      return absl::InternalError("unknown dtype");
   }
-  return absl::InternalError("unknown dtype");
+  if (!st.ok() || scheme.kind != SchemeKind::kLynx || p.num_streams == 1) return st;
+  AnchorTableKernel<<<shape.num_pages, 128, 0, stream>>>(p, tb);
+  return LaunchError("AnchorTableKernel");
 }
 
 absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,

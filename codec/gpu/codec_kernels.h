@@ -37,6 +37,12 @@ struct PageShape {
 struct Staging {
   uint8_t* meta = nullptr;
   size_t meta_stride = 0;
+  // Lynx: the byte offsets in meta of the 23-bit chunk end pairs and of the anchor tables (docs/FORMAT.md), and
+  // the number of f32 table entries (LynxAnchorTableFloats).
+  size_t ends_offset = 0, tables_offset = 0;
+  int table_floats = 0;
+  // Multi-stream lynx encode: 256 u32 code counts per page (zeroed by the launch), the anchor tables' input.
+  uint32_t* histogram = nullptr;
   uint8_t* codes[kMaxStreams] = {};
   size_t codes_stride[kMaxStreams] = {};
 };
@@ -54,6 +60,8 @@ enum DeviceError : unsigned int {
   kErrBadFp16Meta = 4u,      // int8/int4 min or scale not finite
   kErrBadFp8Scale = 8u,      // fp8 scale not finite, negative or overflowing
   kErrNonFiniteCode = 16u,   // fp8 NaN code or bf16 NaN/Inf value
+  kErrBadChunkEnds = 32u,    // lynx chunk end pair index past the grid
+  kErrBadAnchorTable = 64u,  // lynx anchor table entry not in [0, 1]
 };
 inline constexpr unsigned long long kNoNonFinite = ~0ull;
 
@@ -67,8 +75,15 @@ struct LynxDeviceTables {
   uint8_t bucket_base[kMaxDeviceBuckets + 1];
   int bucket_count;
   int corrections;
-  float sigma_scale[256];
+  float full_values[128];  // [I] for I in 0..M
+  // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are
+  // (the value of a cell no code falls in).
+  float anchor_fallback[128];
   float decode[256];       // decode_table(known, rule) for the decode launch; unused by encode
+  // Decode: 1 when the decode table is the page's stored conditional-mean table (entries [table_first,
+  // table_first + 2^(known-1)) of its anchor tables), not `decode`.
+  int decode_from_page;
+  int table_first;
   float alpha;
   float inv_log1p_alpha;   // an approximation, used only as a starting guess
   int bits;
