@@ -382,7 +382,7 @@ TEST(CudaDecodeTest, EverySchemeAndStageDecodesIntoPagedLayoutsAsTheCpuDecodeRou
   for (const std::string& name : AllGpuSchemes()) {
     for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
       for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
-        ExpectDecodeMatchesCpu(name, 256, 512, 4, dtype, layout, 16, AnchorRule::kValueCentre);
+        ExpectDecodeMatchesCpu(name, 256, 512, 4, dtype, layout, 16, AnchorRule::kConditionalMean);
       }
     }
   }
@@ -395,6 +395,8 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
     ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kValueCentre);
     ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kValueCentre);
     ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean);
+    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kConditionalMean);
   }
 }
 
@@ -471,6 +473,27 @@ TEST(CudaDecodeTest, CorruptContainersAndBadArgumentsGiveTheirStatusCodes) {
             absl::StatusCode::kDataLoss);
   // The batch's status word was cleared: the next good decode is OK.
   EXPECT_TRUE(DecodePagesCuda({good}, 1, CodecOptions{}, kv.view(), {0}).ok());
+
+  // An end pair index past the grid (chunk 0, channel 0) and an anchor table entry above 1, each resealed.
+  auto resealed = [&](auto edit) {
+    std::vector<uint8_t> b = enc->bytes;
+    edit(b.data() + meta);
+    ContainerLayout rl = enc->layout;
+    rl.stream_crc[0] = Crc32c(&b[meta], enc->layout.stream_length[0] - meta);
+    WriteContainerHeader(rl, b.data());
+    return b;
+  };
+  const std::vector<uint8_t> bad_ends = resealed([](uint8_t* p) { p[8 * 64] = p[8 * 64 + 1] = 0xFF; p[8 * 64 + 2] |= 0x7F; });
+  EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(bad_ends)}, 1, CodecOptions{}, kv.view(), {0}).code(),
+            absl::StatusCode::kDataLoss);
+  const size_t tables = 8 * 64 + (64 * 23 + 7) / 8;  // one chunk of 64 channels
+  const std::vector<uint8_t> bad_table = resealed([&](uint8_t* p) {
+    const float big = 1.5f;
+    std::memcpy(p + tables, &big, 4);
+  });
+  EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(bad_table)}, 1, CodecOptions{}, kv.view(), {0}).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(DecodePagesCuda({good}, 2, CodecOptions{}, kv.view(), {0}).ok());
 }
 
 }  // namespace
