@@ -209,10 +209,11 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> mean_rule = Decode(enc, 1, AnchorRule::kConditionalMean);
   const std::vector<float> centre_rule = Decode(enc, 1, AnchorRule::kCodeCentre);
-  // Per anchor magnitude cell (I >> 4): the mean of the full decode's |value| over the page.
+  // Per anchor magnitude cell (I >> 4): the mean of the full decode's |value| over the page's sampled tokens.
   std::vector<double> sum(8, 0.0);
   std::vector<int> n(8, 0);
   for (size_t i = 0; i < x.size(); ++i) {
+    if ((i / channels) % internal::kAnchorSampleStride != 0) continue;
     const int h = internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4;
     sum[h] += std::fabs(full[i]);
     ++n[h];

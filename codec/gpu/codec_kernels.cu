@@ -66,6 +66,7 @@ __device__ __forceinline__ Frame MakeFrame(float lo, float hi) {
 constexpr int kEndGridMax = 4094;
 constexpr unsigned kMaxEndPairIndex = 4094u * 4095u / 2u + 4094u;
 constexpr int kEndPairBits = 23;
+constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 == 0 (lynx_math.h)
 __device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
   if (q <= 0) return f.lo;
   if (q >= kEndGridMax) return f.hi;
@@ -691,7 +692,7 @@ __global__ void __launch_bounds__(kThreads)
           uint32_t code[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e) code[e] = CodeOf<kLynx>(x[e], a0[e], a1[e], s_thr, s_bucket, tb, qmax);
-          if (kLynx && p.out.histogram != nullptr) {
+          if (kLynx && p.out.histogram != nullptr && t % kAnchorSampleStride == 0) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[code[e]], 1u);
           }
@@ -729,7 +730,9 @@ __global__ void __launch_bounds__(kThreads)
         const int kl = (t - t_begin) / chunk_len;
         uint32_t code = 0;
         if (lane < nvalid) code = CodeOf<kLynx>(value(t, lane), s_p0[kl][lane], s_p1[kl][lane], s_thr, s_bucket, tb, qmax);
-        if (kLynx && p.out.histogram != nullptr && lane < nvalid) atomicAdd(&s_hist[code], 1u);
+        if (kLynx && p.out.histogram != nullptr && lane < nvalid && t % kAnchorSampleStride == 0) {
+          atomicAdd(&s_hist[code], 1u);
+        }
         int shift = p.total_bits;
         const unsigned long long row = static_cast<unsigned long long>(t) * channels + c0;
         for (int s = 0; s < p.num_streams; ++s) {

@@ -47,18 +47,28 @@ MetaOffsets Offsets(const Scheme& scheme, int channels, size_t chunk_values) {
   return o;
 }
 
-// The histogram of magnitude codes I = code & M over the page's values, spikes excluded: integer counts, so
-// every implementation gets the same table whatever order it counts in.
-std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, size_t n, const LynxPageMeta& meta, int max_code) {
+// The histogram of magnitude codes I = code & M over the page's sampled tokens (t % kAnchorSampleStride == 0),
+// spikes excluded: integer counts, so every implementation gets the same table whatever order it counts in.
+std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const LynxPageMeta& meta, int max_code) {
   std::array<std::array<uint32_t, 256>, 4> partial{};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    ++partial[0][codes[i]];
-    ++partial[1][codes[i + 1]];
-    ++partial[2][codes[i + 2]];
-    ++partial[3][codes[i + 3]];
+  const size_t channels = static_cast<size_t>(meta.channels);
+  for (int t = 0; t < meta.tokens; t += kAnchorSampleStride) {
+    const uint8_t* row = codes + t * channels;
+    size_t i = 0;
+    for (; i + 8 <= channels; i += 8) {  // 8 bytes per load, spread over 4 tables so increments rarely collide
+      uint64_t w;
+      std::memcpy(&w, row + i, 8);
+      ++partial[0][w & 0xFF];
+      ++partial[1][(w >> 8) & 0xFF];
+      ++partial[2][(w >> 16) & 0xFF];
+      ++partial[3][(w >> 24) & 0xFF];
+      ++partial[0][(w >> 32) & 0xFF];
+      ++partial[1][(w >> 40) & 0xFF];
+      ++partial[2][(w >> 48) & 0xFF];
+      ++partial[3][w >> 56];
+    }
+    for (; i < channels; ++i) ++partial[0][row[i]];
   }
-  for (; i < n; ++i) ++partial[0][codes[i]];
   std::vector<uint64_t> count(static_cast<size_t>(max_code) + 1, 0);
   for (int c = 0; c < 256; ++c) {
     const uint64_t total = uint64_t{partial[0][c]} + partial[1][c] + partial[2][c] + partial[3][c];
@@ -69,7 +79,7 @@ std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, size_t n, const L
       for (int c = 0; c < meta.channels; ++c) {
         const size_t s = static_cast<size_t>(k) * meta.channels + c;
         const size_t t = static_cast<size_t>(k) * meta.chunk_len + meta.spike_index[s];
-        --count[codes[t * meta.channels + c] & max_code];
+        if (t % kAnchorSampleStride == 0) --count[codes[t * channels + c] & max_code];
       }
     }
   }
@@ -109,7 +119,7 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
   }
   if (scheme.num_streams() > 1) {
-    const std::vector<uint64_t> count = MagnitudeHistogram(codes.data(), n, meta, tables->max_code);
+    const std::vector<uint64_t> count = MagnitudeHistogram(codes.data(), meta, tables->max_code);
     uint8_t* out = s0 + o.tables;
     int known = 0;
     for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
@@ -148,15 +158,15 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   {
     std::vector<uint32_t> pairs(chunk_values);
     UnpackEndPairs(s0 + o.ends, chunk_values, pairs.data());
-    for (size_t i = 0; i < chunk_values; ++i) {
-      int q_low, q_high;
-      if (!EndPairFromIndex(pairs[i], q_low, q_high)) {
-        return absl::DataLossError(absl::StrCat("lynx container: chunk end pair index ", pairs[i], " at chunk ",
-                                                i / layout.channels, ", channel ", i % layout.channels,
-                                                " is past the grid"));
+    if (!kernels.end_pairs(pairs.data(), chunk_values, meta.q_low.data(), meta.q_high.data())) {
+      for (size_t i = 0; i < chunk_values; ++i) {
+        if (pairs[i] > kMaxEndPairIndex) {
+          return absl::DataLossError(absl::StrCat("lynx container: chunk end pair index ", pairs[i], " at chunk ",
+                                                  i / layout.channels, ", channel ", i % layout.channels,
+                                                  " is past the grid"));
+        }
       }
-      meta.q_low[i] = static_cast<uint16_t>(q_low);
-      meta.q_high[i] = static_cast<uint16_t>(q_high);
+      return absl::InternalError("lynx container: end pair inversion failed on valid indices");
     }
   }
   if (scheme.spike_reserve) {

@@ -48,9 +48,14 @@ struct LynxKernels {
   bool (*all_finite)(const PageView& page);
   // meta.Derive(), the same values.
   void (*derive)(LynxPageMeta& meta);
+  // q_low[i], q_high[i] = EndPairFromIndex(index[i]) for i < n; false (outputs unspecified) if any index is past
+  // the grid.
+  bool (*end_pairs)(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()
+// The reference end_pairs: EndPairFromIndex per index.
+bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
 
 const LynxKernels& ReferenceLynxKernels();
 const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)

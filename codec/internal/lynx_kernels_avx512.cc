@@ -23,6 +23,54 @@ KVT_AVX512 inline __m512 Clamp(__m512 x, __m512 lo, __m512 hi) {
   return _mm512_min_ps(_mm512_max_ps(x, lo), hi);
 }
 
+// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane.
+KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh) {
+  const __m512 k2047 = _mm512_set1_ps(2047.0f);
+  const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047), k2047);
+  __m512 e = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
+  e = _mm512_mask_mov_ps(e, _mm512_cmple_epi32_mask(q, _mm512_setzero_si512()), lo);
+  return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(kEndGridMax)), hi);
+}
+
+// GuessEnd's starting point (any guess gives the same answer): the truncated position of t on the grid.
+KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 fh) {
+  const __m512 k2047 = _mm512_set1_ps(2047.0f);
+  const __m512 u = Clamp(_mm512_div_ps(_mm512_sub_ps(t, fc), fh), _mm512_set1_ps(-1.0f), _mm512_set1_ps(1.0f));
+  const __m512i g = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(u, k2047), k2047));
+  return _mm512_min_epi32(_mm512_max_epi32(g, _mm512_setzero_si512()), _mm512_set1_epi32(kEndGridMax));
+}
+
+// QuantizeChunkEnds for 16 chunk-channels: the same searches, lane by lane, on the lanes with half > 0 (`live`).
+KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, __m512 fc, __m512 fh,
+                                    __mmask16 live, __m512i& q_low, __m512i& q_high) {
+  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  const __m512i top = _mm512_set1_epi32(kEndGridMax);
+  // q_low: the largest q with end(q) <= ta.
+  __m512i q = GuessEnds(ta, fc, fh);
+  for (__mmask16 m = live; m;) {
+    m = live & _mm512_cmpgt_epi32_mask(q, zero) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), ta, _CMP_GT_OQ);
+    q = _mm512_mask_sub_epi32(q, m, q, one);
+  }
+  for (__mmask16 m = live; m;) {
+    m = live & _mm512_cmplt_epi32_mask(q, top) &
+        _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(q, one), lo, hi, fc, fh), ta, _CMP_LE_OQ);
+    q = _mm512_mask_add_epi32(q, m, q, one);
+  }
+  q_low = _mm512_maskz_mov_epi32(live, q);
+  // q_high: the smallest q >= q_low with end(q) >= tb.
+  q = _mm512_max_epi32(GuessEnds(tb, fc, fh), q_low);
+  for (__mmask16 m = live; m;) {
+    m = live & _mm512_cmpgt_epi32_mask(q, q_low) &
+        _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(q, one), lo, hi, fc, fh), tb, _CMP_GE_OQ);
+    q = _mm512_mask_sub_epi32(q, m, q, one);
+  }
+  for (__mmask16 m = live; m;) {
+    m = live & _mm512_cmplt_epi32_mask(q, top) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), tb, _CMP_LT_OQ);
+    q = _mm512_mask_add_epi32(q, m, q, one);
+  }
+  q_high = _mm512_maskz_mov_epi32(live, q);
+}
+
 KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   const int channels = page.channels;
   const int full = channels / kLanes * kLanes;
@@ -75,7 +123,31 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
     _mm512_storeu_ps(meta.lo.data() + c0, lo);
     _mm512_storeu_ps(meta.hi.data() + c0, hi);
   }
-  QuantizeChunkRange(meta, centering, cmin_all.data(), cmax_all.data(), centre_all.data(), 0, full);
+  std::vector<float> centre(channels), half(channels);
+  for (int c = 0; c < full; ++c) {
+    const ChannelFrame f = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    centre[c] = f.centre;
+    half[c] = f.half;
+  }
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      const size_t i = static_cast<size_t>(k) * channels + c0;
+      const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
+      const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
+      const __m512 cmin = _mm512_loadu_ps(&cmin_all[i]), cmax = _mm512_loadu_ps(&cmax_all[i]);
+      __m512 ta = cmin, tb = cmax;
+      if (centering == Centering::kMean) {  // QuantizeChunkEnds' mean-centred interval, clipped to [lo, hi]
+        const __m512 m = _mm512_loadu_ps(&centre_all[i]);
+        const __m512 d = _mm512_max_ps(_mm512_sub_ps(cmax, m), _mm512_sub_ps(m, cmin));
+        ta = _mm512_max_ps(_mm512_min_ps(_mm512_sub_ps(m, d), cmin), lo);
+        tb = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(m, d), cmax), hi);
+      }
+      __m512i ql, qh;
+      QuantizeEnds(ta, tb, lo, hi, fc, fh, _mm512_cmp_ps_mask(fh, zero, _CMP_NEQ_OQ), ql, qh);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_low[i]), _mm512_cvtepi32_epi16(ql));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_high[i]), _mm512_cvtepi32_epi16(qh));
+    }
+  }
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
 }
 
@@ -257,15 +329,6 @@ KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, con
   if (full < channels) RefReconstructRange(prefix, meta, table, out, full, channels);
 }
 
-// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane.
-KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh) {
-  const __m512 k2047 = _mm512_set1_ps(2047.0f);
-  const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047), k2047);
-  __m512 e = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
-  e = _mm512_mask_mov_ps(e, _mm512_cmple_epi32_mask(q, _mm512_setzero_si512()), lo);
-  return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(kEndGridMax)), hi);
-}
-
 // LynxPageMeta::Derive, 16 chunk-channels at a time.
 KVT_AVX512 void Derive(LynxPageMeta& meta) {
   const int channels = meta.channels;
@@ -304,6 +367,32 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
   }
 }
 
+// EndPairFromIndex for 16 indices at a time: an f32 square-root guess, one integer correction each way, and a
+// check that t(h) <= index < t(h + 1) (t(h) = h (h + 1) / 2); a block failing the check takes the scalar path.
+KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high) {
+  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512i x = _mm512_loadu_si512(index + i);
+    if (_mm512_cmpgt_epu32_mask(x, _mm512_set1_epi32(kMaxEndPairIndex))) return false;
+    const __m512 s = _mm512_sqrt_ps(
+        _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
+    __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), _mm512_set1_ps(0.5f)));
+    h = _mm512_min_epi32(_mm512_max_epi32(h, zero), _mm512_set1_epi32(kEndGridMax));
+    h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(tri(h), x), h, one);
+    h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(tri(_mm512_add_epi32(h, one)), x), h, one);
+    const __m512i low = _mm512_sub_epi32(x, tri(h));
+    if (_mm512_cmplt_epi32_mask(low, zero) | _mm512_cmpgt_epi32_mask(low, h)) {
+      if (!RefEndPairs(index + i, kLanes, q_low + i, q_high + i)) return false;
+      continue;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q_low + i), _mm512_cvtepi32_epi16(low));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q_high + i), _mm512_cvtepi32_epi16(h));
+  }
+  return RefEndPairs(index + i, n - i, q_low + i, q_high + i);
+}
+
 KVT_AVX512 bool AllFinite(const PageView& page) {
   const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   const int full = page.channels / kLanes * kLanes;
@@ -327,7 +416,7 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx512LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive};
+  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive, EndPairs};
   return k;
 }
 

@@ -152,6 +152,16 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
 
 void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
 
+bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high) {
+  for (size_t i = 0; i < n; ++i) {
+    int a, b;
+    if (!EndPairFromIndex(index[i], a, b)) return false;
+    q_low[i] = static_cast<uint16_t>(a);
+    q_high[i] = static_cast<uint16_t>(b);
+  }
+  return true;
+}
+
 void LynxPageMeta::Derive() {
   for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
   for (int k = 0; k < num_chunks; ++k) {
@@ -220,7 +230,7 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 }
 
 const LynxKernels& ReferenceLynxKernels() {
-  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite, DeriveLynxMeta};
+  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite, DeriveLynxMeta, RefEndPairs};
   return k;
 }
 

@@ -130,6 +130,15 @@ double LogGuess(const LynxTables& t, float a) {
   return ((e - 1) + s) * t.guess_scale;
 }
 
+const float* EndOffsetTable() {
+  static const std::array<float, kEndGridMax + 1> table = [] {
+    std::array<float, kEndGridMax + 1> t{};
+    for (int q = 0; q <= kEndGridMax; ++q) t[q] = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+    return t;
+  }();
+  return table.data();
+}
+
 void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
   const size_t bytes = EndPairBytes(n);
   for (size_t j = 0; j < bytes; ++j) out[j] = 0;
@@ -142,7 +151,15 @@ void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
 
 void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index) {
   const size_t bytes = EndPairBytes(n);
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  // Fields whose 4-byte window lies inside the array: one unaligned load each.
+  for (; i < n && (i * kEndPairBits) / 8 + 4 <= bytes; ++i) {
+    const size_t bit = i * kEndPairBits;
+    uint32_t v;
+    std::memcpy(&v, in + bit / 8, 4);
+    index[i] = (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+  }
+  for (; i < n; ++i) {
     const size_t bit = i * kEndPairBits;
     uint64_t v = 0;
     for (size_t j = 0; j < 4 && bit / 8 + j < bytes; ++j) v |= static_cast<uint64_t>(in[bit / 8 + j]) << (8 * j);

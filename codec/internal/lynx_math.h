@@ -101,13 +101,16 @@ inline constexpr int kEndPairBits = 23;
 inline constexpr uint32_t kMaxEndPairIndex = kEndGridMax * (kEndGridMax + 1) / 2 + kEndGridMax;  // < 2^23
 static_assert(kMaxEndPairIndex < (1u << kEndPairBits));
 
+// (q - 2047.0f) / 2047.0f (f32 subtract, correctly rounded f32 division) for q in 0..kEndGridMax, precomputed.
+const float* EndOffsetTable();
+
 // Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
 //   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
 // Non-decreasing in q.
 inline float ChunkEnd(const ChannelFrame& f, int q) {
   if (q <= 0) return f.lo;
   if (q >= kEndGridMax) return f.hi;
-  const float off = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+  const float off = EndOffsetTable()[q];
   const float prod = f.half * off;
   return Clamp(f.centre + prod, f.lo, f.hi);
 }
@@ -116,7 +119,7 @@ inline float ChunkEnd(const ChannelFrame& f, int q) {
 // 2047 + 2047) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
 inline int GuessEnd(const ChannelFrame& f, float a) {
   float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
-  int g = static_cast<int>(std::floor(u * 2047.0f + 2047.0f));
+  int g = static_cast<int>(u * 2047.0f + 2047.0f);  // u in [-1, 1]: truncation is floor
   return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
 }
 
@@ -191,14 +194,16 @@ inline void QuantizeChunkEnds(const ChannelFrame& f, Centering centering, float 
 inline uint32_t EndPairIndex(int q_low, int q_high) {
   return static_cast<uint32_t>(q_high) * static_cast<uint32_t>(q_high + 1) / 2 + static_cast<uint32_t>(q_low);
 }
-// The inverse of EndPairIndex; false for an index above kMaxEndPairIndex (no encoder writes one).
+// The inverse of EndPairIndex; false for an index above kMaxEndPairIndex (no encoder writes one). The f32
+// square root is only a first guess, corrected exactly in integers.
 inline bool EndPairFromIndex(uint32_t index, int& q_low, int& q_high) {
   if (index > kMaxEndPairIndex) return false;
-  int64_t h = static_cast<int64_t>((std::sqrt(8.0 * index + 1.0) - 1.0) / 2.0);
-  while (h > 0 && h * (h + 1) / 2 > index) --h;
-  while ((h + 1) * (h + 2) / 2 <= index) ++h;
-  q_high = static_cast<int>(h);
-  q_low = static_cast<int>(index - h * (h + 1) / 2);
+  int32_t h = static_cast<int32_t>((std::sqrt(8.0f * static_cast<float>(index) + 1.0f) - 1.0f) * 0.5f);
+  if (h > kEndGridMax) h = kEndGridMax;
+  while (h > 0 && h * (h + 1) / 2 > static_cast<int32_t>(index)) --h;
+  while ((h + 1) * (h + 2) / 2 <= static_cast<int32_t>(index)) ++h;
+  q_high = h;
+  q_low = static_cast<int>(index) - h * (h + 1) / 2;
   return true;
 }
 
@@ -209,6 +214,10 @@ void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index);
 inline size_t EndPairBytes(size_t n) { return (n * kEndPairBits + 7) / 8; }
 
 // ---- Conditional-mean anchor tables ----------------------------------------------------------------------
+
+// The tables are the conditional means over the page's tokens t with t % kAnchorSampleStride == 0 (a fixed
+// quarter of the page: the histogram costs a quarter of a pass over the codes, the means barely move).
+inline constexpr int kAnchorSampleStride = 4;
 
 // The magnitude table of a partial decode that knows the top `known` bits (< b) of the b-bit code, from the
 // page's histogram of magnitude codes (count[I], I = 0..M): entry h (0 .. 2^(known-1) - 1) is the mean of
