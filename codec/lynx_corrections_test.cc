@@ -222,7 +222,9 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
   for (size_t i = 0; i < x.size(); ++i) {
     const int h = internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4;
     ASSERT_NEAR(std::fabs(mean_rule[i]), sum[h] / n[h], 1e-6) << i;
-    if (x[i] != 0.0f) ASSERT_EQ(mean_rule[i] < 0.0f, x[i] < 0.0f) << i;
+    if (x[i] != 0.0f) {
+      ASSERT_EQ(mean_rule[i] < 0.0f, x[i] < 0.0f) << i;
+    }
     err_mean += (mean_rule[i] - x[i]) * (mean_rule[i] - x[i]);
     err_centre += (centre_rule[i] - x[i]) * (centre_rule[i] - x[i]);
   }

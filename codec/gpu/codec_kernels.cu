@@ -1244,20 +1244,17 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
       return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
     }
   }
-  absl::Status st;
-  switch (src.dtype) {
-    case DType::kFloat32:
-      st = LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
-      break;
-    case DType::kBfloat16:
-      st = LaunchEncodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
-      break;
-    case DType::kFloat16:
-      st = LaunchEncodeTyped<__half>(scheme.kind, p, tb, stream);
-      break;
-    default:
-      return absl::InternalError("unknown dtype");
-  }
+  const absl::Status st = [&]() -> absl::Status {
+    switch (src.dtype) {
+      case DType::kFloat32:
+        return LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
+      case DType::kBfloat16:
+        return LaunchEncodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
+      case DType::kFloat16:
+        return LaunchEncodeTyped<__half>(scheme.kind, p, tb, stream);
+    }
+    return absl::InternalError("unknown dtype");
+  }();
   if (!st.ok() || scheme.kind != SchemeKind::kLynx || p.num_streams == 1) return st;
   AnchorTableKernel<<<shape.num_pages, 128, 0, stream>>>(p, tb);
   return LaunchError("AnchorTableKernel");

@@ -182,7 +182,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   }
   // The conditional-mean tables (every one checked, used or not): finite magnitudes in [0, 1].
   std::vector<float> stored(LynxAnchorTableFloats(scheme));
-  std::memcpy(stored.data(), s0 + o.tables, 4 * stored.size());
+  if (!stored.empty()) std::memcpy(stored.data(), s0 + o.tables, 4 * stored.size());
   for (size_t i = 0; i < stored.size(); ++i) {
     if (!(stored[i] >= 0.0f && stored[i] <= 1.0f)) {
       return absl::DataLossError(

@@ -113,8 +113,12 @@ TEST(LynxMathTest, ChunkEndsCoverTheChunkTightlyWithTheStoredValues) {
     // The stored ends enclose the chunk, and are the nearest grid points that do.
     ASSERT_LE(ChunkEnd(f, q_low), cmin);
     ASSERT_GE(ChunkEnd(f, q_high), cmax);
-    if (q_low < kEndGridMax) ASSERT_GT(ChunkEnd(f, q_low + 1), cmin);
-    if (q_high > q_low) ASSERT_LT(ChunkEnd(f, q_high - 1), cmax);
+    if (q_low < kEndGridMax) {
+      ASSERT_GT(ChunkEnd(f, q_low + 1), cmin);
+    }
+    if (q_high > q_low) {
+      ASSERT_LT(ChunkEnd(f, q_high - 1), cmax);
+    }
     ASSERT_LE(cmin - ChunkEnd(f, q_low), (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
     ASSERT_LE(ChunkEnd(f, q_high) - cmax, (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
     // mu +- sigma covers every value of the chunk in float arithmetic.
