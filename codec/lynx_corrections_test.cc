@@ -167,7 +167,7 @@ void ExpectOnlyTheCodesError(const std::vector<float>& x, Centering centering) {
 
 TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCodesError) {
   // Chunk 0 spans [0, 100] and is skewed (its mean sits far below its midrange); chunk 1 sits in [50, 50.1]
-  // with its centre off the 255-point grid.
+  // with its ends off the 4095-point grid of the channel range.
   std::vector<float> x(64);
   for (int t = 0; t < 32; ++t) x[t] = t < 8 ? 0.0f : 100.0f * t / 31.0f;
   for (int t = 32; t < 64; ++t) x[t] = 50.0f + 0.1f * (t - 32) / 31.0f + 0.013f;
