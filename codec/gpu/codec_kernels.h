@@ -1,4 +1,4 @@
-// The launch interface of the codec's CUDA kernels (codec_kernels.cu), plain C++ for codec_cuda.cc. Raw
+// The launch interface of the codec's CUDA kernels (codec_encode_kernels.cu, codec_decode_kernels.cu), plain C++ for codec_cuda.cc. Raw
 // device pointers, all checked by the caller; every launch error comes back as a Status. Not API: use
 // codec_cuda.h. Thread-safe (no state).
 #ifndef KVT_CODEC_GPU_CODEC_KERNELS_H_

@@ -1,0 +1,340 @@
+// CUDA decode kernels of every codec scheme into paged KV layouts (codec_kernels.h). Compiled with --fmad=false;
+// the shared device pieces are in codec_kernels_common.cuh, the encode side in codec_encode_kernels.cu.
+#include "codec/gpu/codec_kernels_common.cuh"
+
+namespace kvt::codec::gpu::internal {
+namespace {
+
+// ---- Decode ----------------------------------------------------------------------------------------------
+
+// VEC consecutive floats of shared memory (16-byte aligned when VEC == 8).
+template <int VEC>
+__device__ __forceinline__ void LoadShared(const float* p, float* out) {
+  if constexpr (VEC == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+  }
+}
+
+enum class Kind { kBf16, kUniform, kFp8, kLynx };
+
+struct DecodeParams {
+  Staging in;
+  PageShape shape;
+  KvGeometry dst;
+  DeviceStatus* status;
+  int stages;
+  int stage_bits[kMaxStreams];
+  int total_bits;  // of the scheme (uniform: its code width)
+};
+
+// Block (channel group of 16 * VEC, token tile of 128, page); thread (vector j, slice s) decodes channels
+// [c, c + VEC) of 8 consecutive tokens.
+template <typename OutT, int VEC, Kind kKind, bool kSharedParams>
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  constexpr int kGroupChannels = kDecodeVecThreads * VEC;
+  constexpr bool kChunked = kKind == Kind::kLynx || kKind == Kind::kUniform;
+  __shared__ float s_table[256];  // lynx: decode table; fp8: e4m3 values
+  // The tile's chunk parameters, computed once per (chunk, channel) by the block: lynx (mu, sigma),
+  // uniform (min, scale). Used when the tile spans at most kDecodeMaxTileChunks chunks.
+  __shared__ __align__(16) float s_p0[kChunked ? kDecodeMaxTileChunks : 1][kGroupChannels];
+  __shared__ __align__(16) float s_p1[kChunked ? kDecodeMaxTileChunks : 1][kGroupChannels];
+  __shared__ __align__(16) float s_lo[kKind == Kind::kLynx ? kGroupChannels : 1];
+  __shared__ __align__(16) float s_hi[kKind == Kind::kLynx ? kGroupChannels : 1];
+  const int tid = threadIdx.x;
+  if constexpr (kKind == Kind::kLynx) {
+    // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored
+    // one of this stage (upper half negated) or the fixed rule's.
+    const uint8_t* stored = p.in.meta + blockIdx.z * p.in.meta_stride + p.in.tables_offset;
+    if (tid < p.in.table_floats) {
+      const float v = ReadF32(stored + 4 * tid);
+      if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
+    }
+    if (tables->decode_from_page) {
+      int known = 0;
+      for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+      const int half = 1 << (known - 1);
+      if (tid < 2 * half) {
+        const float m = ReadF32(stored + 4 * (tables->table_first + (tid & (half - 1))));
+        s_table[tid] = tid < half ? m : -m;
+      }
+    } else {
+      s_table[tid] = tables->decode[tid];
+    }
+  } else if constexpr (kKind == Kind::kFp8) {
+    s_table[tid] = E4m3IsNan(tid) ? 0.0f : E4m3ToFloat(tid);
+  }
+  __syncthreads();
+
+  const int page = blockIdx.z;
+  const int tokens = p.shape.tokens;
+  const int channels = p.shape.channels;
+  const int cg0 = blockIdx.x * kGroupChannels;
+  const int c = cg0 + (tid % kDecodeVecThreads) * VEC;
+  const int t_tile = blockIdx.y * kDecodeTileTokens;
+  const int t_first = t_tile + (tid / kDecodeVecThreads) * kDecodeTokensPerThread;
+  const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
+  const size_t chunk_values = static_cast<size_t>(p.shape.num_chunks) * channels;
+  OutT* dst = static_cast<OutT*>(p.dst.data);
+  const int k_first = t_tile / p.shape.chunk_len;
+  const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
+  // The launcher picks kSharedParams only when every tile spans at most kDecodeMaxTileChunks chunks.
+  constexpr bool shared_params = kChunked && kSharedParams;
+  if constexpr (shared_params) {
+    for (int idx = tid; idx < tile_chunks * kGroupChannels; idx += kThreads) {
+      const int kk = idx / kGroupChannels;
+      const int cc = idx - kk * kGroupChannels;
+      const int ca = cg0 + cc;
+      if (ca >= channels) continue;
+      const size_t mi = static_cast<size_t>(k_first + kk) * channels + ca;
+      if constexpr (kKind == Kind::kLynx) {
+        const float l = reinterpret_cast<const float*>(meta)[ca];
+        const float h = reinterpret_cast<const float*>(meta)[channels + ca];
+        if (kk == 0) {
+          if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
+          s_lo[cc] = l;
+          s_hi[cc] = h;
+        }
+        const Frame f = MakeFrame(l, h);
+        float mu, sigma;
+        if (!DecodeChunk(meta + p.in.ends_offset, mi, f, mu, sigma)) atomicOr(&p.status->errors, kErrBadChunkEnds);
+        s_p0[kk][cc] = mu;
+        s_p1[kk][cc] = sigma;
+      } else if constexpr (kKind == Kind::kUniform) {
+        const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi];
+        const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi];
+        if (((m16 >> 10) & 0x1F) == 0x1F || ((s16 >> 10) & 0x1F) == 0x1F) atomicOr(&p.status->errors, kErrBadFp16Meta);
+        s_p0[kk][cc] = F16ToFloat(m16);
+        s_p1[kk][cc] = F16ToFloat(s16);
+      }
+    }
+  }
+  __syncthreads();
+  if (c >= channels) return;
+
+  // Per token: the lynx range (lo, hi) and the chunk's (p0, p1) of the thread's channels.
+  float lo[VEC], hi[VEC], p0[VEC], p1[VEC];
+  // Lynx and uniform, 8 channels per thread: first every stream's fields of the thread's 8 tokens (independent
+  // loads, all in flight together), merged into one code prefix byte per value.
+  constexpr bool kPrefetch = (kKind == Kind::kLynx || kKind == Kind::kUniform) && VEC == 8;
+  unsigned long long pre[kPrefetch ? kDecodeTokensPerThread : 1];
+  if constexpr (kPrefetch) {
+#pragma unroll
+    for (int i = 0; i < kDecodeTokensPerThread; ++i) pre[i] = 0;
+    for (int s = 0; s < p.stages; ++s) {
+      const int w = p.stage_bits[s];
+      const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+      unsigned long long bits[kDecodeTokensPerThread];
+#pragma unroll
+      for (int i = 0; i < kDecodeTokensPerThread; ++i) {
+        const int t = t_first + i;
+        bits[i] = t < tokens ? Read8Fields(codes, static_cast<unsigned long long>(t) * channels + c, w) : 0;
+      }
+      const unsigned long long mask = (1ull << w) - 1;
+#pragma unroll
+      for (int i = 0; i < kDecodeTokensPerThread; ++i) {
+        unsigned long long spread;
+        if (w == 8) {
+          spread = bits[i];
+        } else if (w == 4) {  // nibbles 0..7 to bytes 0..7
+          const uint32_t x = static_cast<uint32_t>(bits[i]);
+          const uint32_t even = x & 0x0F0F0F0Fu, odd = (x >> 4) & 0x0F0F0F0Fu;
+          spread = __byte_perm(even, odd, 0x5140) | (static_cast<unsigned long long>(__byte_perm(even, odd, 0x7362)) << 32);
+        } else {
+          spread = 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) spread |= ((bits[i] >> (e * w)) & mask) << (8 * e);
+        }
+        pre[i] = (pre[i] << w) | spread;  // prefixes stay below 2^8: no byte overflows into the next
+      }
+    }
+  }
+  // Cursors over the thread's consecutive tokens: chunk and block advance without a division per token.
+  int kc = t_first / p.shape.chunk_len, kr = t_first - kc * p.shape.chunk_len;
+  int bj = t_first / p.dst.block_tokens, br = t_first - bj * p.dst.block_tokens;
+  const int32_t* page_ids = p.dst.block_ids + static_cast<size_t>(page) * p.dst.blocks_per_page;
+  const size_t coff = ChannelOffset(p.dst, 0, c);
+#pragma unroll
+  for (int i = 0; i < kDecodeTokensPerThread; ++i) {
+    const int t = t_first + i;
+    if (t >= tokens) continue;
+    const int k = kc;
+    const int row_block = bj, row = br;
+    if (++kr == p.shape.chunk_len) kr = 0, ++kc;
+    if (++br == p.dst.block_tokens) br = 0, ++bj;
+    if constexpr (shared_params) {
+      const int kk = k - k_first;
+      LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
+      LoadShared<VEC>(&s_p1[kk][c - cg0], p1);
+      if constexpr (kKind == Kind::kLynx) {
+        LoadShared<VEC>(&s_lo[c - cg0], lo);
+        LoadShared<VEC>(&s_hi[c - cg0], hi);
+      }
+    } else if constexpr (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
+      const size_t mi = static_cast<size_t>(k) * channels + c;
+      if constexpr (kKind == Kind::kLynx) {
+        bool bad = false, bad_ends = false;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          lo[e] = reinterpret_cast<const float*>(meta)[c + e];
+          hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
+          if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
+          const Frame f = MakeFrame(lo[e], hi[e]);
+          if (!DecodeChunk(meta + p.in.ends_offset, mi + e, f, p0[e], p1[e])) bad_ends = true;
+        }
+        if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);
+        if (bad_ends) atomicOr(&p.status->errors, kErrBadChunkEnds);
+      } else {
+        bool bad = false;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi + e];
+          const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi + e];
+          if (((m16 >> 10) & 0x1F) == 0x1F || ((s16 >> 10) & 0x1F) == 0x1F) bad = true;
+          p0[e] = F16ToFloat(m16);
+          p1[e] = F16ToFloat(s16);
+        }
+        if (bad) atomicOr(&p.status->errors, kErrBadFp16Meta);
+      }
+    }
+    const unsigned long long idx = static_cast<unsigned long long>(t) * channels + c;
+    float y[VEC];
+    if constexpr (kKind == Kind::kLynx || kKind == Kind::kUniform) {
+      uint32_t prefix[VEC];
+      if constexpr (kPrefetch) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) prefix[e] = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
+      } else {
+        prefix[0] = 0;
+        for (int s = 0; s < p.stages; ++s) {
+          const int w = p.stage_bits[s];
+          const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+          prefix[0] = (prefix[0] << w) | ReadField(reinterpret_cast<const uint32_t*>(codes), idx, w);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if constexpr (kKind == Kind::kLynx) {
+          y[e] = Reconstruct(s_table[prefix[e]], p0[e], p1[e], lo[e], hi[e]);
+        } else {
+          const float prod = static_cast<float>(prefix[e]) * p1[e];
+          y[e] = p0[e] + prod;
+        }
+      }
+    } else if constexpr (kKind == Kind::kFp8) {
+      const int groups = (channels + 127) / 128;
+      const float scale = reinterpret_cast<const float*>(meta)[static_cast<size_t>(t) * groups + c / 128];
+      bool bad = !isfinite(scale) || !(scale >= 0.0f) || !isfinite(scale * 448.0f);
+      if (bad) atomicOr(&p.status->errors, kErrBadFp8Scale);
+      const uint8_t* codes = p.in.codes[0] + page * p.in.codes_stride[0];
+      bool nan_code = false;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const uint32_t code = codes[idx + e];
+        nan_code |= E4m3IsNan(code);
+        y[e] = s_table[code] * scale;
+      }
+      if (nan_code) atomicOr(&p.status->errors, kErrNonFiniteCode);
+    } else {
+      const uint16_t* codes = reinterpret_cast<const uint16_t*>(p.in.codes[0] + page * p.in.codes_stride[0]);
+      bool bad = false;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const uint16_t b = codes[idx + e];
+        bad |= (b & 0x7F80) == 0x7F80;
+        y[e] = __uint_as_float(static_cast<uint32_t>(b) << 16);
+      }
+      if (bad) atomicOr(&p.status->errors, kErrNonFiniteCode);
+    }
+    const int b = page_ids[row_block];
+    if (b < 0 || b >= p.dst.num_blocks) {
+      atomicOr(&p.status->errors, kErrBadBlockId);
+      continue;
+    }
+    const size_t base = p.dst.layout == Layout::kNHD
+                            ? (static_cast<size_t>(b) * p.dst.block_tokens + row) * channels
+                            : static_cast<size_t>(b) * p.dst.heads * p.dst.block_tokens * p.dst.head_dim +
+                                  static_cast<size_t>(row) * p.dst.head_dim;
+    if constexpr (VEC == 1) {
+      dst[base + coff] = FromFloat<OutT>(y[0]);
+    } else {
+      StoreVec<OutT, VEC>(dst + base + coff, y);
+    }
+  }
+}
+
+template <typename OutT, Kind kKind>
+absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
+  const bool vec = p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data);
+  const dim3 tiles(0, (p.shape.tokens + kDecodeTileTokens - 1) / kDecodeTileTokens, p.shape.num_pages);
+  // Tiles of 128 tokens span at most 128 / 16 + 1 chunks of >= 16 tokens: their parameters fit shared memory.
+  const bool shared = p.shape.chunk_len >= 16;
+  static_assert(kDecodeTileTokens / 16 + 1 <= kDecodeMaxTileChunks, "tile chunk bound");
+  if (vec) {
+    const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
+    if (shared) {
+      DecodeKernel<OutT, 8, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      DecodeKernel<OutT, 8, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
+  } else {
+    const dim3 grid((p.shape.channels + kDecodeVecThreads - 1) / kDecodeVecThreads, tiles.y, tiles.z);
+    if (shared) {
+      DecodeKernel<OutT, 1, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      DecodeKernel<OutT, 1, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
+  }
+  return LaunchError("DecodeKernel");
+}
+
+template <typename OutT>
+absl::Status LaunchDecodeTyped(SchemeKind kind, const DecodeParams& p, const LynxDeviceTables* tb,
+                               cudaStream_t stream) {
+  switch (kind) {
+    case SchemeKind::kBf16:
+      return LaunchDecodeKind<OutT, Kind::kBf16>(p, tb, stream);
+    case SchemeKind::kInt8:
+    case SchemeKind::kInt4:
+      return LaunchDecodeKind<OutT, Kind::kUniform>(p, tb, stream);
+    case SchemeKind::kFp8:
+      return LaunchDecodeKind<OutT, Kind::kFp8>(p, tb, stream);
+    case SchemeKind::kLynx:
+      return LaunchDecodeKind<OutT, Kind::kLynx>(p, tb, stream);
+  }
+  return absl::InternalError("unknown scheme kind");
+}
+
+}  // namespace
+
+absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
+                          const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream_handle) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+  DecodeParams p;
+  p.in = in;
+  p.shape = shape;
+  p.dst = dst;
+  p.status = status;
+  p.stages = stages;
+  p.total_bits = 0;
+  for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < scheme.num_streams() ? scheme.stage_bits[i] : 0;
+  for (int i = 0; i < scheme.num_streams(); ++i) p.total_bits += scheme.stage_bits[i];
+  const LynxDeviceTables* tb = tables;
+  if ((scheme.kind == SchemeKind::kLynx) != (tb != nullptr)) {
+    return absl::InternalError("lynx launches need device tables, other schemes none");
+  }
+  switch (dst.dtype) {
+    case DType::kFloat32:
+      return LaunchDecodeTyped<float>(scheme.kind, p, tb, stream);
+    case DType::kBfloat16:
+      return LaunchDecodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
+    case DType::kFloat16:
+      return LaunchDecodeTyped<__half>(scheme.kind, p, tb, stream);
+  }
+  return absl::InternalError("unknown dtype");
+}
+
+}  // namespace kvt::codec::gpu::internal

@@ -1,0 +1,390 @@
+// Device-side pieces shared by the encode and decode kernels (codec_encode_kernels.cu, codec_decode_kernels.cu):
+// the reference's float semantics, the frame of a page-channel, element types and addressing, bit packing, and
+// the launch-error check. Included only by those two files (each gets its own copy: the unnamed namespace is
+// deliberate, as device code is compiled per translation unit). Compile with --fmad=false.
+#ifndef KVT_CODEC_GPU_CODEC_KERNELS_COMMON_CUH_
+#define KVT_CODEC_GPU_CODEC_KERNELS_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "codec/gpu/codec_kernels.h"
+
+namespace kvt::codec::gpu::internal {
+namespace {
+
+
+constexpr int kThreads = 256;
+constexpr int kGroup = 32;                        // channels per encode block: one per lane
+constexpr int kRounds = kThreads / kGroup;        // chunk rows whose statistics one round computes
+constexpr int kMaxStagedTokens = 256;             // tile = tokens * 32 floats <= 32 KiB of shared memory
+constexpr int kDecodeVecThreads = 16;             // threads across channels in a decode block
+constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
+constexpr int kDecodeTokensPerThread = 8;
+constexpr int kDecodeTileTokens = kDecodeSlices * kDecodeTokensPerThread;  // 128
+constexpr int kDecodeMinBlocks = 4;  // caps registers at 64 so four 256-thread blocks share an SM
+constexpr int kDecodeMaxTileChunks = 9;  // chunks a 128-token tile spans when chunks have >= 16 tokens
+constexpr unsigned kFull = 0xffffffffu;
+
+// ---- The reference's float semantics -------------------------------------------------------------------
+
+__device__ __forceinline__ float RefFmax(float x, float y) {
+  return x >= y ? x : (y > x ? y : (isnan(y) ? x : y));
+}
+
+// lynx_math.h, operation for operation.
+__device__ __forceinline__ float Clamp(float x, float lo, float hi) {
+  float y = x > lo ? x : lo;
+  return y < hi ? y : hi;
+}
+struct Frame {
+  float lo, hi, centre, half;
+};
+__device__ __forceinline__ Frame MakeFrame(float lo, float hi) {
+  Frame f;
+  f.lo = lo;
+  f.hi = hi;
+  f.centre = static_cast<float>((static_cast<double>(lo) + static_cast<double>(hi)) * 0.5);
+  f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
+  return f;
+}
+// The chunk end grid (lynx_math.h ChunkEnd ... EndPairFromIndex), operation for operation.
+constexpr int kEndGridMax = 4094;
+constexpr unsigned kMaxEndPairIndex = 4094u * 4095u / 2u + 4094u;
+constexpr int kEndPairBits = 23;
+constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 == 0 (lynx_math.h)
+__device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
+  if (q <= 0) return f.lo;
+  if (q >= kEndGridMax) return f.hi;
+  const float off = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+  const float prod = f.half * off;
+  return Clamp(f.centre + prod, f.lo, f.hi);
+}
+__device__ __forceinline__ int GuessEnd(const Frame& f, float a) {  // a starting point only
+  const float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
+  const int g = static_cast<int>(floorf(u * 2047.0f + 2047.0f));
+  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+}
+__device__ __forceinline__ int QuantizeEndBelow(const Frame& f, float a) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, a);
+  while (q > 0 && ChunkEnd(f, q) > a) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
+  return q;
+}
+__device__ __forceinline__ int QuantizeEndAbove(const Frame& f, float b, int q_low) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, b);
+  if (q < q_low) q = q_low;
+  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
+  return q;
+}
+__device__ __forceinline__ void QuantizeChunkEnds(const Frame& f, bool centering_mean, float cmin, float cmax,
+                                                  float m, int& q_low, int& q_high) {
+  float a = cmin, b = cmax;
+  if (centering_mean) {
+    const float up = cmax - m;
+    const float down = m - cmin;
+    const float d = up > down ? up : down;
+    const float ma = m - d;
+    const float mb = m + d;
+    a = ma < cmin ? ma : cmin;
+    a = a > f.lo ? a : f.lo;
+    b = mb > cmax ? mb : cmax;
+    b = b < f.hi ? b : f.hi;
+  }
+  q_low = QuantizeEndBelow(f, a);
+  q_high = QuantizeEndAbove(f, b, q_low);
+}
+__device__ __forceinline__ void ChunkCentreAndWidth(const Frame& f, int q_low, int q_high, float& mu, float& sigma) {
+  const float a = ChunkEnd(f, q_low);
+  const float b = ChunkEnd(f, q_high);
+  const float ha = 0.5f * a;
+  const float hb = 0.5f * b;
+  const float m = Clamp(ha + hb, a, b);
+  const float up = b - m;
+  const float down = m - a;
+  const float sg = up > down ? up : down;
+  mu = m;
+  sigma = sg < 3.40282347e+38f ? sg : 3.40282347e+38f;
+}
+__device__ __forceinline__ bool EndPairFromIndex(unsigned index, int& q_low, int& q_high) {
+  if (index > kMaxEndPairIndex) return false;
+  long long h = static_cast<long long>((sqrt(8.0 * index + 1.0) - 1.0) / 2.0);
+  while (h > 0 && h * (h + 1) / 2 > index) --h;
+  while ((h + 1) * (h + 2) / 2 <= index) ++h;
+  q_high = static_cast<int>(h);
+  q_low = static_cast<int>(index - h * (h + 1) / 2);
+  return true;
+}
+// The 23-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves room
+// past the array for the 4-byte read).
+__device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i) {
+  const size_t bit = i * kEndPairBits;
+  const uint8_t* q = ends + bit / 8;
+  const unsigned v = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24);
+  return (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+}
+// mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
+__device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
+  int ql, qh;
+  const bool ok = EndPairFromIndex(ReadEndPair(ends, i), ql, qh);
+  if (!ok) ql = qh = 0;
+  ChunkCentreAndWidth(f, ql, qh, mu, sigma);
+  return ok;
+}
+__device__ __forceinline__ float InverseSigma(float sigma) {
+  if (!(sigma > 0.0f)) return 0.0f;
+  float inv = 1.0f / sigma;
+  return inv < 3.40282347e+38f ? inv : 3.40282347e+38f;
+}
+__device__ __forceinline__ float Reconstruct(float v, float mu, float sigma, float lo, float hi) {
+  float prod = sigma * v;
+  float y = mu + prod;
+  return Clamp(y, lo, hi);
+}
+
+// float_formats.cc, operation for operation.
+__device__ __forceinline__ float F16ToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  if (exp == 0) {
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;  // 2^-24, exact
+    return sign ? -v : v;
+  }
+  if (exp == 31) return __uint_as_float(sign | 0x7F800000u | (mant << 13));
+  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+__device__ __forceinline__ uint16_t F16NearestMagnitude(float ax) {
+  uint32_t b = __float_as_uint(ax);
+  int32_t exp = static_cast<int32_t>(b >> 23) - 127;
+  if (exp < -25) return 0;
+  if (exp < -14) return static_cast<uint16_t>(rintf(ax * 16777216.0f));  // ldexp(ax, 24): exact
+  if (exp > 15) return 0x7C00;
+  uint32_t mant = b & 0x7FFFFF;
+  uint32_t h = (static_cast<uint32_t>(exp + 15) << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(h);
+}
+// mode: 1 = round down, 2 = round up (F16Round::kDown / kUp).
+__device__ __forceinline__ uint16_t FloatToF16(float x, int mode) {
+  constexpr uint16_t kMaxMag = 0x7BFF;
+  bool neg = signbit(x);
+  float ax = fabsf(x);
+  uint16_t mag = F16NearestMagnitude(ax);
+  if (mag > kMaxMag) mag = kMaxMag;
+  float got = F16ToFloat(mag);
+  bool want_smaller = (mode == 1 && !neg) || (mode == 2 && neg);
+  bool want_larger = (mode == 1 && neg) || (mode == 2 && !neg);
+  if (want_smaller && got > ax && mag > 0) --mag;
+  if (want_larger && got < ax && mag < kMaxMag) ++mag;
+  return static_cast<uint16_t>((neg ? 0x8000 : 0) | mag);
+}
+__device__ __forceinline__ uint16_t FloatToBf16Sat(float x) {
+  uint32_t b = __float_as_uint(x);
+  uint32_t rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
+  if ((rounded & 0x7F80) == 0x7F80) rounded = (rounded & 0x8000) | 0x7F7F;
+  return static_cast<uint16_t>(rounded);
+}
+__device__ __forceinline__ bool E4m3IsNan(uint32_t code) { return (code & 0x7F) == 0x7F; }
+__device__ __forceinline__ float E4m3ToFloat(uint32_t code) {
+  uint32_t exp = (code >> 3) & 0xF;
+  uint32_t mant = code & 7;
+  float v = exp == 0 ? ldexpf(static_cast<float>(mant), -9)
+                     : ldexpf(static_cast<float>(8 + mant), static_cast<int>(exp) - 10);
+  return (code & 0x80) ? -v : v;
+}
+__device__ __forceinline__ uint8_t FloatToE4m3(float x) {
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  float ax = fabsf(x);
+  if (!(ax < 448.0f)) return sign | 0x7E;
+  uint8_t mag;
+  if (ax < 0.015625f) {
+    mag = static_cast<uint8_t>(rintf(ax * 512.0f));
+  } else {
+    uint32_t b = __float_as_uint(ax);
+    uint32_t r = (b + 0x7FFFF + ((b >> 20) & 1)) >> 20;
+    uint32_t m = r - (120u << 3);
+    mag = m > 0x7E ? 0x7E : static_cast<uint8_t>(m);
+  }
+  return sign | mag;
+}
+
+// ---- Element types and addressing ----------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v);
+template <>
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Element offset of (page, token t) channel 0's row, or false for a block id out of range.
+__device__ __forceinline__ bool RowBase(const KvGeometry& g, int channels, int page, int t, size_t& base) {
+  const int j = t / g.block_tokens;
+  const int r = t - j * g.block_tokens;
+  const int b = g.block_ids[static_cast<size_t>(page) * g.blocks_per_page + j];
+  if (b < 0 || b >= g.num_blocks) return false;
+  if (g.layout == Layout::kNHD) {
+    base = (static_cast<size_t>(b) * g.block_tokens + r) * channels;
+  } else {
+    base = static_cast<size_t>(b) * g.heads * g.block_tokens * g.head_dim + static_cast<size_t>(r) * g.head_dim;
+  }
+  return true;
+}
+__device__ __forceinline__ size_t ChannelOffset(const KvGeometry& g, size_t base, int c) {
+  if (g.layout == Layout::kNHD) return base + c;
+  const int h = c / g.head_dim;
+  const int d = c - h * g.head_dim;
+  return base + static_cast<size_t>(h) * g.block_tokens * g.head_dim + d;
+}
+
+// Loads VEC consecutive elements (16 bytes when VEC > 1) as floats.
+template <typename T, int VEC>
+__device__ __forceinline__ void LoadVec(const T* p, float* out) {
+  if constexpr (VEC == 1) {
+    out[0] = ToFloat<T>(p[0]);
+  } else {
+    static_assert(VEC * sizeof(T) == 16, "vector loads are 16 bytes");
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = ToFloat<T>(e[i]);
+  }
+}
+template <typename T, int VEC>
+__device__ __forceinline__ void StoreVec(T* p, const float* v) {
+  if constexpr (VEC == 1) {
+    p[0] = FromFloat<T>(v[0]);
+  } else {
+    constexpr int kPer16 = 16 / sizeof(T);
+#pragma unroll
+    for (int part = 0; part < VEC / kPer16; ++part) {
+      uint4 raw;
+      T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer16; ++i) e[i] = FromFloat<T>(v[part * kPer16 + i]);
+      *reinterpret_cast<uint4*>(p + part * kPer16) = raw;
+    }
+  }
+}
+
+__device__ __forceinline__ void ReportNonFinite(DeviceStatus* st, int page, int tokens, int channels, int t, int c) {
+  const unsigned long long i =
+      (static_cast<unsigned long long>(page) * tokens + t) * static_cast<unsigned long long>(channels) + c;
+  atomicMin(&st->first_non_finite, i);
+}
+
+// ---- Bit packing ---------------------------------------------------------------------------------------
+
+// The warp writes the w-bit fields of lanes [0, nvalid) at stream bits [bit0, bit0 + nvalid * w) (LSB first,
+// bitpack.h's order). Words wholly inside the range are stored; the first and last, when shared with another
+// group's range, are OR-ed in (the caller zeroed the stream). All 32 lanes must call.
+__device__ __forceinline__ void PackRow(uint32_t* words, unsigned long long bit0, int w, int nvalid, uint32_t field,
+                                        int lane) {
+  const int shift = static_cast<int>(bit0 & 31);
+  uint32_t* base = words + (bit0 >> 5);
+  const int total = shift + nvalid * w;
+  const int nwords = (total + 31) >> 5;
+  int first = (32 * lane - shift) / w;
+  if (first < 0) first = 0;
+  const int iters = 32 / w + 2;
+  uint32_t word = 0;
+  for (int m = 0; m < iters; ++m) {
+    const int src = first + m;
+    const uint32_t v = __shfl_sync(kFull, field, src & 31);
+    const int pos = shift + src * w - 32 * lane;
+    if (src < nvalid && pos > -w && pos < 32) word |= pos >= 0 ? (v << pos) : (v >> (-pos));
+  }
+  if (lane < nwords) {
+    const bool whole = (lane > 0 || shift == 0) && 32 * (lane + 1) <= total;
+    if (whole) {
+      base[lane] = word;
+    } else {
+      atomicOr(base + lane, word);
+    }
+  }
+}
+
+// Field i (w bits) of a packed stream.
+__device__ __forceinline__ uint32_t ReadField(const uint32_t* words, unsigned long long i, int w) {
+  const unsigned long long p = i * static_cast<unsigned long long>(w);
+  const uint32_t off = static_cast<uint32_t>(p & 31);
+  uint32_t v = words[p >> 5] >> off;
+  if (off + w > 32) v |= words[(p >> 5) + 1] << (32 - off);
+  return v & ((1u << w) - 1);
+}
+// Fields of 8 consecutive values starting at value i (a multiple of 8): 8 * w bits from one aligned load.
+__device__ __forceinline__ unsigned long long Read8Fields(const uint8_t* bytes, unsigned long long i, int w) {
+  const uint8_t* p = bytes + (i >> 3) * w;
+  switch (w) {
+    case 1:
+      return *p;
+    case 2:
+      return *reinterpret_cast<const uint16_t*>(p);
+    case 4:
+      return *reinterpret_cast<const uint32_t*>(p);
+    case 8:
+      return *reinterpret_cast<const unsigned long long*>(p);
+    default: {
+      unsigned long long v = 0;
+      for (int b = 0; b < w; ++b) v |= static_cast<unsigned long long>(p[b]) << (8 * b);
+      return v;
+    }
+  }
+}
+
+// A little-endian float from 4 bytes of a stream (no alignment needed).
+__device__ __forceinline__ float ReadF32(const uint8_t* q) {
+  return __uint_as_float(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24));
+}
+
+// ---- Launch plumbing -------------------------------------------------------------------------------------
+
+absl::Status LaunchError(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return absl::OkStatus();
+  const std::string msg = absl::StrCat("launch of ", kernel, ": ", cudaGetErrorName(e), " (",
+                                       cudaGetErrorString(e), ")");
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+    return absl::FailedPreconditionError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+}  // namespace kvt::codec::gpu::internal
+
+#endif  // KVT_CODEC_GPU_CODEC_KERNELS_COMMON_CUH_
