@@ -157,14 +157,7 @@ int RunEval(const std::vector<std::string>& args, const CommandIo& io) {
   FlagSet flags("kvtctl codec eval");
   EvalFlags f;
   f.Register(flags);
-  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (flags.help_requested()) {
-    io.out << kCodecUsage << "\n" << flags.Usage();
-    return kExitOk;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
-  }
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, kCodecUsage)) return *exit;
   if (!f.tensor.empty() && !absl::EndsWith(f.in, ".safetensors")) {
     return UsageError(io, cmd, "--tensor names a tensor of a .safetensors --in", flags.Usage());
   }
@@ -205,14 +198,7 @@ int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("tensor", &tensor, "the tensor of a .safetensors --in (needed if it holds several)");
   flags.String("out-prefix", &out_prefix, "output prefix P: writes P.stage<i>.npy and P.full.npy (required)");
   cf.Register(flags);
-  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (flags.help_requested()) {
-    io.out << kCodecUsage << "\n" << flags.Usage();
-    return kExitOk;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
-  }
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, kCodecUsage)) return *exit;
   if (scheme_name.empty() || in.empty() || out_prefix.empty()) {
     return UsageError(io, cmd, "--scheme, --in and --out-prefix are all required", flags.Usage());
   }
@@ -269,14 +255,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Uint64("seed", &seed, "seed");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   flags.Bool("progress", &progress, "show progress on stderr");
-  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (flags.help_requested()) {
-    io.out << kCodecUsage << "\n" << flags.Usage();
-    return kExitOk;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
-  }
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, kCodecUsage)) return *exit;
   // Parse every list before running anything.
   std::vector<codec::eval::BulkDistribution> bulk_list;
   for (const std::string& b : SplitList(bulks)) {
@@ -404,14 +383,7 @@ int RunSynth(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("bulk", &bulk, "bulk distribution: laplace | student-t");
   flags.Uint64("seed", &seed, "seed");
   flags.String("dtype", &dtype, "float32 | float16");
-  if (absl::Status st = flags.Parse(args); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (flags.help_requested()) {
-    io.out << kCodecUsage << "\n" << flags.Usage();
-    return kExitOk;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(io, cmd, absl::StrCat("unexpected argument '", flags.positional()[0], "'"), flags.Usage());
-  }
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, kCodecUsage)) return *exit;
   if (out.empty()) return UsageError(io, cmd, "--out is required", flags.Usage());
   if (dtype != "float32" && dtype != "float16") {
     return UsageError(io, cmd, absl::StrCat("unknown dtype '", dtype, "'; use float32 or float16"), flags.Usage());
