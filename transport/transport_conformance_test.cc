@@ -171,7 +171,9 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
   auto a = sender_->Send(peer_, 1, {{0, 0, a_anchor}, {0, 1, a_residual}});
   ASSERT_TRUE(a.ok()) << a.status();
   while (!a_residual_started) absl::SleepFor(absl::Milliseconds(1));
-  const uint64_t arrived_at_submit = receiver_->stats().chunks_received;
+  // Chunks of A already handed to the wire when B is queued: the receiver may not have counted them yet (they
+  // can still be in its verification queue), so the sender's count marks the point B was queued at.
+  const uint64_t sent_before_submit = sender_->stats().chunks_sent;
   auto b = sender_->Send(peer_, 2, {{0, 0, b_anchor}, {0, 1, b_residual}});
   ASSERT_TRUE(b.ok()) << b.status();
   rx_a.join();
@@ -192,7 +194,7 @@ TEST_P(TransportTest, AnchorOfALaterTransferOvertakesResidualsAlreadyQueued) {
     if (id == 1 && stage == 1) a_residual_done = i;
   }
   size_t a_residual_after_submit = 0, a_residual_inside_b_anchor = 0;
-  for (size_t i = arrived_at_submit; i < b_anchor_done; ++i) {
+  for (size_t i = sent_before_submit; i < b_anchor_done; ++i) {
     if (std::get<1>(log[i]) == 1 && std::get<2>(log[i]) == 1) {
       ++a_residual_after_submit;
       if (i > b_anchor_first) ++a_residual_inside_b_anchor;

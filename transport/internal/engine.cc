@@ -85,7 +85,8 @@ Engine::Engine(Options options, Capabilities capabilities)
       capabilities_(std::move(capabilities)),
       clock_(options_.clock),
       counters_(std::make_unique<Counters>()),
-      verifier_(std::make_unique<ChunkVerifier>([this] { Wake(); })) {}
+      verifier_(std::make_unique<ChunkVerifier>([this] { Wake(); })),
+      send_crcs_(std::make_unique<SendCrcPrecomputer>(options_.chunk_bytes)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabilities capabilities,
                                                        WireFactory make_wire) {
@@ -204,6 +205,7 @@ void Engine::Shutdown() {
   if (!send_records_.empty()) {
     Logger("transport")->warn("{} sends still pending at shutdown", send_records_.size());
   }
+  send_crcs_.reset();  // stops reading stream bytes before their transfers finish below
   for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
   outbound_.clear();
   verifier_.reset();  // chunks still being checked are dropped: their links are down
@@ -301,7 +303,9 @@ void Engine::SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time
   h.stage = s.stage;
   h.offset = cut.offset;
   h.length = cut.length;
-  h.payload_crc32c = Crc32c(bytes, cut.length);
+  const absl::Span<const uint8_t> chunk = absl::MakeConstSpan(bytes, cut.length);
+  h.payload_crc32c = send_crcs_ != nullptr ? send_crcs_->Take(t.id, cut.key.index, cut.offset, chunk)
+                                           : Crc32c(chunk.data(), chunk.size());
   auto rec = std::make_unique<SendRecord>();
   rec->kind = MessageKind::kChunk;
   rec->link = link.id;
@@ -357,6 +361,7 @@ void Engine::MaybeFinish(uint64_t transfer_id) {
   if (it == outbound_.end()) return;
   OutboundTransfer& t = it->second;
   if (t.sends_outstanding > 0 || (t.failure.ok() && (t.bytes_unsent > 0 || !t.acked))) return;
+  if (send_crcs_ != nullptr) send_crcs_->Forget(t.id);  // before the caller may free the stream bytes
   t.state->Finish(t.failure);
   if (PeerLink* link = FindLink(t.link)) link->transfers.erase(t.id);
   outbound_.erase(it);
@@ -663,6 +668,7 @@ absl::StatusOr<std::shared_ptr<SendHandle>> Engine::Send(PeerId peer, uint64_t t
     for (uint32_t i = 0; i < t.streams.size(); ++i) {
       t.bytes_unsent += t.streams[i].bytes.size();
       link->scheduler.Add(StreamKey{transfer_id, i}, t.streams[i].stage, t.streams[i].bytes.size(), now);
+      if (send_crcs_ != nullptr) send_crcs_->Add(transfer_id, i, t.streams[i].stage, t.streams[i].bytes);
     }
     link->transfers.insert(transfer_id);
   });

@@ -24,6 +24,7 @@
 #include "transport/internal/chunk_verifier.h"
 #include "transport/internal/control_message.h"
 #include "transport/internal/peer_link.h"
+#include "transport/internal/send_crc_precomputer.h"
 #include "transport/internal/wire.h"
 #include "transport/options.h"
 #include "transport/transfer_table.h"
@@ -117,6 +118,8 @@ class Engine final : public Transport, private WireEvents {
   std::unique_ptr<ChunkVerifier> verifier_;
 
   // State below is touched only by the progress thread.
+  // Computes outbound chunks' CRCs ahead of the scheduler; null once shut down.
+  std::unique_ptr<SendCrcPrecomputer> send_crcs_;
   std::unique_ptr<Wire> wire_;
   absl::flat_hash_map<LinkId, std::unique_ptr<PeerLink>> links_;
   absl::flat_hash_map<uint64_t, OutboundTransfer> outbound_;
