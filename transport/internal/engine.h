@@ -4,8 +4,8 @@
 // and wait for the answer; inbound chunks go to a TransferTable that consumer threads read.
 //
 // Data flow, sender: Send -> command -> OutboundTransfer + streams on the link's lanes -> each progress round, per
-// link, while the scheduler has a chunk, the window has credit and the bucket has tokens: CRC32C, header,
-// Wire::Send. Receiver: Wire::OnMessage -> header checks -> TransferTable::Admit (bounds) -> payload read ->
+// link, while the scheduler has a chunk, the window has credit and the bucket has tokens: CRC32C (computed
+// ahead by the SendCrcPrecomputer's thread when it is ready), header, Wire::Send. Receiver: Wire::OnMessage -> header checks -> TransferTable::Admit (bounds) -> payload read ->
 // CRC check (on the ChunkVerifier's thread) -> TransferTable::Deliver -> Receive; dropping a ReceivedChunk returns credit -> kCredit to the sender.
 #ifndef KVT_TRANSPORT_INTERNAL_ENGINE_H_
 #define KVT_TRANSPORT_INTERNAL_ENGINE_H_
