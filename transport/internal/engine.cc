@@ -197,7 +197,9 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
-  for (auto& [id, link] : links_) LinkDown(*link, absl::UnavailableError("transport shut down"));
+  for (auto& [id, link] : links_) {
+    LinkDown(*link, absl::UnavailableError("transport shut down"), DownCause::kShutdown);
+  }
   const absl::Time give_up = clock_->Now() + kShutdownDrain;
   while (!send_records_.empty() && clock_->Now() < give_up) {
     if (wire_->Progress() == 0) IdleWait(absl::Microseconds(100));
@@ -367,12 +369,16 @@ void Engine::MaybeFinish(uint64_t transfer_id) {
   outbound_.erase(it);
 }
 
-void Engine::LinkDown(PeerLink& link, absl::Status status) {
+void Engine::LinkDown(PeerLink& link, absl::Status status, DownCause cause) {
   if (!link.down.ok()) return;
   link.down = status;
   link.down_at = clock_->Now();
   counters_->links_down.fetch_add(1, std::memory_order_relaxed);
-  Logger("transport")->warn("link {} down: {}", link.id, status.ToString());
+  if (cause == DownCause::kFailure) {
+    Logger("transport")->warn("link {} down: {}", link.id, status.ToString());
+  } else {
+    Logger("transport")->debug("link {} closed: {}", link.id, status.ToString());
+  }
   wire_->Close(link.id);
   const std::vector<uint64_t> ids(link.transfers.begin(), link.transfers.end());
   for (uint64_t id : ids) {
