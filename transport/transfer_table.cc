@@ -1,5 +1,6 @@
 #include "transport/transfer_table.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <utility>
@@ -41,6 +42,7 @@ struct InboundStream {
 
 // All fields are guarded by TransferTable::mu_.
 struct TransferTable::Entry {
+  uint64_t generation = 0;
   uint64_t link = kUnbound;
   std::vector<InboundStream> streams;
   uint64_t total_bytes = 0;
@@ -48,6 +50,7 @@ struct TransferTable::Entry {
   std::deque<ReceivedChunk> ready;
   absl::Status status;  // non-OK once failed
   bool complete_handed_out = false;
+  bool removed = false;  // no longer in the table: failure or last chunk handed out, or cancelled
 
   InboundStream* Find(uint32_t page, uint8_t stage) {
     for (InboundStream& s : streams) {
@@ -55,11 +58,13 @@ struct TransferTable::Entry {
     }
     return nullptr;
   }
-  void FailWith(const absl::Status& s) {
-    if (!status.ok()) return;
+  // Returns whether this failed the transfer (false if it had already failed).
+  bool FailWith(const absl::Status& s) {
+    if (!status.ok()) return false;
     status = internal::Detached(s);
     ready.clear();  // chunks return their credit as they are destroyed
     for (InboundStream& st : streams) st.held.clear();
+    return true;
   }
 };
 
@@ -81,6 +86,7 @@ absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> stream
     entry->total_bytes += b.length;
   }
   internal::MutexLock lock(&mu_);
+  entry->generation = next_generation_++;
   if (!entries_.emplace(id, std::move(entry)).second) {
     return absl::AlreadyExistsError(absl::StrFormat("transfer %d is already expected", id));
   }
@@ -110,7 +116,7 @@ absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
                                                 h.offset, h.length, h.page, h.stage));
   }
   if (!bad.ok()) {
-    e.FailWith(bad);
+    if (e.FailWith(bad)) PublishFailure(h.transfer_id, e);
     return bad;
   }
   e.link = link;
@@ -134,10 +140,12 @@ bool TransferTable::Deliver(const ChunkHeader& h, PayloadBuffer payload, int64_t
     e.delivered_bytes += c.header.length;
     const bool stream_complete = s->next_deliver == s->bounds.length;
     const bool transfer_complete = e.delivered_bytes == e.total_bytes;
-    e.ready.emplace_back(c.header, std::move(c.payload), stream_complete, transfer_complete, next_arrival_++,
+    const uint64_t arrival = next_arrival_++;
+    e.ready.emplace_back(c.header, std::move(c.payload), stream_complete, transfer_complete, arrival,
                          c.credit_bytes, std::move(c.credit));
     c.credit = nullptr;
     s->held.erase(s->held.begin());
+    Publish({h.transfer_id, e.generation, /*failure=*/false, arrival});
   }
   return !was_complete && e.delivered_bytes == e.total_bytes;
 }
@@ -145,13 +153,13 @@ bool TransferTable::Deliver(const ChunkHeader& h, PayloadBuffer payload, int64_t
 void TransferTable::Fail(uint64_t id, absl::Status status) {
   internal::MutexLock lock(&mu_);
   auto it = entries_.find(id);
-  if (it != entries_.end()) it->second->FailWith(std::move(status));
+  if (it != entries_.end() && it->second->FailWith(status)) PublishFailure(id, *it->second);
 }
 
 void TransferTable::FailLink(uint64_t link, const absl::Status& status) {
   internal::MutexLock lock(&mu_);
   for (auto& [id, entry] : entries_) {
-    if (entry->link == link) entry->FailWith(status);
+    if (entry->link == link && entry->FailWith(status)) PublishFailure(id, *entry);
   }
 }
 
@@ -160,6 +168,7 @@ bool TransferTable::Cancel(uint64_t id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return false;
   it->second->FailWith(absl::CancelledError(absl::StrFormat("transfer %d cancelled", id)));
+  it->second->removed = true;
   entries_.erase(it);
   return true;
 }
@@ -170,29 +179,93 @@ absl::StatusOr<ReceivedChunk> TransferTable::Receive(uint64_t id, absl::Duration
   if (it == entries_.end()) return absl::NotFoundError(absl::StrFormat("transfer %d is not expected", id));
   std::shared_ptr<Entry> entry = it->second;
   Entry* e = entry.get();
-  auto has_news = [e]() { return !e->ready.empty() || !e->status.ok(); };
+  auto has_news = [e]() { return !e->ready.empty() || !e->status.ok() || e->removed; };
   if (!mu_.AwaitWithTimeout(has_news, timeout)) {
     return absl::DeadlineExceededError(
         absl::StrFormat("no chunk of transfer %d within %s", id, absl::FormatDuration(timeout)));
   }
   if (!e->status.ok()) {
     absl::Status s = internal::Detached(e->status);
-    auto again = entries_.find(id);
-    if (again != entries_.end() && again->second == entry) entries_.erase(again);
+    Remove(id, entry);
     return s;
+  }
+  if (e->ready.empty()) {
+    return absl::NotFoundError(absl::StrFormat("transfer %d was drained by another consumer", id));
   }
   ReceivedChunk chunk = std::move(e->ready.front());
   e->ready.pop_front();
-  if (chunk.transfer_complete()) {
-    auto again = entries_.find(id);
-    if (again != entries_.end() && again->second == entry) entries_.erase(again);
-  }
+  if (chunk.transfer_complete()) Remove(id, entry);
   return chunk;
+}
+
+absl::StatusOr<InboundEvent> TransferTable::ReceiveAny(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  internal::MutexLock lock(&mu_);
+  while (true) {
+    while (!news_.empty() && !IsLive(news_.front())) news_.pop_front();
+    if (!news_.empty()) break;
+    // No stale news is queued now, so the next one published is live (unless Receive takes it first: loop).
+    auto has_news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !news_.empty(); };
+    if (!mu_.AwaitWithTimeout(has_news, deadline - absl::Now())) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("no chunk or failure of any transfer within %s", absl::FormatDuration(timeout)));
+    }
+  }
+  const News n = news_.front();
+  news_.pop_front();
+  std::shared_ptr<Entry> entry = entries_.find(n.transfer_id)->second;  // present: `n` is live
+  InboundEvent event;
+  event.transfer_id = n.transfer_id;
+  if (n.failure) {
+    event.status = internal::Detached(entry->status);
+    Remove(n.transfer_id, entry);
+    return event;
+  }
+  // The chunk `n` announced: older ones of this transfer were handed out before it.
+  event.chunk.emplace(std::move(entry->ready.front()));
+  entry->ready.pop_front();
+  if (event.chunk->transfer_complete()) Remove(n.transfer_id, entry);
+  return event;
+}
+
+bool TransferTable::IsLive(const News& n) const {
+  auto it = entries_.find(n.transfer_id);
+  if (it == entries_.end() || it->second->generation != n.generation) return false;
+  const Entry& e = *it->second;
+  if (n.failure) return !e.status.ok();
+  // Ready chunks leave only from the front (or all at once, on failure), in arrival order.
+  return e.status.ok() && !e.ready.empty() && e.ready.front().arrival_sequence() <= n.arrival;
+}
+
+void TransferTable::Publish(News n) {
+  news_.push_back(n);
+  if (news_.size() < sweep_at_) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < news_.size(); ++i) {
+    if (IsLive(news_[i])) news_[kept++] = news_[i];
+  }
+  news_.resize(kept);
+  sweep_at_ = std::max(kMinSweep, 2 * kept);
+}
+
+void TransferTable::PublishFailure(uint64_t id, const Entry& e) {
+  Publish({id, e.generation, /*failure=*/true, 0});
+}
+
+void TransferTable::Remove(uint64_t id, const std::shared_ptr<Entry>& entry) {
+  auto it = entries_.find(id);
+  if (it != entries_.end() && it->second == entry) entries_.erase(it);
+  entry->removed = true;
 }
 
 size_t TransferTable::size() const {
   internal::MutexLock lock(&mu_);
   return entries_.size();
+}
+
+size_t TransferTable::queued_news() const {
+  internal::MutexLock lock(&mu_);
+  return news_.size();
 }
 
 }  // namespace kvt::transport

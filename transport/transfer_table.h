@@ -1,12 +1,15 @@
 // The receive side's table of inbound transfers: what was announced (Expect), which byte ranges arrived, and
 // the verified chunks waiting for the consumer. The progress thread admits and delivers chunks; consumer threads
-// Receive. Chunks of one stream are handed out in offset order; a chunk that arrives early waits (within the
-// link's receive-buffer credit) until the gap before it is filled.
+// Receive (one transfer) or ReceiveAny (whichever transfer has news first). Chunks of one stream are handed out in
+// offset order; a chunk that arrives early waits (within the link's receive-buffer credit) until the gap before it
+// is filled.
 // Thread-safe.
 #ifndef KVT_TRANSPORT_TRANSFER_TABLE_H_
 #define KVT_TRANSPORT_TRANSFER_TABLE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -43,24 +46,52 @@ class TransferTable {
   bool Deliver(const ChunkHeader& header, PayloadBuffer payload, int64_t credit_bytes,
                std::shared_ptr<CreditReturn> credit);
 
-  // Fails transfer `id` (no-op if unknown): its waiting chunks are dropped, Receive returns `status` once.
+  // Fails transfer `id` (no-op if unknown): its waiting chunks are dropped, Receive or ReceiveAny returns `status`
+  // once.
   void Fail(uint64_t id, absl::Status status);
   // Fails every transfer bound to `link`.
   void FailLink(uint64_t link, const absl::Status& status);
-  // Fails with CANCELLED and forgets `id`. Returns whether it was there.
+  // Fails with CANCELLED and forgets `id` (ReceiveAny reports nothing of it). Returns whether it was there.
   bool Cancel(uint64_t id);
 
   // See Transport::Receive.
   absl::StatusOr<ReceivedChunk> Receive(uint64_t id, absl::Duration timeout);
+  // See Transport::ReceiveAny. Chunks come out in arrival order (ReceivedChunk::arrival_sequence), a failure in
+  // the order it happened among them.
+  absl::StatusOr<InboundEvent> ReceiveAny(absl::Duration timeout);
 
   size_t size() const;
+  // Items in ReceiveAny's news queue, stale ones included; for tests of its bound (at most about twice the live
+  // ones, whether or not anyone calls ReceiveAny).
+  size_t queued_news() const;
 
  private:
   struct Entry;
 
+  // Invariant: every chunk waiting in an entry's ready queue, and every failure not yet handed out, has one live
+  // News in news_, and news_ is in the order they happened. A News goes stale when what it announces is handed
+  // out (by Receive too), dropped (Cancel), or its entry is gone; stale ones are skipped at the head and removed
+  // in bulk whenever the queue has doubled since the last sweep.
+  struct News {
+    uint64_t transfer_id;
+    uint64_t generation;  // tells this entry from an earlier one of the same id
+    bool failure;         // the transfer failed; else a chunk became ready
+    uint64_t arrival;     // the chunk's arrival sequence; unused for a failure
+  };
+  static constexpr size_t kMinSweep = 64;
+
+  bool IsLive(const News& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish(News n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishFailure(uint64_t id, const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases `id` from the table if it still maps to `entry`, waking Receive calls still waiting on it.
+  void Remove(uint64_t id, const std::shared_ptr<Entry>& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable internal::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t next_arrival_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<News> news_ ABSL_GUARDED_BY(mu_);
+  size_t sweep_at_ ABSL_GUARDED_BY(mu_) = kMinSweep;
 };
 
 }  // namespace kvt::transport

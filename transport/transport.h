@@ -7,6 +7,8 @@
 //           absl::Status s = handle->Wait();  // bytes may be freed once Wait returns
 // Receiver: t->Expect(transfer_id, {{page, 0, anchor_len}, {page, 1, residual_len}});
 //           while (true) { auto chunk = t->Receive(transfer_id, timeout); ... if (chunk->transfer_complete()) break; }
+// One consumer for every inbound transfer (a consumer blocked on one transfer cannot starve the others):
+//           while (running) { auto event = t->ReceiveAny(timeout); ... }
 //
 // Every method is thread-safe. A transport owns one progress thread; callers never block it.
 #ifndef KVT_TRANSPORT_TRANSPORT_H_
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +146,15 @@ class ReceivedChunk {
   std::shared_ptr<CreditReturn> credit_;
 };
 
+// One piece of news about an expected transfer, from ReceiveAny.
+struct InboundEvent {
+  uint64_t transfer_id = 0;
+  // OK with `chunk` set: the next chunk of that transfer (same contract as Receive). Non-OK: the transfer failed
+  // with this status (as Receive would return it) and is gone; `chunk` is empty.
+  absl::Status status;
+  std::optional<ReceivedChunk> chunk;
+};
+
 // Counters since the transport started. Rejected chunks are counted by cause.
 struct TransportStats {
   uint64_t chunks_sent = 0;
@@ -193,6 +205,11 @@ class Transport {
   // (or already complete and drained); the transfer's failure (DATA_LOSS for a bad CRC, OUT_OF_RANGE for a chunk
   // outside the bounds, UNAVAILABLE when its link went down, CANCELLED) once it failed, after which it is gone.
   virtual absl::StatusOr<ReceivedChunk> Receive(uint64_t transfer_id, absl::Duration timeout) = 0;
+
+  // Next chunk or failure of ANY expected transfer, roughly in arrival order. DEADLINE_EXCEEDED if nothing within
+  // `timeout`. Same removal rules as Receive (a transfer is gone after its failure or its last chunk is handed out).
+  // May be mixed with Receive; each chunk is handed out once. Cancelled transfers report nothing.
+  virtual absl::StatusOr<InboundEvent> ReceiveAny(absl::Duration timeout) = 0;
 
   // Cancels an outbound or inbound transfer: queued chunks are dropped, its handle finishes CANCELLED.
   virtual void Cancel(uint64_t transfer_id) = 0;

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <thread>
@@ -426,6 +428,113 @@ TEST_P(TransportTest, SenderFinishesOnlyAfterTheReceiverHasEveryByte) {
   EXPECT_EQ(got[0], data);
 }
 
+TEST_P(TransportTest, OneReceiveAnyConsumerDrainsTwoInterleavedTransfersIntact) {
+  Options o = SmallChunks();
+  Options rx = o;
+  rx.max_receive_buffer_bytes = 8 * (kChunk + kChunkHeaderBytes);
+  Start(o, rx);
+  struct Inbound {
+    std::vector<std::vector<uint8_t>> sent;
+    std::vector<StreamBounds> bounds;
+    std::vector<std::vector<uint8_t>> got;
+    std::vector<uint64_t> next;
+    bool complete = false;
+  };
+  std::map<uint64_t, Inbound> inbound;
+  inbound[11].sent = {RandomBytes(4 * kChunk + 100, 110), RandomBytes(24 * kChunk + 7, 111)};
+  inbound[12].sent = {RandomBytes(3 * kChunk + 5, 112), RandomBytes(20 * kChunk, 113)};
+  std::vector<std::shared_ptr<SendHandle>> handles;
+  for (auto& [id, in] : inbound) {
+    const uint32_t page = static_cast<uint32_t>(id);
+    in.bounds = {{page, 0, in.sent[0].size()}, {page, 1, in.sent[1].size()}};
+    in.got.resize(2);
+    in.next.assign(2, 0);
+    ASSERT_TRUE(receiver_->Expect(id, in.bounds).ok());
+  }
+  for (auto& [id, in] : inbound) {
+    const uint32_t page = static_cast<uint32_t>(id);
+    auto h = sender_->Send(peer_, id, {{page, 0, in.sent[0]}, {page, 1, in.sent[1]}});
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+  }
+  // Nobody read while both were queued: 11 (29 chunks) cannot have finished within the 8-chunk receive buffer,
+  // so chunks of both are waiting for the one consumer.
+  std::vector<uint64_t> order;  // transfer of each chunk, as ReceiveAny handed them out
+  std::set<uint64_t> arrivals;
+  while (!inbound[11].complete || !inbound[12].complete) {
+    auto event = receiver_->ReceiveAny(absl::Seconds(30));
+    ASSERT_TRUE(event.ok()) << event.status();
+    ASSERT_TRUE(event->status.ok()) << event->transfer_id << ": " << event->status;
+    ASSERT_TRUE(event->chunk.has_value());
+    auto it = inbound.find(event->transfer_id);
+    ASSERT_NE(it, inbound.end()) << event->transfer_id;
+    Inbound& in = it->second;
+    ASSERT_FALSE(in.complete) << "chunk after the last one of transfer " << event->transfer_id;
+    const ChunkHeader& h = event->chunk->header();
+    ASSERT_EQ(h.transfer_id, event->transfer_id);
+    ASSERT_EQ(h.page, event->transfer_id);
+    ASSERT_LT(h.stage, 2);
+    ASSERT_EQ(h.offset, in.next[h.stage]) << "chunks of a stream came out of offset order";
+    in.next[h.stage] += h.length;
+    in.got[h.stage].resize(in.bounds[h.stage].length);
+    std::memcpy(in.got[h.stage].data() + h.offset, event->chunk->payload().data(), h.length);
+    EXPECT_TRUE(arrivals.insert(event->chunk->arrival_sequence()).second) << "chunk handed out twice";
+    in.complete = event->chunk->transfer_complete();
+    order.push_back(event->transfer_id);
+  }
+  for (const auto& h : handles) EXPECT_TRUE(h->Wait().ok()) << h->status();
+  for (const auto& [id, in] : inbound) {
+    EXPECT_EQ(in.got[0], in.sent[0]) << id;
+    EXPECT_EQ(in.got[1], in.sent[1]) << id;
+  }
+  EXPECT_EQ(order.size(), 5u + 25u + 4u + 20u);
+  size_t first_of_12 = order.size(), last_of_11 = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == 12 && first_of_12 == order.size()) first_of_12 = i;
+    if (order[i] == 11) last_of_11 = i;
+  }
+  EXPECT_LT(first_of_12, last_of_11) << "the two transfers were not interleaved";
+  EXPECT_EQ(receiver_->ReceiveAny(absl::ZeroDuration()).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(receiver_->Receive(11, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(TransportTest, ReceiveAnyReportsUnavailableForABoundTransferWhenThePeerLinkGoesDown) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 20e6;
+  Start(o);
+  const auto data = RandomBytes(8 << 20, 120);
+  ASSERT_TRUE(receiver_->Expect(500, {{0, 0, data.size()}}).ok());
+  ASSERT_TRUE(receiver_->Expect(501, {{0, 0, 1000}}).ok());  // never sent: bound to no link
+  auto h = sender_->Send(peer_, 500, {{0, 0, data}});
+  ASSERT_TRUE(h.ok()) << h.status();
+  {
+    auto first = receiver_->ReceiveAny(absl::Seconds(20));
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->transfer_id, 500u);
+    ASSERT_TRUE(first->chunk.has_value()) << first->status;
+  }
+  sender_.reset();  // 8 MiB cannot have arrived: the receiver holds most of it back by credit
+  // Chunks that arrived before the link went down may come first; then the failure, once.
+  absl::StatusOr<InboundEvent> failure = absl::UnknownError("no failure reported");
+  while (true) {
+    failure = receiver_->ReceiveAny(absl::Seconds(20));
+    ASSERT_TRUE(failure.ok()) << failure.status();
+    if (!failure->status.ok()) break;
+    EXPECT_EQ(failure->transfer_id, 500u);
+    ASSERT_TRUE(failure->chunk.has_value());
+    ASSERT_FALSE(failure->chunk->transfer_complete());
+  }
+  EXPECT_EQ(failure->transfer_id, 500u);
+  EXPECT_EQ(failure->status.code(), absl::StatusCode::kUnavailable) << failure->status;
+  EXPECT_FALSE(failure->chunk.has_value());
+  EXPECT_TRUE((*h)->WaitFor(absl::ZeroDuration()));
+  EXPECT_EQ(receiver_->ReceiveAny(absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(receiver_->Receive(500, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(receiver_->Receive(501, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST_P(TransportTest, BadRequestsGetCanonicalCodes) {
   Start(SmallChunks());
   const std::vector<uint8_t> data(100, 1);
@@ -435,6 +544,7 @@ TEST_P(TransportTest, BadRequestsGetCanonicalCodes) {
   EXPECT_EQ(sender_->Send(peer_, 1, {{0, 0, data}, {0, 0, data}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(receiver_->Receive(77, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(receiver_->ReceiveAny(absl::ZeroDuration()).status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(sender_->Connect("definitely not an address", absl::Seconds(2)).ok());
 }
 

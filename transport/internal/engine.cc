@@ -691,6 +691,8 @@ absl::StatusOr<ReceivedChunk> Engine::Receive(uint64_t transfer_id, absl::Durati
   return table_.Receive(transfer_id, timeout);
 }
 
+absl::StatusOr<InboundEvent> Engine::ReceiveAny(absl::Duration timeout) { return table_.ReceiveAny(timeout); }
+
 void Engine::Cancel(uint64_t transfer_id) {
   table_.Cancel(transfer_id);
   RunOnLoop([&] {

@@ -6,7 +6,8 @@
 // Data flow, sender: Send -> command -> OutboundTransfer + streams on the link's lanes -> each progress round, per
 // link, while the scheduler has a chunk, the window has credit and the bucket has tokens: CRC32C (computed
 // ahead by the SendCrcPrecomputer's thread when it is ready), header, Wire::Send. Receiver: Wire::OnMessage -> header checks -> TransferTable::Admit (bounds) -> payload read ->
-// CRC check (on the ChunkVerifier's thread) -> TransferTable::Deliver -> Receive; dropping a ReceivedChunk returns credit -> kCredit to the sender.
+// CRC check (on the ChunkVerifier's thread) -> TransferTable::Deliver -> Receive or ReceiveAny; dropping a
+// ReceivedChunk returns credit -> kCredit to the sender.
 #ifndef KVT_TRANSPORT_INTERNAL_ENGINE_H_
 #define KVT_TRANSPORT_INTERNAL_ENGINE_H_
 
@@ -52,6 +53,7 @@ class Engine final : public Transport, private WireEvents {
                                                    std::vector<OutboundStream> streams) override;
   absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams) override;
   absl::StatusOr<ReceivedChunk> Receive(uint64_t transfer_id, absl::Duration timeout) override;
+  absl::StatusOr<InboundEvent> ReceiveAny(absl::Duration timeout) override;
   void Cancel(uint64_t transfer_id) override;
   TransportStats stats() const override;
 
