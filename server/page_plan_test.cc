@@ -1,0 +1,130 @@
+#include "server/page_plan.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvt::server {
+namespace {
+
+KvLayout MakeLayout(uint32_t block_tokens, uint32_t num_blocks = 10) {
+  KvLayoutSpec s;
+  s.num_layers = 2;
+  s.num_blocks = num_blocks;
+  s.block_tokens = block_tokens;
+  s.num_kv_heads = 2;
+  s.head_dim = 4;
+  s.dtype = KvDType::kBf16;
+  s.order = BlockOrder::kNhd;
+  s.kv_stride_bytes = uint64_t{num_blocks} * block_tokens * 2 * 4 * 2;
+  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
+  absl::StatusOr<KvLayout> layout = KvLayout::Create(s, s.layer_stride_bytes * s.num_layers);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return *layout;
+}
+
+bool Mentions(const absl::Status& s, absl::string_view text) {
+  return s.message().find(text) != absl::string_view::npos;
+}
+
+TEST(PlanLayerPages, KPagesComeFirstThenVPagesWithAShortLastPage) {
+  const std::vector<PageSpec> pages = PlanLayerPages(3, 600, 256);
+  const std::vector<PageSpec> want = {{3, 0, 0, 256}, {3, 0, 256, 256}, {3, 0, 512, 88},
+                                      {3, 1, 0, 256}, {3, 1, 256, 256}, {3, 1, 512, 88}};
+  EXPECT_EQ(pages, want);
+}
+
+TEST(PlanLayerPages, TokensThatFillWholePagesHaveNoShortPage) {
+  const std::vector<PageSpec> want = {{0, 0, 0, 16}, {0, 0, 16, 16}, {0, 1, 0, 16}, {0, 1, 16, 16}};
+  EXPECT_EQ(PlanLayerPages(0, 32, 16), want);
+}
+
+TEST(PlanLayerPages, ARequestShorterThanAPageIsOnePagePerKind) {
+  const std::vector<PageSpec> want = {{1, 0, 0, 5}, {1, 1, 0, 5}};
+  EXPECT_EQ(PlanLayerPages(1, 5, 256), want);
+}
+
+TEST(PlanLayerPages, ZeroTokensZeroPageTokensOrTooManyTokensGiveNoPages) {
+  EXPECT_TRUE(PlanLayerPages(0, 0, 256).empty());
+  EXPECT_TRUE(PlanLayerPages(0, 100, 0).empty());
+  EXPECT_TRUE(PlanLayerPages(0, kMaxRequestTokens + 1, 256).empty());
+}
+
+TEST(PlanLayerPages, TheLargestRequestEndsExactlyAtItsLastToken) {
+  const std::vector<PageSpec> pages = PlanLayerPages(0, kMaxRequestTokens, 1u << 31);
+  ASSERT_EQ(pages.size(), 4u);
+  EXPECT_EQ(pages[1].first_token, 1u << 31);
+  EXPECT_EQ(uint64_t{pages[1].first_token} + pages[1].tokens, kMaxRequestTokens);
+}
+
+TEST(PageTokensFor, IsTheLargestWholeNumberOfBlocksWithinTheTarget) {
+  EXPECT_EQ(PageTokensFor(MakeLayout(16)), 256u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(24)), 240u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(1)), 256u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(16), 100), 96u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(16), 1024), 1024u);
+}
+
+TEST(PageTokensFor, IsAtLeastOneBlock) {
+  EXPECT_EQ(PageTokensFor(MakeLayout(512)), 512u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(16), 0), 16u);
+  EXPECT_EQ(PageTokensFor(MakeLayout(16), 15), 16u);
+}
+
+TEST(CheckRequestBlocks, AcceptsExactlyEnoughDistinctBlocksInAnyOrder) {
+  const KvLayout layout = MakeLayout(16);
+  const std::vector<uint32_t> ids = {7, 0, 9, 3};
+  EXPECT_TRUE(CheckRequestBlocks(layout, ids, 64).ok());
+  EXPECT_TRUE(CheckRequestBlocks(layout, ids, 49).ok());  // last block holds one token
+}
+
+TEST(CheckRequestBlocks, ZeroTokensAreRejected) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16), std::vector<uint32_t>{1}, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "0 tokens")) << s;
+}
+
+TEST(CheckRequestBlocks, TokensBeyondWhatAPageSpecCanNumberAreRejected) {
+  // 2^23 blocks of 1024 tokens could hold 2^33 tokens.
+  const KvLayout layout = MakeLayout(1024, 1u << 23);
+  const absl::Status s = CheckRequestBlocks(layout, std::vector<uint32_t>{0}, kMaxRequestTokens + 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "1..4294967295")) << s;
+}
+
+TEST(CheckRequestBlocks, NoBlocksAreRejected) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16), {}, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "no blocks")) << s;
+}
+
+TEST(CheckRequestBlocks, TooFewBlocksAreRejectedSayingHowManyAreNeeded) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16), std::vector<uint32_t>{1, 2}, 33);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "exactly 3")) << s;
+  EXPECT_TRUE(Mentions(s, "too few")) << s;
+}
+
+TEST(CheckRequestBlocks, ASpareTrailingBlockIsRejected) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16), std::vector<uint32_t>{1, 2, 3}, 32);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "exactly 2")) << s;
+  EXPECT_TRUE(Mentions(s, "too many")) << s;
+}
+
+TEST(CheckRequestBlocks, AnIdPastTheRegionsBlocksIsRejectedByPosition) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16, 10), std::vector<uint32_t>{1, 10}, 20);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "block_ids[1] is 10")) << s;
+  EXPECT_TRUE(Mentions(s, "0..9")) << s;
+}
+
+TEST(CheckRequestBlocks, ARepeatedIdIsRejectedWithBothPositions) {
+  const absl::Status s = CheckRequestBlocks(MakeLayout(16), std::vector<uint32_t>{4, 8, 2, 8}, 64);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(s, "block 8 appears twice (block_ids[1] and [3])")) << s;
+}
+
+}  // namespace
+}  // namespace kvt::server
