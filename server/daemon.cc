@@ -1,0 +1,177 @@
+#include "server/daemon.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/container.h"
+#include "codec/scheme.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace kvt::server {
+namespace {
+
+// Whether a daemon answers on the unix socket at `path` (a stale file from a dead one does not).
+bool SocketIsLive(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+std::string HostOf(const std::string& host_port) { return host_port.substr(0, host_port.rfind(':')); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  KVT_ASSIGN_OR_RETURN(options, ValidateOptions(std::move(options)));
+  std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
+  KVT_RETURN_IF_ERROR(daemon->Init());
+  return daemon;
+}
+
+absl::Status Daemon::Init() {
+  MetricsOptions metrics_options;
+  metrics_options.listen = options_.metrics_listen;
+  KVT_ASSIGN_OR_RETURN(metrics_, DaemonMetrics::Create(metrics_options));
+  KVT_ASSIGN_OR_RETURN(transport_, transport::NewUcxTransport(options_.transport));
+  PeerSecurityOptions security;
+  security.cert_file = options_.tls_cert_file;
+  security.key_file = options_.tls_key_file;
+  security.ca_file = options_.tls_ca_file;
+  security.server_name = options_.tls_server_name;
+  security.token = options_.peer_token;
+  KVT_ASSIGN_OR_RETURN(PeerSecurity loaded, PeerSecurity::Load(security));
+  security_ = std::make_unique<PeerSecurity>(std::move(loaded));
+  LocalIdentity self;
+  self.daemon_id = options_.daemon_id;
+  self.data_address = transport_->address();
+  self.schemes = codec::StandardSchemeNames();
+  self.container_version = codec::kContainerVersion;
+  peers_ = std::make_unique<PeerDirectory>(std::move(self), security_.get(), transport_.get());
+  workers_ = std::make_unique<WorkerPool>(options_.codec_threads);
+  book_ = std::make_unique<RequestBook>(options_.max_requests, options_.finished_keep, options_.finished_retention);
+  regions_ = std::make_unique<RegionRegistry>();
+  context_.options = &options_;
+  context_.regions = regions_.get();
+  context_.transport = transport_.get();
+  context_.peers = peers_.get();
+  context_.workers = workers_.get();
+  context_.book = book_.get();
+  context_.metrics = metrics_.get();
+  if (options_.role != Role::kDecode) prefill_ = std::make_unique<PrefillSide>(&context_);
+  if (options_.role != Role::kPrefill) decode_ = std::make_unique<DecodeSide>(&context_);
+  // Peers before clients: the peer port is part of the address an Offer advertises.
+  KVT_RETURN_IF_ERROR(StartPeerServer());
+  KVT_RETURN_IF_ERROR(StartClientServer());
+  sync_thread_ = std::thread([this] {
+    while (!stop_sync_.WaitForNotificationWithTimeout(absl::Seconds(1))) SyncGauges();
+  });
+  Logger("server")->info("kvtd {} up: role {}, clients on {}, peers on {}, data plane {} ({}), metrics {}",
+                         options_.daemon_id, RoleName(options_.role), options_.client_socket,
+                         context_.advertise_address, transport_->capabilities().name,
+                         transport_->capabilities().transports,
+                         metrics_->port() > 0 ? absl::StrCat(":", metrics_->port()) : std::string("off"));
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartPeerServer() {
+  peer_service_ = std::make_unique<PeerService>(&context_, security_.get(), prefill_.get(), decode_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.peer_listen, security_->ServerCredentials(), &port);
+  builder.RegisterService(peer_service_.get());
+  peer_server_ = builder.BuildAndStart();
+  if (peer_server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", options_.peer_listen,
+                                               ": the port is taken or the address is not local; pick another "
+                                               "--peer_listen (port 0 picks a free one)"));
+  }
+  std::string host = HostOf(options_.advertise_address.empty() ? options_.peer_listen : options_.advertise_address);
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  context_.advertise_address =
+      options_.advertise_address.empty() ? absl::StrCat(host, ":", port) : options_.advertise_address;
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartClientServer() {
+  const std::string& path = options_.client_socket;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::AlreadyExistsError(absl::StrCat("client socket path ", path, " exists and is not a socket"));
+    }
+    if (SocketIsLive(path)) {
+      return absl::AlreadyExistsError(absl::StrCat("another daemon already serves ", path,
+                                                   "; stop it or choose another --client_socket"));
+    }
+    unlink(path.c_str());  // a stale socket of a daemon that died
+  }
+  client_service_ = std::make_unique<ClientService>(&context_, prefill_.get(), decode_.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(client_service_.get());
+  client_server_ = builder.BuildAndStart();
+  if (client_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", path,
+                                               "; check that its directory exists and is writable"));
+  }
+  if (chmod(path.c_str(), options_.client_socket_mode) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("chmod ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::SyncGauges() {
+  const transport::TransportStats t = transport_->stats();
+  // The data plane keeps running totals; the metrics take increases.
+  const std::array<std::pair<const char*, uint64_t>, 5> rejected = {{{"malformed", t.rejected_malformed},
+                                                                      {"bad_crc", t.rejected_bad_crc},
+                                                                      {"unknown_transfer", t.rejected_unknown_transfer},
+                                                                      {"out_of_bounds", t.rejected_out_of_bounds},
+                                                                      {"over_window", t.rejected_over_window}}};
+  for (size_t i = 0; i < rejected.size(); ++i) {
+    if (rejected[i].second > rejected_seen_[i]) {
+      metrics_->ChunksRejected(rejected[i].first, rejected[i].second - rejected_seen_[i]);
+      rejected_seen_[i] = rejected[i].second;
+    }
+  }
+  int live_prefill = 0;
+  int live_decode = 0;
+  for (const auto& r : book_->Live()) (r->side == Side::kPrefill ? live_prefill : live_decode)++;
+  metrics_->SetInFlight(Side::kPrefill, live_prefill);
+  metrics_->SetInFlight(Side::kDecode, live_decode);
+  metrics_->SetQueueDepth("codec_tasks", static_cast<int64_t>(workers_->queued()));
+}
+
+Daemon::~Daemon() {
+  // Stop taking calls (bounded: in-flight calls get a short grace), then end live requests, then the rest.
+  const auto grace = absl::ToChronoTime(absl::Now() + absl::Seconds(1));
+  if (client_server_ != nullptr) client_server_->Shutdown(grace);
+  if (peer_server_ != nullptr) peer_server_->Shutdown(grace);
+  stop_sync_.Notify();
+  if (sync_thread_.joinable()) sync_thread_.join();
+  prefill_.reset();
+  decode_.reset();
+  workers_.reset();  // runs queued decodes (which skip finished requests) and joins
+  if (client_server_ != nullptr) unlink(options_.client_socket.c_str());
+  client_server_.reset();
+  peer_server_.reset();
+  transport_.reset();
+}
+
+}  // namespace kvt::server

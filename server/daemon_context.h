@@ -1,0 +1,30 @@
+// What both sides of a daemon share: options, the registered regions, the data plane, peer connections, the
+// codec workers, the request book and the metrics. Owned by Daemon; every pointer outlives the sides.
+#ifndef KVT_SERVER_DAEMON_CONTEXT_H_
+#define KVT_SERVER_DAEMON_CONTEXT_H_
+
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/peer_directory.h"
+#include "server/region_registry.h"
+#include "server/request_book.h"
+#include "server/worker_pool.h"
+#include "transport/transport.h"
+
+namespace kvt::server {
+
+struct DaemonContext {
+  const DaemonOptions* options = nullptr;
+  RegionRegistry* regions = nullptr;
+  transport::Transport* transport = nullptr;
+  PeerDirectory* peers = nullptr;
+  WorkerPool* workers = nullptr;
+  RequestBook* book = nullptr;
+  DaemonMetrics* metrics = nullptr;
+  // This daemon's peer-service address as others dial it (for CancelTransfer back to us).
+  std::string advertise_address;
+};
+
+}  // namespace kvt::server
+
+#endif  // KVT_SERVER_DAEMON_CONTEXT_H_

@@ -1,0 +1,122 @@
+// kvtd: the kvt sidecar daemon. Flags -> DaemonOptions -> Daemon; runs until SIGINT or SIGTERM.
+//   kvtd --role=decode --client_socket=/run/kvt/decode.sock --peer_listen=0.0.0.0:7470 --rate_gbps=25
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "nlohmann/json.hpp"
+#include "server/daemon.h"
+
+ABSL_FLAG(std::string, role, "both", "prefill, decode or both");
+ABSL_FLAG(std::string, daemon_id, "", "this daemon's name for peers and logs (default: <hostname>-<pid>)");
+ABSL_FLAG(std::string, client_socket, "/tmp/kvtd.sock", "unix socket for clients (kvt::Client, kvtctl)");
+ABSL_FLAG(uint32_t, client_socket_mode, 0660, "permissions of the client socket (octal, e.g. 0660)");
+ABSL_FLAG(std::string, peer_listen, "0.0.0.0:7470", "host:port of the daemon-to-daemon service (port 0 = any)");
+ABSL_FLAG(std::string, advertise_address, "", "host:port peers use to reach this daemon (default: from --peer_listen)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9470", "host:port for Prometheus /metrics (\"\" = off)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for mutual TLS between daemons (with --tls_key, --tls_ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA certificate that signs every daemon's certificate");
+ABSL_FLAG(std::string, tls_server_name, "", "name expected in peers' certificates (default: the dialled host)");
+ABSL_FLAG(std::string, peer_token_file, "", "file holding a shared token every peer call must carry");
+ABSL_FLAG(double, rate_gbps, 0, "data-plane rate limit per peer link in Gbit/s (0 = unlimited)");
+ABSL_FLAG(std::string, ucx_tls, "tcp", "UCX transports for the data plane (UCX_TLS syntax: tcp, shm, sm,cma, rc,ud)");
+ABSL_FLAG(std::string, ucx_net_devices, "", "UCX network devices (\"\" = all)");
+ABSL_FLAG(uint32_t, chunk_kib, 512, "data-plane chunk size in KiB (bounds how long an anchor waits)");
+ABSL_FLAG(int, codec_threads, 0, "threads encoding and decoding pages (0 = one per core)");
+ABSL_FLAG(uint32_t, page_tokens, 256, "tokens per codec page");
+ABSL_FLAG(int, max_requests, 256, "live requests at once");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(std::string, ready_file, "", "write a JSON file with the bound addresses once up (for scripts and tests)");
+
+namespace {
+
+absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
+  kvt::server::DaemonOptions o;
+  absl::StatusOr<kvt::server::Role> role = kvt::server::ParseRole(absl::GetFlag(FLAGS_role));
+  if (!role.ok()) return role.status();
+  o.role = *role;
+  o.daemon_id = absl::GetFlag(FLAGS_daemon_id);
+  o.client_socket = absl::GetFlag(FLAGS_client_socket);
+  o.client_socket_mode = absl::GetFlag(FLAGS_client_socket_mode);
+  o.peer_listen = absl::GetFlag(FLAGS_peer_listen);
+  o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  o.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read --peer_token_file ", token_file));
+    std::getline(in, o.peer_token);
+    if (o.peer_token.empty()) return absl::InvalidArgumentError(absl::StrCat(token_file, " holds an empty token"));
+  }
+  const double gbps = absl::GetFlag(FLAGS_rate_gbps);
+  if (gbps < 0) return absl::InvalidArgumentError("--rate_gbps must be >= 0");
+  o.transport.rate_bytes_per_second = gbps * 1e9 / 8;
+  o.transport.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.transport.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
+  o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
+  o.max_requests = absl::GetFlag(FLAGS_max_requests);
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kvtd: the kvt sidecar daemon (see README.md). Runs until SIGINT/SIGTERM.");
+  absl::ParseCommandLine(argc, argv);
+  if (!kvt::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
+    std::fprintf(stderr, "kvtd: unknown --log_level\n");
+    return 2;
+  }
+  // Block the stop signals before any thread starts, so sigwait below is the one that takes them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<kvt::server::DaemonOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "kvtd: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<kvt::server::Daemon>> daemon = kvt::server::Daemon::Start(*options);
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "kvtd: cannot start: %s\n", daemon.status().ToString().c_str());
+    return 1;
+  }
+  const std::string ready_file = absl::GetFlag(FLAGS_ready_file);
+  if (!ready_file.empty()) {
+    nlohmann::json ready = {{"daemon_id", (*daemon)->daemon_id()},
+                            {"pid", getpid()},
+                            {"client_socket", (*daemon)->client_socket()},
+                            {"peer_address", (*daemon)->peer_address()},
+                            {"metrics_port", (*daemon)->metrics_port()}};
+    const std::string tmp = ready_file + ".tmp";
+    std::ofstream(tmp) << ready.dump() << "\n";
+    if (std::rename(tmp.c_str(), ready_file.c_str()) != 0) {
+      std::fprintf(stderr, "kvtd: cannot write --ready_file %s\n", ready_file.c_str());
+      return 1;
+    }
+  }
+  int signal_number = 0;
+  sigwait(&stop, &signal_number);
+  kvt::Logger("server")->info("signal {}: shutting down", signal_number);
+  daemon->reset();
+  return 0;
+}

@@ -1,0 +1,406 @@
+#include "server/prefill_side.h"
+
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "codec/codec.h"
+#include "codec/container.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "proto/kvt/v1/peer.grpc.pb.h"
+#include "server/kv_page_io.h"
+#include "server/proto_convert.h"
+#include "server/transfer_plan.h"
+
+namespace kvt::server {
+
+class PrefillSide::OutboundRequest {
+ public:
+  OutboundRequest(DaemonContext* context, OfferArgs args, RegionLease region, TransferPlan plan,
+                  std::shared_ptr<RequestRecord> record)
+      : context_(context),
+        args_(std::move(args)),
+        region_(std::move(region)),
+        plan_(std::move(plan)),
+        record_(std::move(record)),
+        deadline_(record_->events.start() + args_.deadline),
+        offered_(plan_.layers.size(), false) {
+    AddReadyLayers(args_.ready_layers);
+  }
+
+  ~OutboundRequest() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  // Checks that a later Offer describes the same request, then queues its new layers.
+  absl::Status AddLayers(const OfferArgs& args) {
+    if (args.region_id != args_.region_id || args.block_ids != args_.block_ids ||
+        args.num_tokens != args_.num_tokens || !(args.scheme == args_.scheme) ||
+        args.decode_daemon != args_.decode_daemon) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a later Offer of request \"", args.request_id,
+          "\" must repeat the first one's region, blocks, num_tokens, scheme and decode_daemon; only ready_layers "
+          "may change"));
+    }
+    AddReadyLayers(args.ready_layers);
+    return absl::OkStatus();
+  }
+
+  void Cancel(const absl::Status& why, bool notify_peer) {
+    std::vector<uint64_t> sent;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stop_.ok()) return;
+      stop_ = why;
+      notify_peer_on_stop_ = notify_peer;
+      sent = sent_ids_;
+    }
+    // Handles of sent layers finish CANCELLED, which wakes the thread if it waits on one.
+    for (uint64_t id : sent) context_->transport->Cancel(id);
+  }
+
+  bool ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+ private:
+  struct LayerInFlight {
+    uint32_t layer = 0;
+    uint64_t transfer_id = 0;
+    uint64_t bytes = 0;
+    std::vector<codec::EncodedPage> pages;  // the bytes the transport reads until `handle` is done
+    std::shared_ptr<transport::SendHandle> handle;
+  };
+
+  void AddReadyLayers(const std::vector<uint32_t>& layers) {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t l : layers) {
+      if (!offered_[l]) {
+        offered_[l] = true;
+        ready_.push_back(l);
+      }
+    }
+  }
+
+  void Run() {
+    absl::Status status = Transfer();
+    bool notify_peer = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stop_.ok()) {  // cancelled from outside: that is the outcome, whatever the transfer saw
+        status = stop_;
+        notify_peer = notify_peer_on_stop_;
+      }
+    }
+    if (!status.ok()) {
+      for (uint64_t id : SentIds()) context_->transport->Cancel(id);
+      if (notify_peer && first_transfer_id_ != 0) NotifyPeer(status);
+    }
+    Finish(status);
+  }
+
+  void Finish(const absl::Status& status) {
+    DaemonMetrics* m = context_->metrics;
+    if (status.ok()) {
+      m->TransferFinished(Side::kPrefill, Outcome::kDone, status.code());
+    } else if (status.code() == absl::StatusCode::kCancelled) {
+      m->TransferFinished(Side::kPrefill, Outcome::kCancelled, status.code());
+    } else {
+      m->TransferFinished(Side::kPrefill, Outcome::kFailed, status.code());
+      Logger("server")->warn("request {} (prefill side) failed: {}", args_.request_id, status.ToString());
+    }
+    record_->events.Finish(status);
+    region_ = RegionLease();  // the region may be unregistered from now on
+    context_->book->Retire(*record_);
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+  }
+
+  std::vector<uint64_t> SentIds() {
+    absl::MutexLock lock(&mu_);
+    return sent_ids_;
+  }
+
+  absl::Status Stopped() {
+    absl::MutexLock lock(&mu_);
+    return stop_;
+  }
+
+  // The next layer offered and not yet sent, waiting for one up to the deadline.
+  absl::StatusOr<uint32_t> NextLayer() {
+    absl::MutexLock lock(&mu_);
+    auto news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !ready_.empty() || !stop_.ok(); };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&news), deadline_)) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "request %s: layer(s) still not offered when its %s deadline passed", args_.request_id,
+          absl::FormatDuration(args_.deadline)));
+    }
+    if (!stop_.ok()) return stop_;
+    const uint32_t layer = ready_.front();
+    ready_.pop_front();
+    return layer;
+  }
+
+  absl::Status Open(const PeerConnection& peer) {
+    v1::OpenTransferRequest open;
+    open.set_request_id(args_.request_id);
+    open.mutable_scheme()->set_name(args_.scheme.Name());
+    *open.mutable_source_layout() = LayoutToProto(region_->layout().spec());
+    open.set_num_tokens(args_.num_tokens);
+    open.set_page_tokens(plan_.page_tokens);
+    open.set_chunk_tokens(plan_.chunk_tokens);
+    open.set_source_daemon_id(context_->peers->self().daemon_id);
+    open.set_source_address(context_->advertise_address);
+    const absl::Duration left = deadline_ - absl::Now();
+    open.set_deadline_ms(static_cast<uint32_t>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 1, 3600000)));
+    for (const auto& layer : plan_.layers) {
+      for (const PlannedPage& page : layer) {
+        v1::PageSpan* span = open.add_pages();
+        span->set_layer(page.spec.layer);
+        span->set_kind(page.spec.kind);
+        span->set_first_token(page.spec.first_token);
+        span->set_tokens(page.spec.tokens);
+        for (uint64_t b : page.stream_bytes) span->add_stream_bytes(b);
+      }
+    }
+    v1::OpenTransferResponse response;
+    grpc::ClientContext call;
+    context_->peers->PrepareCall(&call, deadline_);
+    const grpc::Status rpc = peer.stub->OpenTransfer(&call, open, &response);
+    if (!rpc.ok()) {
+      const absl::Status s = FromGrpcStatus(rpc);
+      if (s.code() == absl::StatusCode::kUnavailable) context_->peers->Forget(args_.decode_daemon);
+      return absl::Status(s.code(), absl::StrCat("OpenTransfer on ", args_.decode_daemon, ": ", s.message()));
+    }
+    if (response.first_transfer_id() == 0) {
+      return absl::InternalError(absl::StrCat("decode daemon ", args_.decode_daemon, " returned transfer id 0"));
+    }
+    first_transfer_id_ = response.first_transfer_id();
+    return absl::OkStatus();
+  }
+
+  // Reads and encodes every page of `layer` on the worker pool.
+  absl::Status Encode(uint32_t layer, std::vector<codec::EncodedPage>* pages) {
+    const std::vector<PlannedPage>& planned = plan_.layers[layer];
+    pages->resize(planned.size());
+    std::vector<absl::Status> statuses(planned.size());
+    codec::CodecOptions codec_options;
+    codec_options.chunk_tokens = plan_.chunk_tokens;
+    const KvLayout& layout = region_->layout();
+    const absl::Span<const uint8_t> bytes = region_->bytes();
+    context_->workers->ParallelFor(planned.size(), [&](size_t i) {
+      const absl::Time start = absl::Now();
+      thread_local std::vector<float> scratch;
+      const PageSpec& spec = planned[i].spec;
+      scratch.resize(static_cast<size_t>(spec.tokens) * plan_.channels);
+      absl::Status s = GatherPage(layout, bytes, args_.block_ids, spec, absl::MakeSpan(scratch));
+      if (s.ok()) {
+        codec::PageView view{scratch.data(), static_cast<int>(spec.tokens), static_cast<int>(plan_.channels)};
+        absl::StatusOr<codec::EncodedPage> encoded = codec::EncodePage(args_.scheme, codec_options, view);
+        if (encoded.ok()) {
+          (*pages)[i] = *std::move(encoded);
+        } else {
+          s = encoded.status();
+        }
+      }
+      if (!s.ok()) {
+        statuses[i] = absl::Status(s.code(), absl::StrFormat("layer %d %s page at token %d: %s", spec.layer,
+                                                             spec.kind == 0 ? "K" : "V", spec.first_token,
+                                                             s.message()));
+      }
+      context_->metrics->EncodeLatency(absl::Now() - start);
+    });
+    for (const absl::Status& s : statuses) KVT_RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitOldest(std::deque<LayerInFlight>& window, uint64_t* staged) {
+    LayerInFlight& oldest = window.front();
+    if (!oldest.handle->WaitFor(deadline_ - absl::Now())) {
+      return absl::DeadlineExceededError(absl::StrFormat("request %s: deadline of %s passed with layer %d on the wire",
+                                                         args_.request_id, absl::FormatDuration(args_.deadline),
+                                                         oldest.layer));
+    }
+    const absl::Status s = oldest.handle->status();
+    if (!s.ok()) {
+      if (s.code() == absl::StatusCode::kUnavailable) context_->peers->Forget(args_.decode_daemon);
+      return absl::Status(s.code(), absl::StrFormat("layer %d: %s", oldest.layer, s.message()));
+    }
+    record_->events.Add(EventKind::kFullReady, oldest.layer);
+    record_->layers_full_ready.fetch_add(1);
+    *staged -= oldest.bytes;
+    window.pop_front();
+    return absl::OkStatus();
+  }
+
+  absl::Status Transfer() {
+    const absl::Duration connect = std::min(context_->options->peer_connect_timeout, deadline_ - absl::Now());
+    KVT_ASSIGN_OR_RETURN(std::shared_ptr<const PeerConnection> peer,
+                         context_->peers->Dial(args_.decode_daemon, connect));
+    KVT_RETURN_IF_ERROR(Open(*peer));
+    std::deque<LayerInFlight> window;
+    uint64_t staged = 0;
+    for (size_t sent = 0; sent < plan_.layers.size(); ++sent) {
+      KVT_ASSIGN_OR_RETURN(const uint32_t layer, NextLayer());
+      LayerInFlight flight;
+      flight.layer = layer;
+      flight.transfer_id = first_transfer_id_ + layer;
+      KVT_RETURN_IF_ERROR(Encode(layer, &flight.pages));
+      std::vector<transport::OutboundStream> streams;
+      uint64_t anchor_bytes = 0;
+      for (size_t i = 0; i < flight.pages.size(); ++i) {
+        const codec::EncodedPage& page = flight.pages[i];
+        for (int s = 0; s < page.layout.scheme.num_streams(); ++s) {
+          streams.push_back({static_cast<uint32_t>(i), static_cast<uint8_t>(s), page.stream(s)});
+          (s == 0 ? anchor_bytes : flight.bytes) += page.stream(s).size();
+        }
+      }
+      flight.bytes += anchor_bytes;
+      {
+        absl::MutexLock lock(&mu_);
+        if (!stop_.ok()) return stop_;
+        sent_ids_.push_back(flight.transfer_id);
+      }
+      absl::StatusOr<std::shared_ptr<transport::SendHandle>> handle =
+          context_->transport->Send(peer->data_peer, flight.transfer_id, std::move(streams));
+      if (!handle.ok()) {
+        if (handle.status().code() == absl::StatusCode::kUnavailable) context_->peers->Forget(args_.decode_daemon);
+        return handle.status();
+      }
+      flight.handle = *std::move(handle);
+      context_->metrics->BytesSent(Lane::kAnchor, anchor_bytes);
+      context_->metrics->BytesSent(Lane::kResidual, flight.bytes - anchor_bytes);
+      staged += flight.bytes;
+      window.push_back(std::move(flight));
+      while (staged > static_cast<uint64_t>(context_->options->staging_bytes_per_request) && window.size() > 1) {
+        KVT_RETURN_IF_ERROR(WaitOldest(window, &staged));
+      }
+    }
+    while (!window.empty()) KVT_RETURN_IF_ERROR(WaitOldest(window, &staged));
+    return absl::OkStatus();
+  }
+
+  void NotifyPeer(const absl::Status& why) {
+    absl::StatusOr<std::shared_ptr<const PeerConnection>> peer =
+        context_->peers->Dial(args_.decode_daemon, absl::Seconds(1));
+    if (!peer.ok()) return;  // it is gone; its own failure detection fails its side
+    v1::CancelTransferRequest cancel;
+    cancel.set_request_id(args_.request_id);
+    cancel.set_reason(std::string(why.message()));
+    cancel.set_status_code(static_cast<int32_t>(why.code()));
+    v1::CancelTransferResponse response;
+    grpc::ClientContext call;
+    context_->peers->PrepareCall(&call, absl::Now() + absl::Seconds(2));
+    (void)(*peer)->stub->CancelTransfer(&call, cancel, &response);  // best effort: the peer has a deadline too
+  }
+
+  DaemonContext* const context_;
+  const OfferArgs args_;
+  RegionLease region_;
+  const TransferPlan plan_;
+  const std::shared_ptr<RequestRecord> record_;
+  const absl::Time deadline_;
+  uint64_t first_transfer_id_ = 0;  // set by Open, on the request's thread
+
+  mutable absl::Mutex mu_;
+  std::vector<bool> offered_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint32_t> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> sent_ids_ ABSL_GUARDED_BY(mu_);
+  absl::Status stop_ ABSL_GUARDED_BY(mu_);
+  bool notify_peer_on_stop_ ABSL_GUARDED_BY(mu_) = true;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread thread_;
+};
+
+PrefillSide::PrefillSide(DaemonContext* context) : context_(context) {}
+
+PrefillSide::~PrefillSide() {
+  absl::flat_hash_map<std::string, std::shared_ptr<OutboundRequest>> requests;
+  {
+    absl::MutexLock lock(&mu_);
+    requests.swap(requests_);
+  }
+  for (auto& [id, request] : requests) {
+    request->Cancel(absl::CancelledError("the daemon is shutting down"), /*notify_peer=*/true);
+  }
+  requests.clear();  // joins each thread
+}
+
+void PrefillSide::ReapLocked() {
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->second->ended()) {
+      requests_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status PrefillSide::Offer(const OfferArgs& args) {
+  absl::MutexLock lock(&mu_);
+  ReapLocked();
+  auto live = requests_.find(args.request_id);
+  if (live != requests_.end()) {
+    KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
+    const uint32_t layers = region->layout().spec().num_layers;
+    for (uint32_t l : args.ready_layers) {
+      if (l >= layers) {
+        return absl::InvalidArgumentError(absl::StrFormat("ready layer %d >= num_layers %d", l, layers));
+      }
+    }
+    return live->second->AddLayers(args);
+  }
+  KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
+  const KvLayout& layout = region->layout();
+  KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, args.block_ids, args.num_tokens));
+  for (uint32_t l : args.ready_layers) {
+    if (l >= layout.spec().num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("ready layer %d >= the region's num_layers %d", l, layout.spec().num_layers));
+    }
+  }
+  KVT_ASSIGN_OR_RETURN(TransferPlan plan,
+                       MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
+                                        args.num_tokens, context_->options->page_tokens,
+                                        layout.spec().num_kv_heads * layout.spec().head_dim));
+  auto record = std::make_shared<RequestRecord>(args.request_id, Side::kPrefill, absl::Now());
+  record->SetLabels(args.scheme.Name(), args.decode_daemon);
+  record->num_layers = layout.spec().num_layers;
+  auto request = std::make_shared<OutboundRequest>(context_, args, std::move(region), std::move(plan), record);
+  std::weak_ptr<OutboundRequest> weak = request;
+  record->cancel = [weak](const absl::Status& why, bool notify_peer) {
+    if (auto r = weak.lock()) r->Cancel(why, notify_peer);
+  };
+  KVT_RETURN_IF_ERROR(context_->book->Add(record));
+  context_->metrics->TransferStarted(Side::kPrefill);
+  requests_.emplace(args.request_id, request);
+  request->Start();
+  return absl::OkStatus();
+}
+
+absl::Status PrefillSide::Cancel(const std::string& request_id, const absl::Status& why, bool notify_peer) {
+  std::shared_ptr<OutboundRequest> request;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = requests_.find(request_id);
+    if (it == requests_.end() || it->second->ended()) {
+      return absl::NotFoundError(absl::StrCat("no live request \"", request_id, "\" on the prefill side"));
+    }
+    request = it->second;
+  }
+  request->Cancel(why, notify_peer);
+  return absl::OkStatus();
+}
+
+}  // namespace kvt::server

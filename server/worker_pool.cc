@@ -1,0 +1,79 @@
+#include "server/worker_pool.h"
+
+#include <atomic>
+#include <memory>
+
+namespace kvt::server {
+
+WorkerPool::WorkerPool(int threads) {
+  if (threads < 1) threads = 1;
+  threads_.reserve(threads);
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+}
+
+size_t WorkerPool::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+void WorkerPool::Run() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->queue_.empty(); },
+          this));
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  // Shared by the helpers; the caller waits for `done` to reach n before `state` can go.
+  struct State {
+    std::atomic<size_t> next{0};
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto state = std::make_shared<State>();
+  auto work = [state, n, &fn]() {
+    size_t finished = 0;
+    for (size_t i = state->next.fetch_add(1); i < n; i = state->next.fetch_add(1)) {
+      fn(i);
+      ++finished;
+    }
+    if (finished > 0) {
+      absl::MutexLock lock(&state->mu);
+      state->done += finished;
+    }
+  };
+  const size_t helpers = std::min(n - 1, threads_.size());
+  for (size_t h = 0; h < helpers; ++h) Submit(work);
+  work();
+  // Helpers that start after every index is taken touch only `state`, never `fn`.
+  std::pair<State*, size_t> wait{state.get(), n};
+  absl::MutexLock lock(&state->mu);
+  state->mu.Await(absl::Condition(
+      +[](std::pair<State*, size_t>* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->first->done == a->second; },
+      &wait));
+}
+
+}  // namespace kvt::server

@@ -1,0 +1,123 @@
+#include "tests/e2e/daemon_pair.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "codec/codec.h"
+#include "common/status_macros.h"
+#include "proto/kvt/v1/layout.pb.h"
+#include "server/float16.h"
+#include "server/kv_page_io.h"
+#include "server/proto_convert.h"
+#include "server/transfer_plan.h"
+
+namespace kvt::e2e {
+namespace {
+
+std::atomic<int> next_segment{0};
+
+}  // namespace
+
+v1::KvLayout KvCache::proto() const { return server::LayoutToProto(spec); }
+
+server::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
+                                 uint32_t head_dim, server::KvDType dtype, server::BlockOrder order,
+                                 uint32_t head_begin, uint32_t total_heads) {
+  server::KvLayoutSpec s;
+  s.num_layers = layers;
+  s.num_blocks = blocks;
+  s.block_tokens = block_tokens;
+  s.num_kv_heads = heads;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.order = order;
+  s.kv_stride_bytes = uint64_t{blocks} * block_tokens * heads * head_dim * server::DTypeBytes(dtype);
+  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
+  s.head_begin = head_begin;
+  s.total_kv_heads = total_heads;
+  return s;
+}
+
+absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t seed, bool fill) {
+  KvCache cache;
+  cache.spec = spec;
+  const uint64_t bytes = spec.layer_stride_bytes * spec.num_layers;
+  KVT_ASSIGN_OR_RETURN(cache.memory, client::ShmSegment::Create(
+                                         absl::StrCat("/kvt-e2e-", getpid(), "-", next_segment++), bytes));
+  if (!fill) return cache;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t values = bytes / server::DTypeBytes(spec.dtype);
+  const uint32_t channels = spec.num_kv_heads * spec.head_dim;
+  std::vector<float> scale(channels);
+  for (uint32_t c = 0; c < channels; ++c) scale[c] = (c % 37 == 5) ? 20.0f : 0.5f + 0.05f * (c % 11);
+  std::vector<float> v(values);
+  for (size_t i = 0; i < values; ++i) v[i] = normal(rng) * scale[(i / 1) % channels];
+  uint8_t* out = cache.memory->data();
+  switch (spec.dtype) {
+    case server::KvDType::kBf16:
+      server::FloatToBf16(v.data(), values, out);
+      break;
+    case server::KvDType::kFp16:
+      server::FloatToFp16(v.data(), values, out);
+      break;
+    case server::KvDType::kFp32:
+      std::memcpy(out, v.data(), values * sizeof(float));
+      break;
+  }
+  return cache;
+}
+
+absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, const std::vector<uint32_t>& blocks_src,
+                                                           const server::KvLayoutSpec& dst,
+                                                           const std::vector<uint32_t>& blocks_dst,
+                                                           uint64_t num_tokens, const std::string& scheme_name,
+                                                           const std::vector<uint8_t>& dst_before, int stages) {
+  KVT_ASSIGN_OR_RETURN(codec::Scheme scheme, codec::ParseScheme(scheme_name));
+  KVT_ASSIGN_OR_RETURN(server::KvLayout src_layout, server::KvLayout::Create(src.spec, src.memory->size()));
+  KVT_ASSIGN_OR_RETURN(server::KvLayout dst_layout, server::KvLayout::Create(dst, dst_before.size()));
+  const uint32_t channels = src.spec.num_kv_heads * src.spec.head_dim;
+  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
+                       server::MakeTransferPlan(scheme, 32, src.spec.num_layers, num_tokens, 256, channels));
+  std::vector<uint8_t> expected = dst_before;
+  codec::CodecOptions options;
+  for (const auto& layer : plan.layers) {
+    for (const server::PlannedPage& page : layer) {
+      std::vector<float> values(static_cast<size_t>(page.spec.tokens) * channels);
+      KVT_RETURN_IF_ERROR(server::GatherPage(src_layout, absl::MakeConstSpan(src.memory->data(), src.memory->size()),
+                                             blocks_src, page.spec, absl::MakeSpan(values)));
+      KVT_ASSIGN_OR_RETURN(codec::EncodedPage enc,
+                           codec::EncodePage(scheme, options,
+                                             {values.data(), static_cast<int>(page.spec.tokens),
+                                              static_cast<int>(channels)}));
+      std::vector<float> decoded(values.size());
+      KVT_RETURN_IF_ERROR(codec::DecodePage(
+          enc.bytes, stages == 0 ? scheme.num_streams() : stages,
+          {decoded.data(), static_cast<int>(page.spec.tokens), static_cast<int>(channels)}));
+      KVT_RETURN_IF_ERROR(server::ScatterPage(dst_layout, absl::MakeSpan(expected), blocks_dst, page.spec, decoded,
+                                              src.spec.head_begin, src.spec.num_kv_heads));
+    }
+  }
+  return expected;
+}
+
+server::DaemonOptions TestDaemonOptions(server::Role role, const std::string& name) {
+  server::DaemonOptions o;
+  o.role = role;
+  o.daemon_id = name;
+  // TEST_TMPDIR paths are often longer than a unix socket address allows (108 bytes).
+  o.client_socket = absl::StrCat("/tmp/kvt-test-", getpid(), "-", next_segment++, "-", name, ".sock");
+  o.peer_listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.codec_threads = 2;
+  o.transport.ucx_tls = "tcp";
+  o.transport.ucx_net_devices = "lo";
+  return o;
+}
+
+}  // namespace kvt::e2e
