@@ -1,55 +1,131 @@
-// `kvtctl demo` (codec-only for now); see demo_command.h.
+// `kvtctl demo`; see demo_command.h and progressive_demo.h.
 #include "tools/kvtctl/demo_command.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "codec/eval/evaluation.h"
-#include "codec/eval/kv_source.h"
-#include "codec/eval/synthetic_kv.h"
-#include "tools/kvtctl/codec_command.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/flag_set.h"
+#include "tools/kvtctl/progressive_demo.h"
+#include "tools/kvtctl/timeline_svg.h"
 
 namespace kvt::kvtctl {
 namespace {
 
+std::string Ratio(double x, double base) { return base > 0 ? absl::StrFormat("%.2f", x / base) : "-"; }
+
+void PrintTable(const DemoReport& r, std::ostream& out) {
+  const DemoOptions& o = r.options;
+  out << absl::StrFormat(
+      "\nkvt demo: %s-shaped synthetic KV, %d tokens x %d layers x %d KV heads x %d dims (%.1f MB as bf16)\n"
+      "two kvtd daemons, %s, link rate-limited to %.2f Gbit/s; times from Expect to the decode daemon's events\n\n",
+      o.model, o.tokens, r.layers, r.kv_heads, r.head_dim, r.kv_bytes_bf16 / 1e6, r.transports, o.rate_gbps);
+  const SchemeRun* int8 = r.Find("int8");
+  const double base = int8 != nullptr ? int8->full_ms : 0;
+  out << absl::StrFormat("%-12s %10s %10s %10s %10s %12s %12s %13s %12s\n", "scheme", "wire MB", "anchor MB",
+                         "anchor ms", "full ms", "anchor/int8", "full/int8", "vNMSE anchor", "vNMSE full");
+  for (const SchemeRun& run : r.runs) {
+    out << absl::StrFormat("%-12s %10.2f %10.2f %10.1f %10.1f %12s %12s %13.3e %12.3e\n", run.scheme,
+                           run.wire_bytes / 1e6, run.anchor_bytes / 1e6, run.anchor_ms, run.full_ms,
+                           Ratio(run.anchor_ms, base), Ratio(run.full_ms, base), run.vnmse_anchor, run.vnmse_full);
+  }
+  out << "\nanchor/int8 and full/int8: this scheme's time to anchor-ready (all layers) and to full precision, over\n"
+         "int8's time to full precision in this run. vNMSE: attention-output error (DESIGN.md 4.5) of what the\n"
+         "decode blocks hold, at anchor and at full precision.\n";
+  const SchemeRun* lynx = r.Find("lynx");
+  if (lynx != nullptr && base > 0) {
+    const double a = lynx->anchor_ms / base, f = lynx->full_ms / base;
+    out << absl::StrFormat("\nlynx: time-to-anchor %.2f x int8 time-to-full (target <= 0.60: %s); "
+                           "time-to-full %.2f x (target <= 1.05: %s)\n",
+                           a, a <= 0.60 ? "met" : "MISSED", f, f <= 1.05 ? "met" : "MISSED");
+  }
+}
+
+nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
+  const SchemeRun* int8 = r.Find("int8");
+  const double base = int8 != nullptr ? int8->full_ms : 0;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const SchemeRun& run : r.runs) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerTimes& l : run.timeline.layers) {
+      layers.push_back({{"layer", l.layer},
+                        {"anchor_ms", l.anchor_ms ? nlohmann::json(*l.anchor_ms) : nlohmann::json(nullptr)},
+                        {"full_ms", l.full_ms ? nlohmann::json(*l.full_ms) : nlohmann::json(nullptr)}});
+    }
+    runs.push_back({{"scheme", run.scheme},
+                    {"wire_bytes", run.wire_bytes},
+                    {"anchor_bytes", run.anchor_bytes},
+                    {"anchor_ms", run.anchor_ms},
+                    {"full_ms", run.full_ms},
+                    {"anchor_over_int8_full", base > 0 ? nlohmann::json(run.anchor_ms / base) : nlohmann::json(nullptr)},
+                    {"full_over_int8_full", base > 0 ? nlohmann::json(run.full_ms / base) : nlohmann::json(nullptr)},
+                    {"vnmse_anchor", run.vnmse_anchor},
+                    {"vnmse_full", run.vnmse_full},
+                    {"layers", layers}});
+  }
+  return {{"model", r.options.model},   {"tokens", r.options.tokens}, {"layers", r.layers},
+          {"kv_heads", r.kv_heads},     {"head_dim", r.head_dim},     {"kv_bytes_bf16", r.kv_bytes_bf16},
+          {"rate_gbps", r.options.rate_gbps}, {"transport", r.transports}, {"timeline_svg", svg},
+          {"runs", runs}};
+}
+
 int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "demo";
   FlagSet flags("kvtctl demo");
-  std::string kvtd, model = "llama-3.1-8b";
-  std::string schemes = absl::StrJoin(codec::StandardSchemeNames(), ",");
-  int tokens = 2048, layers = 4;
+  DemoOptions o;
+  std::string kvtd, schemes = absl::StrJoin(o.schemes, ","), svg = "kvt-demo-timeline.svg";
   bool json = false;
-  flags.String("kvtd", &kvtd, "path of the kvtd daemon (ignored: this is the codec-only demo)");
-  flags.String("model", &model, "synthetic KV model preset");
-  flags.Int("tokens", &tokens, "context length in tokens");
-  flags.Int("layers", &layers, "layers evaluated, spread evenly over the depth");
-  flags.String("schemes", &schemes, "comma-separated scheme names");
+  flags.String("kvtd", &kvtd, "path of the kvtd binary (default: next to kvtctl, else $PATH)");
+  flags.String("model", &o.model, "synthetic KV model preset (llama-3.1-8b, qwen3-32b, tiny)");
+  flags.Int("tokens", &o.tokens, "context length in tokens");
+  flags.Int("layers", &o.layers, "layers to transfer (0 = all of the model's)");
+  flags.Double("rate_gbps", &o.rate_gbps, "data-plane rate limit in Gbit/s (0 = unlimited)");
+  flags.String("schemes", &schemes, "comma-separated schemes (int8 is the baseline of the ratios)");
+  flags.Int("eval_layers", &o.eval_layers, "layers the attention vNMSE is measured on");
+  flags.String("ucx_tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
+  flags.Int("codec_threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
+  flags.String("svg", &svg, "where to write the timeline SVG (\"\" = nowhere)");
   flags.Bool("json", &json, "print one JSON document instead of the table");
-  if (auto exit = ParseCommandLine(flags, args, io, cmd, "Usage: kvtctl demo [--tokens N] [--layers L] [--json]")) {
+  if (auto exit = ParseCommandLine(flags, args, io, cmd,
+                                   "Usage: kvtctl demo [--rate_gbps R] [--tokens N] [--schemes a,b] [--json]")) {
     return *exit;
   }
-  auto so = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
-  if (!so.ok()) return UsageError(io, cmd, std::string(so.status().message()), flags.Usage());
-  auto source = codec::eval::MakeSyntheticSource(*so);
-  if (!source.ok()) return UsageError(io, cmd, std::string(source.status().message()), flags.Usage());
-  codec::eval::EvalOptions options;
-  auto parsed = ParseSchemeList(schemes);
-  if (!parsed.ok()) return UsageError(io, cmd, std::string(parsed.status().message()), flags.Usage());
-  options.schemes = *std::move(parsed);
-  options.max_layers = layers;
-  if (absl::Status st = options.Validate(); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-  if (!json) {
-    io.out << "kvt demo (codec-only): the kvtd daemons are not part of this demo yet, so it shows what the codec\n"
-              "does to a KV cache: every scheme's bits on the wire and fidelity, per progressive stage.\n"
-              "Same as `kvtctl codec eval`; see docs/CODEC.md and docs/BENCHMARKS.md.\n\n";
+  o.schemes = absl::StrSplit(schemes, ',', absl::SkipEmpty());
+  absl::StatusOr<std::string> path = FindKvtd(kvtd);
+  if (!path.ok()) return Failure(io, cmd, path.status());
+  o.kvtd = *path;
+  const bool tty = !json && isatty(STDERR_FILENO);
+  absl::StatusOr<DemoReport> report = RunProgressiveDemo(o, [&](absl::string_view line, bool transient) {
+    if (transient && !tty) return;
+    io.err << (tty ? "\r\033[K" : "") << line << (transient ? "" : "\n") << std::flush;
+  });
+  if (tty) io.err << "\r\033[K" << std::flush;
+  if (!report.ok()) return Failure(io, cmd, report.status());
+  if (!svg.empty()) {
+    std::vector<TimelineSeries> series;
+    for (const SchemeRun& run : report->runs) series.push_back(run.timeline);
+    const std::string title = absl::StrFormat("kvt demo: per-layer arrival at the decode daemon, %s, %d tokens, %.2f Gbit/s",
+                                              o.model, o.tokens, o.rate_gbps);
+    if (absl::Status s = WriteTimelineSvg(svg, series, title); !s.ok()) return Failure(io, cmd, s);
   }
-  return RunEvaluationAndPrint(**source, options, json, /*progress=*/true, cmd, io);
+  if (json) {
+    io.out << ToJson(*report, svg).dump(2) << "\n";
+  } else {
+    PrintTable(*report, io.out);
+    if (!svg.empty()) io.out << "timeline: " << svg << "\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace
 
 CommandGroup DemoCommandGroup() {
-  return {"demo", "the codec-only demo: `kvtctl codec eval` on a Llama-3.1-8B-shaped synthetic KV cache", RunDemo};
+  return {"demo", "the main job: two kvtd daemons, one progressive KV transfer per scheme, a table and a timeline",
+          RunDemo};
 }
 
 }  // namespace kvt::kvtctl

@@ -1,6 +1,6 @@
-// `kvtctl demo`: the main job behind `./kvt demo`. Until the kvtd daemons exist it is the codec-only demo: the
-// codec evaluation on a synthetic Llama-3.1-8B-shaped KV cache, small enough to finish in well under a minute
-// on two cores. Accepts and ignores --kvtd=PATH (./kvt passes the daemon's path). Thread-compatible.
+// `kvtctl demo`: the main job behind `./kvt demo` (see progressive_demo.h): two kvtd daemons on loopback, one
+// transfer per scheme over a rate-limited link, then a table (or --json) of bytes, time to anchor and to full
+// precision, attention vNMSE, and the ratios to int8; and a timeline SVG. Thread-compatible.
 #ifndef KVT_TOOLS_KVTCTL_DEMO_COMMAND_H_
 #define KVT_TOOLS_KVTCTL_DEMO_COMMAND_H_
 

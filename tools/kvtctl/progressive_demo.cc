@@ -1,0 +1,284 @@
+#include "tools/kvtctl/progressive_demo.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "client/shm_segment.h"
+#include "codec/codec.h"
+#include "codec/eval/evaluation.h"
+#include "codec/eval/metrics.h"
+#include "codec/eval/synthetic_kv.h"
+#include "common/status_macros.h"
+#include "server/float16.h"
+#include "server/kv_layout.h"
+#include "server/kv_page_io.h"
+#include "server/proto_convert.h"
+#include "server/transfer_plan.h"
+#include "tools/kvtctl/daemon_process.h"
+
+namespace kvt::kvtctl {
+namespace {
+
+constexpr uint32_t kBlockTokens = 16;
+
+struct Cluster {
+  std::string work_dir;
+  std::unique_ptr<DaemonProcess> prefill;
+  std::unique_ptr<DaemonProcess> decode;
+  std::unique_ptr<Client> prefill_client;
+  std::unique_ptr<Client> decode_client;
+};
+
+absl::Status StartCluster(const DemoOptions& o, Cluster* c) {
+  char dir[] = "/tmp/kvt-demo-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+  c->work_dir = dir;
+  auto flags = [&](const char* role) {
+    return std::vector<std::string>{
+        absl::StrCat("--role=", role),
+        absl::StrCat("--daemon_id=demo-", role),
+        absl::StrCat("--client_socket=", c->work_dir, "/", role, ".sock"),
+        "--peer_listen=127.0.0.1:0",
+        "--metrics_listen=127.0.0.1:0",
+        absl::StrCat("--rate_gbps=", o.rate_gbps),
+        absl::StrCat("--ucx_tls=", o.ucx_tls),
+        absl::StrCat("--codec_threads=", o.codec_threads),
+        "--log_level=warn",
+    };
+  };
+  KVT_ASSIGN_OR_RETURN(c->prefill, DaemonProcess::Launch(o.kvtd, "prefill", flags("prefill"), c->work_dir,
+                                                         absl::Seconds(20)));
+  KVT_ASSIGN_OR_RETURN(c->decode, DaemonProcess::Launch(o.kvtd, "decode", flags("decode"), c->work_dir,
+                                                        absl::Seconds(20)));
+  ClientOptions co;
+  co.socket = c->prefill->client_socket();
+  KVT_ASSIGN_OR_RETURN(c->prefill_client, Client::Connect(co));
+  co.socket = c->decode->client_socket();
+  KVT_ASSIGN_OR_RETURN(c->decode_client, Client::Connect(co));
+  return absl::OkStatus();
+}
+
+server::KvLayoutSpec Layout(int layers, uint32_t blocks, int kv_heads, int head_dim) {
+  server::KvLayoutSpec s;
+  s.num_layers = layers;
+  s.num_blocks = blocks;
+  s.block_tokens = kBlockTokens;
+  s.num_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.dtype = server::KvDType::kBf16;
+  s.order = server::BlockOrder::kNhd;
+  s.kv_stride_bytes = uint64_t{blocks} * kBlockTokens * kv_heads * head_dim * 2;
+  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
+  return s;
+}
+
+// What a decode of `stages` streams gives for one layer's K or V, paged as the daemons page it.
+absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, const std::vector<float>& x, int tokens,
+                                               int channels, int stages) {
+  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan, server::MakeTransferPlan(scheme, 32, 1, tokens, 256, channels));
+  std::vector<float> out(x.size());
+  for (const server::PlannedPage& page : plan.layers[0]) {
+    if (page.spec.kind != 0) continue;
+    const size_t offset = static_cast<size_t>(page.spec.first_token) * channels;
+    const int t = static_cast<int>(page.spec.tokens);
+    KVT_ASSIGN_OR_RETURN(codec::EncodedPage enc, codec::EncodePage(scheme, {}, {x.data() + offset, t, channels}));
+    KVT_RETURN_IF_ERROR(codec::DecodePage(enc.bytes, std::min(stages, scheme.num_streams()),
+                                          {out.data() + offset, t, channels}));
+  }
+  return out;
+}
+
+// Layer `layer`'s K (kind 0) or V of a request as float [tokens, channels].
+absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, const client::ShmSegment& shm,
+                                             const std::vector<uint32_t>& blocks, int tokens, int layer, int kind) {
+  std::vector<float> out(static_cast<size_t>(tokens) * layout.spec().num_kv_heads * layout.spec().head_dim);
+  KVT_RETURN_IF_ERROR(server::GatherPage(layout, absl::MakeConstSpan(shm.data(), shm.size()), blocks,
+                                         server::PageSpec{static_cast<uint32_t>(layer), static_cast<uint32_t>(kind),
+                                                          0, static_cast<uint32_t>(tokens)},
+                                         absl::MakeSpan(out)));
+  return out;
+}
+
+struct EvalLayer {
+  int layer = 0;
+  std::vector<float> k, v;
+  std::unique_ptr<codec::eval::AttentionProbe> probe;
+};
+
+}  // namespace
+
+const SchemeRun* DemoReport::Find(absl::string_view scheme) const {
+  for (const SchemeRun& r : runs) {
+    if (r.scheme == scheme) return &r;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoProgress& progress) {
+  KVT_ASSIGN_OR_RETURN(codec::eval::SyntheticKvOptions kv, codec::eval::SyntheticKvOptions::ForModel(o.model, o.tokens));
+  kv.seed = o.seed;
+  if (o.layers < 0 || o.layers > kv.model.layers) {
+    return absl::InvalidArgumentError(absl::StrFormat("--layers must be 0..%d for %s", kv.model.layers, o.model));
+  }
+  if (o.rate_gbps < 0) return absl::InvalidArgumentError("--rate_gbps must be >= 0");
+  std::vector<codec::Scheme> schemes;
+  for (const std::string& name : o.schemes) {
+    KVT_ASSIGN_OR_RETURN(codec::Scheme s, codec::ParseScheme(name));
+    schemes.push_back(s);
+  }
+  DemoReport report;
+  report.options = o;
+  report.layers = o.layers == 0 ? kv.model.layers : o.layers;
+  report.kv_heads = kv.model.kv_heads;
+  report.head_dim = kv.model.head_dim;
+  const int channels = kv.model.channels();
+  const uint32_t blocks = static_cast<uint32_t>((o.tokens + kBlockTokens - 1) / kBlockTokens);
+  const server::KvLayoutSpec spec = Layout(report.layers, blocks, kv.model.kv_heads, kv.model.head_dim);
+  const uint64_t region_bytes = spec.layer_stride_bytes * spec.num_layers;
+  report.kv_bytes_bf16 = uint64_t{2} * report.layers * o.tokens * channels * 2;
+
+  progress(absl::StrFormat("starting two kvtd daemons (rate %.2f Gbit/s, UCX %s)", o.rate_gbps, o.ucx_tls), false);
+  Cluster cluster;
+  KVT_RETURN_IF_ERROR(StartCluster(o, &cluster));
+  report.transports = absl::StrCat("UCX ", o.ucx_tls, " on loopback");
+
+  // The engines' KV caches: blocks in a scattered order, as a paged cache holds them.
+  const std::string stem = absl::StrCat("/kvt-demo-", getpid());
+  KVT_ASSIGN_OR_RETURN(auto src_shm, client::ShmSegment::Create(stem + "-prefill", region_bytes));
+  KVT_ASSIGN_OR_RETURN(auto dst_shm, client::ShmSegment::Create(stem + "-decode", region_bytes));
+  KVT_ASSIGN_OR_RETURN(server::KvLayout layout, server::KvLayout::Create(spec, region_bytes));
+  std::vector<uint32_t> src_blocks(blocks), dst_blocks(blocks);
+  std::iota(src_blocks.begin(), src_blocks.end(), 0);
+  std::iota(dst_blocks.begin(), dst_blocks.end(), 0);
+  std::shuffle(src_blocks.begin(), src_blocks.end(), std::mt19937(1));
+  std::shuffle(dst_blocks.begin(), dst_blocks.end(), std::mt19937(2));
+
+  const std::vector<int> eval_layer_ids = codec::eval::SampleLayers(report.layers, o.eval_layers);
+  std::vector<EvalLayer> eval;
+  const codec::eval::HeadLayout heads{o.tokens, kv.model.kv_heads, kv.model.head_dim, kv.model.query_heads};
+  for (int l = 0; l < report.layers; ++l) {
+    progress(absl::StrFormat("generating synthetic %s KV: layer %d/%d", o.model, l + 1, report.layers), true);
+    codec::eval::LayerKv layer = codec::eval::GenerateLayer(kv, l);
+    const server::PageSpec whole_k{static_cast<uint32_t>(l), 0, 0, static_cast<uint32_t>(o.tokens)};
+    const server::PageSpec whole_v{static_cast<uint32_t>(l), 1, 0, static_cast<uint32_t>(o.tokens)};
+    const absl::Span<uint8_t> region(src_shm->data(), src_shm->size());
+    KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_k, layer.k, 0, kv.model.kv_heads));
+    KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_v, layer.v, 0, kv.model.kv_heads));
+    if (std::find(eval_layer_ids.begin(), eval_layer_ids.end(), l) != eval_layer_ids.end()) {
+      EvalLayer e;
+      e.layer = l;
+      codec::eval::QueryOptions q;
+      q.queries_per_head = o.queries;
+      q.seed = o.seed + l;
+      KVT_ASSIGN_OR_RETURN(codec::eval::AttentionProbe probe,
+                           codec::eval::AttentionProbe::Create(layer.k, layer.v, heads, q));
+      e.probe = std::make_unique<codec::eval::AttentionProbe>(std::move(probe));
+      e.k = std::move(layer.k);
+      e.v = std::move(layer.v);
+      eval.push_back(std::move(e));
+    }
+  }
+  const v1::KvLayout proto = server::LayoutToProto(spec);
+  KVT_RETURN_IF_ERROR(cluster.prefill_client->RegisterRegion("kv", proto, src_shm->name(), src_shm->size()));
+  KVT_RETURN_IF_ERROR(cluster.decode_client->RegisterRegion("kv", proto, dst_shm->name(), dst_shm->size()));
+
+  std::vector<uint32_t> all_layers(report.layers);
+  std::iota(all_layers.begin(), all_layers.end(), 0);
+  auto transfer = [&](const std::string& id, const std::string& scheme, uint64_t tokens,
+                      const std::function<void(const v1::TransferEvent&)>& on_event) -> absl::Status {
+    const uint32_t used = static_cast<uint32_t>((tokens + kBlockTokens - 1) / kBlockTokens);
+    ExpectSpec expect;
+    expect.request_id = id;
+    expect.region_id = "kv";
+    expect.block_ids.assign(dst_blocks.begin(), dst_blocks.begin() + used);
+    expect.num_tokens = tokens;
+    expect.source_daemon = cluster.prefill->daemon_id();
+    expect.deadline = absl::Minutes(5);
+    KVT_RETURN_IF_ERROR(cluster.decode_client->Expect(expect));
+    OfferSpec offer;
+    offer.request_id = id;
+    offer.region_id = "kv";
+    offer.block_ids.assign(src_blocks.begin(), src_blocks.begin() + used);
+    offer.num_tokens = tokens;
+    offer.ready_layers = all_layers;
+    offer.scheme = scheme;
+    offer.decode_daemon = cluster.decode->peer_address();
+    offer.deadline = absl::Minutes(5);
+    KVT_RETURN_IF_ERROR(cluster.prefill_client->Offer(offer));
+    return cluster.decode_client->Watch(id, on_event, absl::Minutes(5), v1::SIDE_DECODE);
+  };
+  // Connects the daemons (gRPC, Hello, UCX) outside the timed runs.
+  progress("warming up the daemon-to-daemon connection", true);
+  KVT_RETURN_IF_ERROR(transfer("demo-warmup", "int8", kBlockTokens, [](const v1::TransferEvent&) {}));
+
+  for (size_t i = 0; i < schemes.size(); ++i) {
+    const std::string name = o.schemes[i];
+    std::memset(dst_shm->data(), 0, dst_shm->size());
+    KVT_ASSIGN_OR_RETURN(v1::StatsResponse before, cluster.prefill_client->Stats());
+    SchemeRun run;
+    run.scheme = name;
+    run.timeline.label = name;
+    run.timeline.layers.resize(report.layers);
+    for (int l = 0; l < report.layers; ++l) run.timeline.layers[l].layer = l;
+    int anchors = 0, fulls = 0;
+    KVT_RETURN_IF_ERROR(transfer(
+        absl::StrCat("demo-", name), name, o.tokens, [&](const v1::TransferEvent& e) {
+          const double ms = e.at_us() / 1000.0;
+          if (e.kind() == v1::TransferEvent::ANCHOR_READY && e.layer() < run.timeline.layers.size()) {
+            run.timeline.layers[e.layer()].anchor_ms = ms;
+            run.anchor_ms = std::max(run.anchor_ms, ms);
+            ++anchors;
+          } else if (e.kind() == v1::TransferEvent::FULL_READY && e.layer() < run.timeline.layers.size()) {
+            run.timeline.layers[e.layer()].full_ms = ms;
+            run.full_ms = std::max(run.full_ms, ms);
+            ++fulls;
+          } else if (e.kind() == v1::TransferEvent::DONE) {
+            run.timeline.done_ms = ms;
+          }
+          progress(absl::StrFormat("[%d/%d] %-6s layers at anchor %2d/%d, at full precision %2d/%d", i + 1,
+                                   schemes.size(), name, anchors, report.layers, fulls, report.layers),
+                   true);
+        }));
+    KVT_ASSIGN_OR_RETURN(v1::StatsResponse after, cluster.prefill_client->Stats());
+    run.anchor_bytes = after.anchor_bytes_sent() - before.anchor_bytes_sent();
+    run.wire_bytes = run.anchor_bytes + after.residual_bytes_sent() - before.residual_bytes_sent();
+
+    // Fidelity: full = what the decode blocks hold now; anchor = the same pages decoded from stream 0 alone.
+    codec::eval::MeanAccumulator anchor_acc, full_acc;
+    for (const EvalLayer& e : eval) {
+      KVT_ASSIGN_OR_RETURN(std::vector<float> k_full,
+                           ReadLayer(layout, *dst_shm, dst_blocks, o.tokens, e.layer, 0));
+      KVT_ASSIGN_OR_RETURN(std::vector<float> v_full,
+                           ReadLayer(layout, *dst_shm, dst_blocks, o.tokens, e.layer, 1));
+      KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
+      full_acc.Merge(f);
+      KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, 1));
+      KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, 1));
+      // The decode blocks hold bf16: round the anchor view the same way.
+      for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
+        for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));
+      }
+      KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator a, e.probe->Evaluate(k_anchor, v_anchor));
+      anchor_acc.Merge(a);
+    }
+    run.vnmse_anchor = anchor_acc.mean();
+    run.vnmse_full = full_acc.mean();
+    progress(absl::StrFormat("[%d/%d] %-6s anchor %.0f ms, full %.0f ms, %.1f MB on the wire", i + 1, schemes.size(),
+                             name, run.anchor_ms, run.full_ms, run.wire_bytes / 1e6),
+             false);
+    report.runs.push_back(std::move(run));
+  }
+  (void)cluster.prefill_client->UnregisterRegion("kv");
+  (void)cluster.decode_client->UnregisterRegion("kv");
+  return report;
+}
+
+}  // namespace kvt::kvtctl

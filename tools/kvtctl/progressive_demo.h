@@ -1,0 +1,63 @@
+// The main job (`kvtctl demo`, `./kvt demo`): two kvtd processes on loopback, a synthetic KV cache in shared
+// memory on the prefill side, a rate-limited data plane, and one transfer per scheme into the decode side's
+// blocks, timed from the decode daemon's events and scored with the attention vNMSE of what landed.
+// Not thread-safe (one run at a time).
+#ifndef KVT_TOOLS_KVTCTL_PROGRESSIVE_DEMO_H_
+#define KVT_TOOLS_KVTCTL_PROGRESSIVE_DEMO_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tools/kvtctl/timeline_svg.h"
+
+namespace kvt::kvtctl {
+
+struct DemoOptions {
+  std::string kvtd;  // path of the kvtd binary
+  std::string model = "llama-3.1-8b";
+  int tokens = 2048;
+  int layers = 0;  // 0 = the model's own layer count
+  double rate_gbps = 1.0;
+  std::vector<std::string> schemes = {"bf16", "int8", "int4", "lynx"};
+  int eval_layers = 4;  // layers the attention vNMSE is measured on, spread over the depth
+  int queries = 8;      // queries per head for the vNMSE
+  std::string ucx_tls = "tcp";
+  int codec_threads = 0;  // per daemon; 0 = one per core
+  uint64_t seed = 1;
+};
+
+struct SchemeRun {
+  std::string scheme;
+  uint64_t anchor_bytes = 0;  // payload bytes on the anchor lane (container headers and metadata included)
+  uint64_t wire_bytes = 0;    // every lane
+  double anchor_ms = 0;       // from Expect until every layer's anchor is in the decode blocks
+  double full_ms = 0;         // ... at full precision
+  double vnmse_anchor = 0;
+  double vnmse_full = 0;
+  TimelineSeries timeline;
+};
+
+struct DemoReport {
+  DemoOptions options;
+  int layers = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  uint64_t kv_bytes_bf16 = 0;  // the cache as the engine holds it
+  std::string transports;      // what the data plane used
+  std::vector<SchemeRun> runs;
+  // The run of `scheme`, or null.
+  const SchemeRun* Find(absl::string_view scheme) const;
+};
+
+using DemoProgress = std::function<void(absl::string_view line, bool transient)>;
+
+// Runs the demo. Errors say which step failed (a daemon's start-up log tail included).
+absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& options, const DemoProgress& progress);
+
+}  // namespace kvt::kvtctl
+
+#endif  // KVT_TOOLS_KVTCTL_PROGRESSIVE_DEMO_H_
