@@ -44,6 +44,7 @@ struct InboundStream {
 struct TransferTable::Entry {
   uint64_t generation = 0;
   uint64_t link = kUnbound;
+  uint64_t link_group = 0;  // nonzero: binding one transfer of the group binds all of it
   std::vector<InboundStream> streams;
   uint64_t total_bytes = 0;
   uint64_t delivered_bytes = 0;  // handed to the ready queue
@@ -71,9 +72,10 @@ struct TransferTable::Entry {
 TransferTable::TransferTable() = default;
 TransferTable::~TransferTable() = default;
 
-absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> streams) {
+absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group) {
   if (streams.empty()) return absl::InvalidArgumentError("a transfer needs at least one stream");
   auto entry = std::make_shared<Entry>();
+  entry->link_group = link_group;
   for (const StreamBounds& b : streams) {
     if (b.length == 0) return absl::InvalidArgumentError("stream length must be positive");
     if (b.stage >= kMaxStages) return absl::InvalidArgumentError(absl::StrFormat("stage %d out of range", b.stage));
@@ -118,6 +120,12 @@ absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
   if (!bad.ok()) {
     if (e.FailWith(bad)) PublishFailure(h.transfer_id, e);
     return bad;
+  }
+  if (e.link == kUnbound && e.link_group != 0) {
+    // Once per group: the request's other transfers now belong to this link too.
+    for (auto& [other_id, other] : entries_) {
+      if (other->link_group == e.link_group && other->link == kUnbound) other->link = link;
+    }
   }
   e.link = link;
   return absl::OkStatus();

@@ -31,7 +31,8 @@ class TransferTable {
 
   // Announces transfer `id`. INVALID_ARGUMENT: no streams, a zero length, a stage >= kMaxStages, or a
   // duplicate (page, stage). ALREADY_EXISTS: `id` is already in the table.
-  absl::Status Expect(uint64_t id, std::vector<StreamBounds> streams);
+  // `link_group`: see Transport::Expect (0 = none).
+  absl::Status Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group = 0);
 
   // Checks an arriving chunk and reserves its byte range. `link` identifies the link it came on; the first
   // admitted chunk binds the transfer to its link. Errors (the chunk must then be dropped):

@@ -107,6 +107,20 @@ TEST(TransferTableTest, FailLinkFailsOnlyTransfersBoundToThatLink) {
   EXPECT_EQ(table.Receive(2, absl::Milliseconds(1)).status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+TEST(TransferTableTest, TheFirstChunkOfALinkGroupBindsTheWholeGroupSoALostLinkFailsUnstartedTransfers) {
+  TransferTable table;
+  ASSERT_TRUE(table.Expect(1, {{0, 0, 10}}, /*link_group=*/100).ok());
+  ASSERT_TRUE(table.Expect(2, {{0, 0, 10}}, /*link_group=*/100).ok());  // no chunk of it ever arrives
+  ASSERT_TRUE(table.Expect(3, {{0, 0, 10}}, /*link_group=*/200).ok());  // another group, unbound
+  ASSERT_TRUE(table.Admit(7, Header(1, 0, 0, 0, 5)).ok());
+  // Transfer 2 now belongs to link 7: a chunk of it from another link is refused.
+  EXPECT_EQ(table.Admit(8, Header(2, 0, 0, 0, 5)).code(), absl::StatusCode::kNotFound);
+  table.FailLink(7, absl::UnavailableError("peer gone"));
+  EXPECT_EQ(table.Receive(1, absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(table.Receive(2, absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(table.Receive(3, absl::Milliseconds(1)).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(TransferTableTest, CancelWakesAWaitingReceiverWithCancelled) {
   TransferTable table;
   ASSERT_TRUE(table.Expect(4, {{0, 0, 10}}).ok());

@@ -198,8 +198,11 @@ class Transport {
                                                            std::vector<OutboundStream> streams) = 0;
 
   // Announces an inbound transfer and its bounds. Chunks of unannounced transfers are rejected. The transfer is
-  // bound to the link its first chunk arrives on. ALREADY_EXISTS, INVALID_ARGUMENT as for Send.
-  virtual absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams) = 0;
+  // bound to the link its first chunk arrives on; with a nonzero `link_group`, the first chunk of any transfer of
+  // the group binds every transfer of the group still unbound, so that when that link goes down they all fail
+  // (UNAVAILABLE), even those that had not received a byte yet (e.g. the later layers of one request).
+  // ALREADY_EXISTS, INVALID_ARGUMENT as for Send.
+  virtual absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group = 0) = 0;
 
   // Next chunk of an expected transfer. DEADLINE_EXCEEDED if none within `timeout`; NOT_FOUND if not expected
   // (or already complete and drained); the transfer's failure (DATA_LOSS for a bad CRC, OUT_OF_RANGE for a chunk

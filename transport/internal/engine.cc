@@ -683,8 +683,8 @@ absl::StatusOr<std::shared_ptr<SendHandle>> Engine::Send(PeerId peer, uint64_t t
   return std::shared_ptr<SendHandle>(state);
 }
 
-absl::Status Engine::Expect(uint64_t transfer_id, std::vector<StreamBounds> streams) {
-  return table_.Expect(transfer_id, std::move(streams));
+absl::Status Engine::Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group) {
+  return table_.Expect(transfer_id, std::move(streams), link_group);
 }
 
 absl::StatusOr<ReceivedChunk> Engine::Receive(uint64_t transfer_id, absl::Duration timeout) {
