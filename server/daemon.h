@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "server/client_service.h"
 #include "server/daemon_context.h"
@@ -75,7 +75,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> client_server_;
 
   // Copies the data plane's counters into the metrics once a second.
-  absl::Notification stop_sync_;
+  kvt::Notification stop_sync_;
   std::thread sync_thread_;
   std::array<uint64_t, 5> rejected_seen_{};  // the sync thread's last view of the rejected-chunk counters
 };

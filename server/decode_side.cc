@@ -38,7 +38,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   // Checks the source's announcement against this request and builds the page states. Called once, with
   // DecodeSide::mu_ held (so `opened` cannot race).
   absl::Status Accept(const OpenArgs& open, uint64_t first_transfer_id) {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     if (opened_) {
       return absl::AlreadyExistsError(absl::StrCat("request \"", args_.request_id, "\" was already opened"));
     }
@@ -120,7 +120,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
 
   // The data-plane streams of layer `layer`, for Transport::Expect.
   std::vector<transport::StreamBounds> Bounds(uint32_t layer) {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     std::vector<transport::StreamBounds> bounds;
     const auto& pages = layers_[layer].pages;
     for (size_t i = 0; i < pages.size(); ++i) {
@@ -136,7 +136,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     const transport::ChunkHeader& h = chunk.header();
     bool schedule = false;
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       if (!status_.ok() || finished_) return;
       PageState& page = layers_[layer].pages[h.page];
       if (page.container.empty()) page.container.resize(page.plan.total_bytes());
@@ -168,14 +168,13 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     std::string peer;
     size_t layers = 0;
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       if (!status_.ok() || finished_) return;
       status_ = status;
       peer = notify_peer ? source_address_ : "";
       layers = layers_.size();
     }
-    for (size_t l = 0; l < layers; ++l) context_->transport->Cancel(first_transfer_id_ + l);
-    if (!peer.empty()) NotifyPeer(peer, status);
+    StopTransfers(peer, status, layers);
     Finish(status);
   }
 
@@ -185,14 +184,14 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     bool anchor_complete = false;
     size_t layers = 0;
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       anchor_complete = opened_ && layers_anchor_ == layers_.size();
       layers = layers_.size();
     }
     if (args_.allow_anchor_only && anchor_complete) {
       Logger("server")->warn("request {}: deadline passed before the residual; finishing at anchor precision",
                              args_.request_id);
-      for (size_t l = 0; l < layers; ++l) context_->transport->Cancel(first_transfer_id_ + l);
+      StopTransfers(source_address_, absl::CancelledError("the decode side finished at anchor precision"), layers);
       Finish(absl::OkStatus());
       return;
     }
@@ -203,8 +202,19 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   }
 
   bool finished() const {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     return finished_;
+  }
+
+  // Tells the peer why (if `peer` is set), then cancels the layers' data-plane transfers, on the worker pool so
+  // that a slow or dead peer never blocks the pump. The peer goes first: once the transfers are cancelled here,
+  // its chunks are rejected (NOT_FOUND), and it should hear the real reason from us rather than that rejection.
+  void StopTransfers(std::string peer, absl::Status why, size_t layers) {
+    std::shared_ptr<InboundRequest> self = shared_from_this();
+    context_->workers->Submit([self, peer = std::move(peer), why = std::move(why), layers] {
+      if (!peer.empty()) self->NotifyPeer(peer, why);
+      for (size_t l = 0; l < layers; ++l) self->context_->transport->Cancel(self->first_transfer_id_ + l);
+    });
   }
 
  private:
@@ -230,10 +240,11 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       size_t container_bytes = 0;
       PageSpec spec;
       {
-        absl::MutexLock lock(&mu_);
+        kvt::MutexLock lock(&mu_);
         PageState& page = layers_[layer].pages[page_index];
         if (finished_ || !status_.ok() || page.stages_available <= page.stages_decoded) {
           page.decode_scheduled = false;
+          if (finished_ || !status_.ok()) std::vector<uint8_t>().swap(page.container);
           TaskEndedLocked();
           return;
         }
@@ -248,7 +259,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       context_->metrics->DecodeLatency(absl::Now() - start);
       if (!s.ok()) {
         {
-          absl::MutexLock lock(&mu_);
+          kvt::MutexLock lock(&mu_);
           layers_[layer].pages[page_index].decode_scheduled = false;
           TaskEndedLocked();
         }
@@ -258,7 +269,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       }
       bool done = false;
       {
-        absl::MutexLock lock(&mu_);
+        kvt::MutexLock lock(&mu_);
         PageState& page = layers_[layer].pages[page_index];
         LayerState& ls = layers_[layer];
         const int full = static_cast<int>(page.plan.stream_bytes.size());
@@ -302,12 +313,15 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
 
   void Finish(const absl::Status& status) {
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
       if (status_.ok()) status_ = status;
+      // A page a decode task is reading keeps its container; the task frees it when it sees the end.
       for (LayerState& l : layers_) {
-        for (PageState& p : l.pages) std::vector<uint8_t>().swap(p.container);
+        for (PageState& p : l.pages) {
+          if (!p.decode_scheduled) std::vector<uint8_t>().swap(p.container);
+        }
       }
       // Running decodes finish their page first; the last one lets the region go.
       if (active_tasks_ == 0) region_ = RegionLease();
@@ -349,7 +363,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   const std::shared_ptr<RequestRecord> record_;
   const absl::Time deadline_;
 
-  mutable absl::Mutex mu_;
+  mutable kvt::Mutex mu_;
   RegionLease region_;  // released once finished and no decode runs
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
@@ -375,7 +389,7 @@ DecodeSide::DecodeSide(DaemonContext* context) : context_(context) {
 DecodeSide::~DecodeSide() {
   std::vector<std::shared_ptr<InboundRequest>> live;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     for (auto& [id, r] : requests_) live.push_back(r);
   }
   for (auto& r : live) r->Fail(absl::CancelledError("the daemon is shutting down"), /*notify_peer=*/true);
@@ -395,7 +409,7 @@ absl::Status DecodeSide::Expect(const ExpectArgs& args) {
     if (auto r = weak.lock()) r->Fail(why, notify_peer);
   };
   request->on_finished_ = [this](const InboundRequest& r) { Forget(r); };
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = requests_.find(args.request_id);
   if (it != requests_.end() && !it->second->finished()) {
     return absl::AlreadyExistsError(
@@ -411,11 +425,11 @@ absl::StatusOr<uint64_t> DecodeSide::Open(const OpenArgs& args, absl::Time wait_
   std::shared_ptr<InboundRequest> request;
   uint64_t first = 0;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto expected = [this, &args]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return requests_.contains(args.request_id) || stopping_.load();
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&expected), wait_until) || stopping_) {
+    if (!mu_.AwaitWithDeadline(expected, wait_until) || stopping_) {
       return absl::DeadlineExceededError(absl::StrCat("no Expect for request \"", args.request_id,
                                                       "\" arrived on the decode daemon in time"));
     }
@@ -428,7 +442,8 @@ absl::StatusOr<uint64_t> DecodeSide::Open(const OpenArgs& args, absl::Time wait_
     for (uint32_t l = 0; l < layers; ++l) routes_[first + l] = Route{request, l};
   }
   for (uint32_t l = 0; l < request->num_layers(); ++l) {
-    absl::Status s = context_->transport->Expect(first + l, request->Bounds(l));
+    // One link group per request: a prefill daemon that dies fails every layer, started or not.
+    absl::Status s = context_->transport->Expect(first + l, request->Bounds(l), /*link_group=*/first);
     if (!s.ok()) {
       request->Fail(s, /*notify_peer=*/false);
       return s;
@@ -440,7 +455,7 @@ absl::StatusOr<uint64_t> DecodeSide::Open(const OpenArgs& args, absl::Time wait_
 absl::Status DecodeSide::Cancel(const std::string& request_id, const absl::Status& why, bool notify_peer) {
   std::shared_ptr<InboundRequest> request;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto it = requests_.find(request_id);
     if (it == requests_.end() || it->second->finished()) {
       return absl::NotFoundError(absl::StrCat("no live request \"", request_id, "\" on the decode side"));
@@ -452,7 +467,7 @@ absl::Status DecodeSide::Cancel(const std::string& request_id, const absl::Statu
 }
 
 void DecodeSide::Forget(const InboundRequest& request) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = requests_.find(request.id());
   if (it != requests_.end() && it->second.get() == &request) requests_.erase(it);
   if (request.first_transfer_id() != 0) {
@@ -464,7 +479,7 @@ void DecodeSide::CheckDeadlines() {
   std::vector<std::shared_ptr<InboundRequest>> expired;
   const absl::Time now = absl::Now();
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     for (auto& [id, r] : requests_) {
       if (now >= r->deadline()) expired.push_back(r);
     }
@@ -480,7 +495,7 @@ void DecodeSide::Pump() {
       std::shared_ptr<InboundRequest> request;
       uint32_t layer = 0;
       {
-        absl::MutexLock lock(&mu_);
+        kvt::MutexLock lock(&mu_);
         auto it = routes_.find(event->transfer_id);
         if (it != routes_.end()) {
           request = it->second.request;

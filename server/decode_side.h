@@ -5,7 +5,8 @@
 // events say ANCHOR_READY, then FULL_READY; then DONE, or FAILED with the status. Thread-safe.
 //
 // Invariant: a page's values in the engine's blocks only ever move to more stages (a decode of fewer stages
-// never overwrites one of more), and nothing is written into a region after its request finished.
+// never overwrites one of more), and once a request finished nothing new is written into its region (a decode
+// already running completes its page; the region is released when the last one returns).
 #ifndef KVT_SERVER_DECODE_SIDE_H_
 #define KVT_SERVER_DECODE_SIDE_H_
 
@@ -20,7 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/random/random.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "codec/scheme.h"
 #include "server/daemon_context.h"
@@ -83,7 +84,7 @@ class DecodeSide {
 
   DaemonContext* const context_;
 
-  absl::Mutex mu_;
+  kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<InboundRequest>> requests_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Route> routes_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);  // transfer ids: random, so two decode daemons never collide on a sender

@@ -22,9 +22,8 @@ namespace kvt::server {
 // - `region` is the region's mapped bytes (offset 0 = the region's start, as the layout's offsets count);
 //   every block the page touches must lie wholly inside it, else OUT_OF_RANGE (nothing is read or written).
 // - `block_ids` are the request's blocks in token order, as CheckRequestBlocks accepts them: the caller
-//   checks
-//   them once per request. Here only the blocks the page touches are checked (an id >= num_blocks, or a page
-//   that runs past block_ids.size() * block_tokens tokens, is INVALID_ARGUMENT), as memory safety needs.
+//   checks them once per request. Here only what memory safety needs is checked: an id >= num_blocks among
+//   the blocks the page touches, or a page past block_ids.size() * block_tokens tokens, is INVALID_ARGUMENT.
 // - page.layer < num_layers, page.kind < 2 and page.tokens > 0, else INVALID_ARGUMENT. All checks happen
 //   before any byte is moved.
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -18,7 +19,7 @@
 ABSL_FLAG(std::string, role, "both", "prefill, decode or both");
 ABSL_FLAG(std::string, daemon_id, "", "this daemon's name for peers and logs (default: <hostname>-<pid>)");
 ABSL_FLAG(std::string, client_socket, "/tmp/kvtd.sock", "unix socket for clients (kvt::Client, kvtctl)");
-ABSL_FLAG(uint32_t, client_socket_mode, 0660, "permissions of the client socket (octal, e.g. 0660)");
+ABSL_FLAG(std::string, client_socket_mode, "0660", "permissions of the client socket, in octal (e.g. 0600)");
 ABSL_FLAG(std::string, peer_listen, "0.0.0.0:7470", "host:port of the daemon-to-daemon service (port 0 = any)");
 ABSL_FLAG(std::string, advertise_address, "", "host:port peers use to reach this daemon (default: from --peer_listen)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9470", "host:port for Prometheus /metrics (\"\" = off)");
@@ -46,7 +47,14 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.role = *role;
   o.daemon_id = absl::GetFlag(FLAGS_daemon_id);
   o.client_socket = absl::GetFlag(FLAGS_client_socket);
-  o.client_socket_mode = absl::GetFlag(FLAGS_client_socket_mode);
+  const std::string mode = absl::GetFlag(FLAGS_client_socket_mode);
+  char* end = nullptr;
+  const unsigned long parsed = mode.empty() ? 01000 : std::strtoul(mode.c_str(), &end, 8);
+  if (mode.empty() || *end != '\0' || parsed > 0777) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--client_socket_mode must be octal permissions 0..0777, e.g. 0660; got \"", mode, "\""));
+  }
+  o.client_socket_mode = static_cast<uint32_t>(parsed);
   o.peer_listen = absl::GetFlag(FLAGS_peer_listen);
   o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

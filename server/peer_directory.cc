@@ -37,13 +37,13 @@ absl::StatusOr<std::shared_ptr<const PeerConnection>> PeerDirectory::Dial(const 
                                                                           absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto it = peers_.find(address);
     if (it != peers_.end()) return it->second;
   }
-  absl::MutexLock dial_lock(&dial_mu_);
+  kvt::MutexLock dial_lock(&dial_mu_);
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto it = peers_.find(address);
     if (it != peers_.end()) return it->second;
   }
@@ -84,13 +84,13 @@ absl::StatusOr<std::shared_ptr<const PeerConnection>> PeerDirectory::Dial(const 
                                            std::max(absl::Milliseconds(1), deadline - absl::Now())));
   Logger("server")->info("connected to peer {} ({}), data plane link {}", peer->daemon_id, address,
                          peer->data_peer);
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   peers_[address] = peer;
   return std::shared_ptr<const PeerConnection>(peer);
 }
 
 void PeerDirectory::Forget(const std::string& address) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   peers_.erase(address);
 }
 

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
 #include "server/peer_security.h"
@@ -63,10 +63,10 @@ class PeerDirectory {
   const PeerSecurity* const security_;
   transport::Transport* const transport_;
 
-  absl::Mutex mu_;
+  kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const PeerConnection>> peers_ ABSL_GUARDED_BY(mu_);
   // Serializes dials so two requests to a new peer make one connection.
-  absl::Mutex dial_mu_;
+  kvt::Mutex dial_mu_;
 };
 
 }  // namespace kvt::server

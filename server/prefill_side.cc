@@ -57,7 +57,7 @@ class PrefillSide::OutboundRequest {
   void Cancel(const absl::Status& why, bool notify_peer) {
     std::vector<uint64_t> sent;
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       if (!stop_.ok()) return;
       stop_ = why;
       notify_peer_on_stop_ = notify_peer;
@@ -68,7 +68,7 @@ class PrefillSide::OutboundRequest {
   }
 
   bool ended() const {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     return ended_;
   }
 
@@ -82,7 +82,7 @@ class PrefillSide::OutboundRequest {
   };
 
   void AddReadyLayers(const std::vector<uint32_t>& layers) {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     for (uint32_t l : layers) {
       if (!offered_[l]) {
         offered_[l] = true;
@@ -95,7 +95,7 @@ class PrefillSide::OutboundRequest {
     absl::Status status = Transfer();
     bool notify_peer = true;
     {
-      absl::MutexLock lock(&mu_);
+      kvt::MutexLock lock(&mu_);
       if (!stop_.ok()) {  // cancelled from outside: that is the outcome, whatever the transfer saw
         status = stop_;
         notify_peer = notify_peer_on_stop_;
@@ -121,25 +121,25 @@ class PrefillSide::OutboundRequest {
     record_->events.Finish(status);
     region_ = RegionLease();  // the region may be unregistered from now on
     context_->book->Retire(*record_);
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     ended_ = true;
   }
 
   std::vector<uint64_t> SentIds() {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     return sent_ids_;
   }
 
   absl::Status Stopped() {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     return stop_;
   }
 
   // The next layer offered and not yet sent, waiting for one up to the deadline.
   absl::StatusOr<uint32_t> NextLayer() {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !ready_.empty() || !stop_.ok(); };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&news), deadline_)) {
+    if (!mu_.AwaitWithDeadline(news, deadline_)) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "request %s: layer(s) still not offered when its %s deadline passed", args_.request_id,
           absl::FormatDuration(args_.deadline)));
@@ -267,7 +267,7 @@ class PrefillSide::OutboundRequest {
       }
       flight.bytes += anchor_bytes;
       {
-        absl::MutexLock lock(&mu_);
+        kvt::MutexLock lock(&mu_);
         if (!stop_.ok()) return stop_;
         sent_ids_.push_back(flight.transfer_id);
       }
@@ -312,7 +312,7 @@ class PrefillSide::OutboundRequest {
   const absl::Time deadline_;
   uint64_t first_transfer_id_ = 0;  // set by Open, on the request's thread
 
-  mutable absl::Mutex mu_;
+  mutable kvt::Mutex mu_;
   std::vector<bool> offered_ ABSL_GUARDED_BY(mu_);
   std::deque<uint32_t> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> sent_ids_ ABSL_GUARDED_BY(mu_);
@@ -328,7 +328,7 @@ PrefillSide::PrefillSide(DaemonContext* context) : context_(context) {}
 PrefillSide::~PrefillSide() {
   absl::flat_hash_map<std::string, std::shared_ptr<OutboundRequest>> requests;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     requests.swap(requests_);
   }
   for (auto& [id, request] : requests) {
@@ -348,7 +348,7 @@ void PrefillSide::ReapLocked() {
 }
 
 absl::Status PrefillSide::Offer(const OfferArgs& args) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   ReapLocked();
   auto live = requests_.find(args.request_id);
   if (live != requests_.end()) {
@@ -392,7 +392,7 @@ absl::Status PrefillSide::Offer(const OfferArgs& args) {
 absl::Status PrefillSide::Cancel(const std::string& request_id, const absl::Status& why, bool notify_peer) {
   std::shared_ptr<OutboundRequest> request;
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     auto it = requests_.find(request_id);
     if (it == requests_.end() || it->second->ended()) {
       return absl::NotFoundError(absl::StrCat("no live request \"", request_id, "\" on the prefill side"));

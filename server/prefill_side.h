@@ -17,7 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "codec/scheme.h"
 #include "server/daemon_context.h"
@@ -57,7 +57,7 @@ class PrefillSide {
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DaemonContext* const context_;
-  absl::Mutex mu_;
+  kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<OutboundRequest>> requests_ ABSL_GUARDED_BY(mu_);
 };
 

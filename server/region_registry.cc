@@ -26,7 +26,7 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
                                          const std::string& shm_name, uint64_t size_bytes) {
   KVT_RETURN_IF_ERROR(ValidateId(region_id, "region_id", 128));
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     if (regions_.contains(region_id)) {
       return absl::AlreadyExistsError(absl::StrCat("region \"", region_id, "\" is already registered"));
     }
@@ -34,7 +34,7 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
   KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
   KVT_ASSIGN_OR_RETURN(std::unique_ptr<ShmRegion> memory, ShmRegion::Open(shm_name, size_bytes));
   auto region = std::make_shared<Region>(region_id, layout, std::move(memory));
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   if (!regions_.emplace(region_id, std::move(region)).second) {
     return absl::AlreadyExistsError(absl::StrCat("region \"", region_id, "\" is already registered"));
   }
@@ -42,7 +42,7 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
 }
 
 absl::Status RegionRegistry::Unregister(const std::string& region_id) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = regions_.find(region_id);
   if (it == regions_.end()) return absl::NotFoundError(absl::StrCat("no region \"", region_id, "\""));
   const int leases = it->second->leases_.load();
@@ -55,7 +55,7 @@ absl::Status RegionRegistry::Unregister(const std::string& region_id) {
 }
 
 absl::StatusOr<RegionLease> RegionRegistry::Acquire(const std::string& region_id) const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = regions_.find(region_id);
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat("no region \"", region_id, "\"; register it first"));
@@ -64,7 +64,7 @@ absl::StatusOr<RegionLease> RegionRegistry::Acquire(const std::string& region_id
 }
 
 size_t RegionRegistry::size() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   return regions_.size();
 }
 

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/types/span.h"
 #include "server/kv_layout.h"
 #include "server/shm_region.h"
@@ -72,7 +72,7 @@ class RegionRegistry {
   size_t size() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
 };
 

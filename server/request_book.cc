@@ -6,14 +6,14 @@ namespace kvt::server {
 
 void RequestEvents::Add(EventKind kind, uint32_t layer) {
   const absl::Time now = absl::Now();
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   if (finished_) return;
   events_.push_back({kind, layer, now - start_, absl::OkStatus()});
 }
 
 bool RequestEvents::Finish(const absl::Status& status) {
   const absl::Time now = absl::Now();
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   if (finished_) return false;
   finished_ = true;
   events_.push_back({status.ok() ? EventKind::kDone : EventKind::kFailed, 0, now - start_, status});
@@ -21,32 +21,32 @@ bool RequestEvents::Finish(const absl::Status& status) {
 }
 
 bool RequestEvents::finished() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   return finished_;
 }
 
 absl::Status RequestEvents::outcome() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   if (!finished_) return absl::UnknownError("still running");
   return events_.back().status;
 }
 
 std::vector<RequestEvent> RequestEvents::WaitFrom(size_t from, absl::Time deadline, bool* finished) const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto news = [this, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return events_.size() > from; };
-  mu_.AwaitWithDeadline(absl::Condition(&news), deadline);
+  mu_.AwaitWithDeadline(news, deadline);
   *finished = finished_;
   if (events_.size() <= from) return {};
   return std::vector<RequestEvent>(events_.begin() + from, events_.end());
 }
 
 std::vector<RequestEvent> RequestEvents::Snapshot() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   return events_;
 }
 
 absl::Status RequestBook::Add(std::shared_ptr<RequestRecord> record) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   DropExpiredLocked(absl::Now());
   Key key{static_cast<int>(record->side), record->request_id};
   if (live_.contains(key)) {
@@ -68,7 +68,7 @@ absl::Status RequestBook::Add(std::shared_ptr<RequestRecord> record) {
 }
 
 void RequestBook::Retire(const RequestRecord& record) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = live_.find(Key{static_cast<int>(record.side), record.request_id});
   if (it == live_.end() || it->second.get() != &record) return;
   if (keep_finished_ > 0) finished_.emplace_back(absl::Now(), std::move(it->second));
@@ -84,7 +84,7 @@ void RequestBook::DropExpiredLocked(absl::Time now) {
 }
 
 std::shared_ptr<RequestRecord> RequestBook::Find(Side side, const std::string& id) const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   auto it = live_.find(Key{static_cast<int>(side), id});
   if (it != live_.end()) return it->second;
   for (auto f = finished_.rbegin(); f != finished_.rend(); ++f) {
@@ -94,7 +94,7 @@ std::shared_ptr<RequestRecord> RequestBook::Find(Side side, const std::string& i
 }
 
 std::vector<std::shared_ptr<RequestRecord>> RequestBook::Live() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<RequestRecord>> out;
   out.reserve(live_.size());
   for (const auto& [key, record] : live_) out.push_back(record);
@@ -102,7 +102,7 @@ std::vector<std::shared_ptr<RequestRecord>> RequestBook::Live() const {
 }
 
 size_t RequestBook::live_count() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   return live_.size();
 }
 

@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "server/side.h"
 
@@ -54,7 +54,7 @@ class RequestEvents {
 
  private:
   const absl::Time start_;
-  mutable absl::Mutex mu_;
+  mutable kvt::Mutex mu_;
   std::vector<RequestEvent> events_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -74,19 +74,19 @@ struct RequestRecord {
 
   // Labels for Stats: the scheme (known on the decode side only once the transfer opens) and the peer.
   void SetLabels(std::string scheme, std::string peer) {
-    absl::MutexLock lock(&labels_mu_);
+    kvt::MutexLock lock(&labels_mu_);
     if (!scheme.empty()) scheme_ = std::move(scheme);
     if (!peer.empty()) peer_ = std::move(peer);
   }
   std::pair<std::string, std::string> labels() const {
-    absl::MutexLock lock(&labels_mu_);
+    kvt::MutexLock lock(&labels_mu_);
     return {scheme_, peer_};
   }
   // Cancels the request on this daemon (and tells the peer when `notify_peer`). Thread-safe, idempotent.
   std::function<void(const absl::Status& why, bool notify_peer)> cancel;
 
  private:
-  mutable absl::Mutex labels_mu_;
+  mutable kvt::Mutex labels_mu_;
   std::string scheme_ ABSL_GUARDED_BY(labels_mu_);
   std::string peer_ ABSL_GUARDED_BY(labels_mu_);
 };
@@ -115,7 +115,7 @@ class RequestBook {
   const int keep_finished_;
   const absl::Duration retention_;
 
-  mutable absl::Mutex mu_;
+  mutable kvt::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<RequestRecord>> live_ ABSL_GUARDED_BY(mu_);
   // Oldest first, with the time each was retired.
   std::deque<std::pair<absl::Time, std::shared_ptr<RequestRecord>>> finished_ ABSL_GUARDED_BY(mu_);

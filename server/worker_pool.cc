@@ -13,19 +13,19 @@ WorkerPool::WorkerPool(int threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock lock(&mu_);
+    kvt::MutexLock lock(&mu_);
     stopping_ = true;
   }
   for (std::thread& t : threads_) t.join();
 }
 
 void WorkerPool::Submit(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   queue_.push_back(std::move(task));
 }
 
 size_t WorkerPool::queued() const {
-  absl::MutexLock lock(&mu_);
+  kvt::MutexLock lock(&mu_);
   return queue_.size();
 }
 
@@ -33,10 +33,8 @@ void WorkerPool::Run() {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->queue_.empty(); },
-          this));
+      kvt::MutexLock lock(&mu_);
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued has run
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -50,7 +48,7 @@ void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   // Shared by the helpers; the caller waits for `done` to reach n before `state` can go.
   struct State {
     std::atomic<size_t> next{0};
-    absl::Mutex mu;
+    kvt::Mutex mu;
     size_t done ABSL_GUARDED_BY(mu) = 0;
   };
   auto state = std::make_shared<State>();
@@ -61,7 +59,7 @@ void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
       ++finished;
     }
     if (finished > 0) {
-      absl::MutexLock lock(&state->mu);
+      kvt::MutexLock lock(&state->mu);
       state->done += finished;
     }
   };
@@ -69,11 +67,9 @@ void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   for (size_t h = 0; h < helpers; ++h) Submit(work);
   work();
   // Helpers that start after every index is taken touch only `state`, never `fn`.
-  std::pair<State*, size_t> wait{state.get(), n};
-  absl::MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(
-      +[](std::pair<State*, size_t>* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->first->done == a->second; },
-      &wait));
+  State* s = state.get();
+  kvt::MutexLock lock(&s->mu);
+  s->mu.Await([s, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->done == n; });
 }
 
 }  // namespace kvt::server

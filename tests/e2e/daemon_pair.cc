@@ -48,7 +48,7 @@ absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t s
   cache.spec = spec;
   const uint64_t bytes = spec.layer_stride_bytes * spec.num_layers;
   KVT_ASSIGN_OR_RETURN(cache.memory, client::ShmSegment::Create(
-                                         absl::StrCat("/kvt-e2e-", getpid(), "-", next_segment++), bytes));
+                                         absl::StrCat("/kvt-e2e-", getpid(), "-", absl::ToUnixNanos(absl::Now()), "-", next_segment++), bytes));
   if (!fill) return cache;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -111,7 +111,9 @@ server::DaemonOptions TestDaemonOptions(server::Role role, const std::string& na
   o.role = role;
   o.daemon_id = name;
   // TEST_TMPDIR paths are often longer than a unix socket address allows (108 bytes).
-  o.client_socket = absl::StrCat("/tmp/kvt-test-", getpid(), "-", next_segment++, "-", name, ".sock");
+  // Test sandboxes run in a PID namespace, so the pid alone does not make a name unique across runs.
+  o.client_socket = absl::StrCat("/tmp/kvt-test-", getpid(), "-", absl::ToUnixNanos(absl::Now()) % 1000000000, "-",
+                                 next_segment++, "-", name, ".sock");
   o.peer_listen = "127.0.0.1:0";
   o.metrics_listen = "";
   o.codec_threads = 2;

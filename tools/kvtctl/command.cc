@@ -11,7 +11,8 @@ int UsageError(const CommandIo& io, const std::string& command, const std::strin
 }
 
 std::optional<int> ParseCommandLine(FlagSet& flags, const std::vector<std::string>& args, const CommandIo& io,
-                                    const std::string& command, const std::string& usage_head) {
+                                    const std::string& command, const std::string& usage_head,
+                                    size_t max_positional) {
   if (absl::Status st = flags.Parse(args); !st.ok()) {
     return UsageError(io, command, std::string(st.message()), flags.Usage());
   }
@@ -19,8 +20,9 @@ std::optional<int> ParseCommandLine(FlagSet& flags, const std::vector<std::strin
     io.out << usage_head << "\n" << flags.Usage();
     return kExitOk;
   }
-  if (!flags.positional().empty()) {
-    return UsageError(io, command, absl::StrCat("unexpected argument '", flags.positional()[0], "'"),
+  if (flags.positional().size() > max_positional) {
+    return UsageError(io, command,
+                      absl::StrCat("unexpected argument '", flags.positional()[max_positional], "'"),
                       flags.Usage());
   }
   return std::nullopt;

@@ -4,6 +4,7 @@
 #ifndef KVT_TOOLS_KVTCTL_COMMAND_H_
 #define KVT_TOOLS_KVTCTL_COMMAND_H_
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -38,10 +39,12 @@ int UsageError(const CommandIo& io, const std::string& command, const std::strin
                const std::string& usage);
 
 // Parses a subcommand's `args` into `flags`. Returns the exit code when the command must stop here: kExitUsage
-// after a usage error or a stray positional argument (message and flags printed to io.err), kExitOk after --help
-// (`usage_head` and the flags printed to io.out); nullopt when the command should go on.
+// after a usage error or more than `max_positional` positional arguments (message and flags printed to
+// io.err), kExitOk after --help (`usage_head` and the flags printed to io.out); nullopt when the command should
+// go on, its positional arguments in flags.positional().
 std::optional<int> ParseCommandLine(FlagSet& flags, const std::vector<std::string>& args, const CommandIo& io,
-                                    const std::string& command, const std::string& usage_head);
+                                    const std::string& command, const std::string& usage_head,
+                                    size_t max_positional = 0);
 
 // Prints "kvtctl <command>: <status>" to io.err; returns kExitFailure.
 int Failure(const CommandIo& io, const std::string& command, const absl::Status& status);

@@ -83,15 +83,15 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("model", &o.model, "synthetic KV model preset (llama-3.1-8b, qwen3-32b, tiny)");
   flags.Int("tokens", &o.tokens, "context length in tokens");
   flags.Int("layers", &o.layers, "layers to transfer (0 = all of the model's)");
-  flags.Double("rate_gbps", &o.rate_gbps, "data-plane rate limit in Gbit/s (0 = unlimited)");
+  flags.Double("rate-gbps", &o.rate_gbps, "data-plane rate limit in Gbit/s (0 = unlimited)");
   flags.String("schemes", &schemes, "comma-separated schemes (int8 is the baseline of the ratios)");
-  flags.Int("eval_layers", &o.eval_layers, "layers the attention vNMSE is measured on");
-  flags.String("ucx_tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
-  flags.Int("codec_threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
+  flags.Int("eval-layers", &o.eval_layers, "layers the attention vNMSE is measured on");
+  flags.String("ucx-tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
+  flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
   flags.String("svg", &svg, "where to write the timeline SVG (\"\" = nowhere)");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   if (auto exit = ParseCommandLine(flags, args, io, cmd,
-                                   "Usage: kvtctl demo [--rate_gbps R] [--tokens N] [--schemes a,b] [--json]")) {
+                                   "Usage: kvtctl demo [--rate-gbps R] [--tokens N] [--schemes a,b] [--json]")) {
     return *exit;
   }
   o.schemes = absl::StrSplit(schemes, ',', absl::SkipEmpty());

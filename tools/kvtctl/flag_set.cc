@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -51,6 +52,11 @@ void FlagSet::Bool(const std::string& name, bool* value, const std::string& help
   Add(name, help, *value ? "true" : "false", true, [value](absl::string_view v) { return absl::SimpleAtob(v, value); });
 }
 
+void FlagSet::Strings(const std::string& name, std::vector<std::string>* value, const std::string& help) {
+  Add(name, help, absl::StrCat("[", absl::StrJoin(*value, ","), "]"), false, nullptr);
+  flags_.back().set_all = [value](std::vector<std::string> v) { *value = std::move(v); };
+}
+
 bool FlagSet::WasSet(const std::string& name) const {
   return std::find(set_.begin(), set_.end(), name) != set_.end();
 }
@@ -63,10 +69,14 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   // CLI11 does the command-line grammar ("--a=b", "--a b", "--" and positionals, "--noflag"); values are
   // captured as text and converted below, so every bad value gets the same message naming its flag.
   std::vector<std::string> raw(flags_.size());
+  std::vector<std::vector<std::string>> raw_all(flags_.size());
   std::vector<int> negated(flags_.size(), 0);
   for (size_t i = 0; i < flags_.size(); ++i) {
     const Flag& f = flags_[i];
-    if (f.is_bool) {
+    if (f.set_all) {
+      // One value per occurrence: "--request a b" leaves b a positional argument.
+      app.add_option("--" + f.name, raw_all[i], f.help)->allow_extra_args(false);
+    } else if (f.is_bool) {
       app.add_flag("--" + f.name + "{true}", raw[i], f.help);
       app.add_flag("--no" + f.name, negated[i], f.help);
     } else {
@@ -78,10 +88,22 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   // CLI11 parses a reversed argument vector; names are normalized (underscores as dashes) up to "--".
   std::vector<std::string> reversed;
   reversed.reserve(args.size());
+  // "--name=" (an empty value, as a shell passes --name="") becomes "--name" "", which CLI11 accepts.
+  auto takes_value = [this](absl::string_view name) {
+    return std::any_of(flags_.begin(), flags_.end(),
+                       [name](const Flag& f) { return !f.is_bool && f.name == name; });
+  };
   bool after_dashes = false;
   for (const std::string& a : args) {
     after_dashes = after_dashes || a == "--";
-    reversed.push_back(after_dashes ? a : NormalizeFlagName(a));
+    const std::string arg = after_dashes ? a : NormalizeFlagName(a);
+    if (!after_dashes && arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=' &&
+        takes_value(absl::string_view(arg).substr(2, arg.size() - 3))) {
+      reversed.push_back(arg.substr(0, arg.size() - 1));
+      reversed.push_back("");
+    } else {
+      reversed.push_back(arg);
+    }
   }
   std::reverse(reversed.begin(), reversed.end());
   try {
@@ -105,7 +127,9 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < flags_.size(); ++i) {
     const Flag& f = flags_[i];
     const bool given = app.count("--" + f.name) > 0;
-    if (given && !f.parse(raw[i])) {
+    if (given && f.set_all) {
+      f.set_all(raw_all[i]);
+    } else if (given && !f.parse(raw[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad value '", raw[i], "' for flag '--", f.name, "' (", f.help, ")"));
     }

@@ -33,11 +33,14 @@ class FlagSet {
   void Double(const std::string& name, double* value, const std::string& help);
   // A boolean: `--name`, `--name=true|false`, `--noname`.
   void Bool(const std::string& name, bool* value, const std::string& help);
+  // A repeatable flag, one value per occurrence (`--name a --name b`): when given, `*value` becomes the values
+  // in command-line order (replacing its default).
+  void Strings(const std::string& name, std::vector<std::string>* value, const std::string& help);
 
-  // Parses `args` ("--name=value", "--name value", booleans as above; "--" ends flags). Arguments that are not
-  // flags are collected in positional(). INVALID_ARGUMENT naming the flag for an unknown flag, a missing or
-  // malformed value. `--help` / `-h` set help_requested() instead of failing. May be called more than once;
-  // each call sees the values the previous calls left.
+  // Parses `args` ("--name=value", "--name value", "--name=" for an empty value, booleans as above; "--" ends
+  // flags). Arguments that are not flags are collected in positional(). INVALID_ARGUMENT naming the flag for an
+  // unknown flag, a missing or malformed value. `--help` / `-h` set help_requested() instead of failing. May be
+  // called more than once; each call sees the values the previous calls left.
   absl::Status Parse(const std::vector<std::string>& args);
 
   const std::vector<std::string>& positional() const { return positional_; }
@@ -54,6 +57,7 @@ class FlagSet {
     std::string default_text;
     bool is_bool = false;
     std::function<bool(absl::string_view)> parse;  // stores the value; false: malformed
+    std::function<void(std::vector<std::string>)> set_all;  // set: a repeatable flag, given its values
   };
   void Add(const std::string& name, const std::string& help, std::string default_text, bool is_bool,
            std::function<bool(absl::string_view)> parse);

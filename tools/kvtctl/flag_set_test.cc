@@ -87,5 +87,30 @@ TEST(FlagSetTest, DoubleDashEndsFlags) {
   EXPECT_EQ(f.flags.positional(), std::vector<std::string>{"--json"});
 }
 
+TEST(FlagSetTest, RepeatedFlagTakesOneValuePerOccurrenceInOrder) {
+  std::vector<std::string> ids = {"default"};
+  std::string model;
+  FlagSet flags("kvtctl test");
+  flags.Strings("request", &ids, "request");
+  flags.String("model", &model, "model");
+  ASSERT_TRUE(flags.Parse({"--request", "a", "pos", "--model=m", "--request=b", "--request", "c"}).ok());
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(flags.positional(), std::vector<std::string>{"pos"});
+  EXPECT_TRUE(flags.WasSet("request"));
+  EXPECT_NE(flags.Usage().find("[default]"), std::string::npos) << flags.Usage();
+  ASSERT_TRUE(flags.Parse({"--model=n"}).ok());
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "c"})) << "a parse without the flag keeps its values";
+  EXPECT_EQ(flags.Parse({"--request"}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FlagSetTest, AnEmptyValueAfterTheEqualsSignIsAnEmptyString) {
+  Fixture f;
+  ASSERT_TRUE(f.flags.Parse({"--model=", "--tokens", "5"}).ok());
+  EXPECT_EQ(f.model, "");
+  EXPECT_TRUE(f.flags.WasSet("model"));
+  EXPECT_TRUE(f.flags.positional().empty());
+  EXPECT_EQ(f.flags.Parse({"--tokens="}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvt::kvtctl

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "tools/kvtctl/bench_command.h"
 #include "tools/kvtctl/codec_command.h"
+#include "tools/kvtctl/daemon_commands.h"
 #include "tools/kvtctl/demo_command.h"
 
 namespace kvt::kvtctl {
@@ -23,6 +24,9 @@ const std::vector<CommandGroup>& CommandGroups() {
       CodecCommandGroup(),
       DemoCommandGroup(),
       BenchCommandGroup(),
+      StatsCommandGroup(),
+      WatchCommandGroup(),
+      TimelineCommandGroup(),
   };
   return *groups;
 }

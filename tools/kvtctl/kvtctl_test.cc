@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace kvt::kvtctl {
@@ -24,6 +25,9 @@ TEST(KvtctlTest, HelpListsEveryCommandGroup) {
   for (const CommandGroup& g : CommandGroups()) EXPECT_NE(r.out.find(g.name), std::string::npos) << g.name;
   EXPECT_NE(r.out.find("codec"), std::string::npos);
   EXPECT_NE(r.out.find("demo"), std::string::npos);
+  for (const char* daemon_command : {"stats", "watch", "timeline"}) {
+    EXPECT_NE(r.out.find(absl::StrCat("  ", daemon_command, " ")), std::string::npos) << daemon_command;
+  }
 }
 
 TEST(KvtctlTest, NoCommandIsAUsageError) {

@@ -151,7 +151,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   report.transports = absl::StrCat("UCX ", o.ucx_tls, " on loopback");
 
   // The engines' KV caches: blocks in a scattered order, as a paged cache holds them.
-  const std::string stem = absl::StrCat("/kvt-demo-", getpid());
+  const std::string stem = absl::StrCat("/kvt-demo-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
   KVT_ASSIGN_OR_RETURN(auto src_shm, client::ShmSegment::Create(stem + "-prefill", region_bytes));
   KVT_ASSIGN_OR_RETURN(auto dst_shm, client::ShmSegment::Create(stem + "-decode", region_bytes));
   KVT_ASSIGN_OR_RETURN(server::KvLayout layout, server::KvLayout::Create(spec, region_bytes));

@@ -1,0 +1,66 @@
+// The main job as a user runs it: `kvtctl demo --json` starting two kvtd processes, on a small model so it fits
+// in a test. Checks the document's shape and that the figures are consistent with each other (what the
+// schemes put on the wire, that the decode side got what it should); the speed targets are measured by the
+// full-size demo (docs/BENCHMARKS.md), not asserted here.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+std::string Runfile(const std::string& path) {
+  const char* root = std::getenv("TEST_SRCDIR");
+  return absl::StrCat(root != nullptr ? root : ".", "/kvt/", path);
+}
+
+TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string out = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/demo.json");
+  const std::string svg = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/demo.svg");
+  const std::string cmd = absl::StrCat(Runfile("tools/kvtctl/kvtctl"), " demo --kvtd=", Runfile("server/kvtd"),
+                                       " --model=tiny --tokens=512 --rate-gbps=0.2 --eval-layers=2 --json --svg=",
+                                       svg, " > ", out);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << "not JSON";
+  ASSERT_EQ(doc["runs"].size(), 4u);
+  std::map<std::string, nlohmann::json> run;
+  for (const auto& r : doc["runs"]) run[r["scheme"].get<std::string>()] = r;
+  ASSERT_EQ(run.count("bf16") + run.count("int8") + run.count("int4") + run.count("lynx"), 4u);
+  const int layers = doc["layers"].get<int>();
+  for (const auto& [name, r] : run) {
+    EXPECT_EQ(r["layers"].size(), static_cast<size_t>(layers)) << name;
+    for (const auto& l : r["layers"]) {
+      EXPECT_FALSE(l["anchor_ms"].is_null()) << name;
+      EXPECT_FALSE(l["full_ms"].is_null()) << name;
+    }
+    EXPECT_GT(r["full_ms"].get<double>(), 0) << name;
+    EXPECT_LE(r["anchor_ms"].get<double>(), r["full_ms"].get<double>()) << name;
+  }
+  // Bytes: bf16 carries 2 bytes per value; int8 and lynx about 1.1; int4 and lynx's anchor about 0.6.
+  const double values = 2.0 * layers * doc["tokens"].get<double>() * doc["kv_heads"].get<double>() *
+                        doc["head_dim"].get<double>();
+  EXPECT_NEAR(run["bf16"]["wire_bytes"].get<double>() / values, 2.0, 0.05);
+  EXPECT_LT(run["lynx"]["anchor_bytes"].get<double>(), 0.7 * run["int8"]["wire_bytes"].get<double>());
+  EXPECT_NEAR(run["lynx"]["wire_bytes"].get<double>(), run["int8"]["wire_bytes"].get<double>(),
+              0.05 * run["int8"]["wire_bytes"].get<double>());
+  // Fidelity of what landed in the decode blocks: bf16 is lossless, lynx full is int8-class, its anchor int4-class.
+  EXPECT_EQ(run["bf16"]["vnmse_full"].get<double>(), 0.0);
+  EXPECT_LT(run["lynx"]["vnmse_full"].get<double>(), 3 * run["int8"]["vnmse_full"].get<double>() + 1e-6);
+  EXPECT_GT(run["lynx"]["vnmse_anchor"].get<double>(), run["lynx"]["vnmse_full"].get<double>());
+  EXPECT_LT(run["lynx"]["vnmse_anchor"].get<double>(), 3 * run["int4"]["vnmse_full"].get<double>() + 1e-6);
+  std::ifstream svg_in(svg);
+  std::stringstream text;
+  text << svg_in.rdbuf();
+  EXPECT_EQ(text.str().rfind("<svg", 0), 0u);
+}
+
+}  // namespace
