@@ -43,6 +43,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 }
 
 absl::Status Daemon::Init() {
+  // Both gRPC servers answer grpc.health.v1.Health (set before either is built).
+  grpc::EnableDefaultHealthCheckService(true);
   MetricsOptions metrics_options;
   metrics_options.listen = options_.metrics_listen;
   KVT_ASSIGN_OR_RETURN(metrics_, DaemonMetrics::Create(metrics_options));
@@ -120,7 +122,6 @@ absl::Status Daemon::StartClientServer() {
     unlink(path.c_str());  // a stale socket of a daemon that died
   }
   client_service_ = std::make_unique<ClientService>(&context_, prefill_.get(), decode_.get());
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials(), &bound);
