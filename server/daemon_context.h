@@ -3,6 +3,7 @@
 #ifndef KVT_SERVER_DAEMON_CONTEXT_H_
 #define KVT_SERVER_DAEMON_CONTEXT_H_
 
+#include "absl/status/status.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/peer_directory.h"
@@ -24,6 +25,10 @@ struct DaemonContext {
   // This daemon's peer-service address as others dial it (for CancelTransfer back to us).
   std::string advertise_address;
 };
+
+// Ends a request's record, the same way on both sides: counts the outcome (done, cancelled, failed by cause),
+// logs a failure, appends DONE or FAILED to its events and moves it to the book's finished list.
+void FinishRecord(DaemonContext& context, RequestRecord& record, const absl::Status& status);
 
 }  // namespace kvt::server
 

@@ -212,7 +212,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   void StopTransfers(std::string peer, absl::Status why, size_t layers) {
     std::shared_ptr<InboundRequest> self = shared_from_this();
     context_->workers->Submit([self, peer = std::move(peer), why = std::move(why), layers] {
-      if (!peer.empty()) self->NotifyPeer(peer, why);
+      if (!peer.empty()) self->context_->peers->CancelOnPeer(peer, self->args_.request_id, why);
       for (size_t l = 0; l < layers; ++l) self->context_->transport->Cancel(self->first_transfer_id_ + l);
     });
   }
@@ -326,31 +326,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       // Running decodes finish their page first; the last one lets the region go.
       if (active_tasks_ == 0) region_ = RegionLease();
     }
-    DaemonMetrics* m = context_->metrics;
-    if (status.ok()) {
-      m->TransferFinished(Side::kDecode, Outcome::kDone, status.code());
-    } else if (status.code() == absl::StatusCode::kCancelled) {
-      m->TransferFinished(Side::kDecode, Outcome::kCancelled, status.code());
-    } else {
-      m->TransferFinished(Side::kDecode, Outcome::kFailed, status.code());
-      Logger("server")->warn("request {} (decode side) failed: {}", args_.request_id, status.ToString());
-    }
-    record_->events.Finish(status);
-    context_->book->Retire(*record_);
+    FinishRecord(*context_, *record_, status);
     if (on_finished_) on_finished_(*this);
-  }
-
-  void NotifyPeer(const std::string& address, const absl::Status& why) {
-    absl::StatusOr<std::shared_ptr<const PeerConnection>> peer = context_->peers->Dial(address, absl::Seconds(1));
-    if (!peer.ok()) return;  // gone: its own failure detection covers its side
-    v1::CancelTransferRequest cancel;
-    cancel.set_request_id(args_.request_id);
-    cancel.set_reason(std::string(why.message()));
-    cancel.set_status_code(static_cast<int32_t>(why.code()));
-    v1::CancelTransferResponse response;
-    grpc::ClientContext call;
-    context_->peers->PrepareCall(&call, absl::Now() + absl::Seconds(2));
-    (void)(*peer)->stub->CancelTransfer(&call, cancel, &response);  // best effort
   }
 
  public:

@@ -89,6 +89,20 @@ absl::StatusOr<std::shared_ptr<const PeerConnection>> PeerDirectory::Dial(const 
   return std::shared_ptr<const PeerConnection>(peer);
 }
 
+void PeerDirectory::CancelOnPeer(const std::string& address, const std::string& request_id,
+                                 const absl::Status& why) {
+  absl::StatusOr<std::shared_ptr<const PeerConnection>> peer = Dial(address, absl::Seconds(1));
+  if (!peer.ok()) return;
+  v1::CancelTransferRequest cancel;
+  cancel.set_request_id(request_id);
+  cancel.set_reason(std::string(why.message()));
+  cancel.set_status_code(static_cast<int32_t>(why.code()));
+  v1::CancelTransferResponse response;
+  grpc::ClientContext call;
+  PrepareCall(&call, absl::Now() + absl::Seconds(2));
+  (void)(*peer)->stub->CancelTransfer(&call, cancel, &response);  // best effort, as said
+}
+
 void PeerDirectory::Forget(const std::string& address) {
   kvt::MutexLock lock(&mu_);
   peers_.erase(address);

@@ -51,6 +51,10 @@ class PeerDirectory {
   // Drops a cached connection (after a data-plane failure) so the next Dial makes a new one.
   void Forget(const std::string& address);
 
+  // Tells the daemon at `address` to stop request `request_id` because of `why` (its CancelTransfer), best effort
+  // and bounded (about 3 s): a peer that cannot be reached is gone, and its own failure detection covers it.
+  void CancelOnPeer(const std::string& address, const std::string& request_id, const absl::Status& why);
+
   // Prepares a context for a call to a peer: deadline and credentials.
   void PrepareCall(grpc::ClientContext* context, absl::Time deadline) const;
 

@@ -103,24 +103,16 @@ class PrefillSide::OutboundRequest {
     }
     if (!status.ok()) {
       for (uint64_t id : SentIds()) context_->transport->Cancel(id);
-      if (notify_peer && first_transfer_id_ != 0) NotifyPeer(status);
+      if (notify_peer && first_transfer_id_ != 0) {
+        context_->peers->CancelOnPeer(args_.decode_daemon, args_.request_id, status);
+      }
     }
     Finish(status);
   }
 
   void Finish(const absl::Status& status) {
-    DaemonMetrics* m = context_->metrics;
-    if (status.ok()) {
-      m->TransferFinished(Side::kPrefill, Outcome::kDone, status.code());
-    } else if (status.code() == absl::StatusCode::kCancelled) {
-      m->TransferFinished(Side::kPrefill, Outcome::kCancelled, status.code());
-    } else {
-      m->TransferFinished(Side::kPrefill, Outcome::kFailed, status.code());
-      Logger("server")->warn("request {} (prefill side) failed: {}", args_.request_id, status.ToString());
-    }
-    record_->events.Finish(status);
     region_ = RegionLease();  // the region may be unregistered from now on
-    context_->book->Retire(*record_);
+    FinishRecord(*context_, *record_, status);
     kvt::MutexLock lock(&mu_);
     ended_ = true;
   }
@@ -288,20 +280,6 @@ class PrefillSide::OutboundRequest {
     }
     while (!window.empty()) KVT_RETURN_IF_ERROR(WaitOldest(window, &staged));
     return absl::OkStatus();
-  }
-
-  void NotifyPeer(const absl::Status& why) {
-    absl::StatusOr<std::shared_ptr<const PeerConnection>> peer =
-        context_->peers->Dial(args_.decode_daemon, absl::Seconds(1));
-    if (!peer.ok()) return;  // it is gone; its own failure detection fails its side
-    v1::CancelTransferRequest cancel;
-    cancel.set_request_id(args_.request_id);
-    cancel.set_reason(std::string(why.message()));
-    cancel.set_status_code(static_cast<int32_t>(why.code()));
-    v1::CancelTransferResponse response;
-    grpc::ClientContext call;
-    context_->peers->PrepareCall(&call, absl::Now() + absl::Seconds(2));
-    (void)(*peer)->stub->CancelTransfer(&call, cancel, &response);  // best effort: the peer has a deadline too
   }
 
   DaemonContext* const context_;

@@ -122,4 +122,23 @@ server::DaemonOptions TestDaemonOptions(server::Role role, const std::string& na
   return o;
 }
 
+absl::StatusOr<DaemonPair> StartDaemonPair(double rate_bytes_per_second) {
+  server::DaemonOptions p = TestDaemonOptions(server::Role::kPrefill, "prefill");
+  server::DaemonOptions d = TestDaemonOptions(server::Role::kDecode, "decode");
+  p.transport.rate_bytes_per_second = rate_bytes_per_second;
+  if (rate_bytes_per_second > 0) {
+    p.transport.chunk_bytes = 16 << 10;
+    d.transport.chunk_bytes = 16 << 10;
+  }
+  DaemonPair pair;
+  KVT_ASSIGN_OR_RETURN(pair.prefill, server::Daemon::Start(p));
+  KVT_ASSIGN_OR_RETURN(pair.decode, server::Daemon::Start(d));
+  ClientOptions co;
+  co.socket = pair.prefill->client_socket();
+  KVT_ASSIGN_OR_RETURN(pair.prefill_client, Client::Connect(co));
+  co.socket = pair.decode->client_socket();
+  KVT_ASSIGN_OR_RETURN(pair.decode_client, Client::Connect(co));
+  return pair;
+}
+
 }  // namespace kvt::e2e

@@ -45,6 +45,18 @@ absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, c
 // Options of a test daemon: sockets under TEST_TMPDIR, ports picked by the kernel, no metrics HTTP.
 server::DaemonOptions TestDaemonOptions(server::Role role, const std::string& name);
 
+// A prefill and a decode daemon in this process, with a client connected to each.
+struct DaemonPair {
+  std::unique_ptr<server::Daemon> prefill;
+  std::unique_ptr<server::Daemon> decode;
+  std::unique_ptr<Client> prefill_client;
+  std::unique_ptr<Client> decode_client;
+};
+
+// Starts the pair; `rate_bytes_per_second` > 0 paces the prefill side's data plane (with 16 KiB chunks, so the
+// token bucket's two-chunk burst is small next to a test's transfer).
+absl::StatusOr<DaemonPair> StartDaemonPair(double rate_bytes_per_second = 0);
+
 }  // namespace kvt::e2e
 
 #endif  // KVT_TESTS_E2E_DAEMON_PAIR_H_

@@ -32,29 +32,12 @@ class TransferTest : public ::testing::Test {
     prefill_client_.reset();
     decode_.reset();
     prefill_.reset();
-    server::DaemonOptions p = TestDaemonOptions(server::Role::kPrefill, "prefill");
-    server::DaemonOptions d = TestDaemonOptions(server::Role::kDecode, "decode");
-    p.transport.rate_bytes_per_second = rate_bytes_per_second;
-    if (rate_bytes_per_second > 0) {
-      // Small chunks, so the bucket's burst (two chunks) is small next to the transfer.
-      p.transport.chunk_bytes = 16 << 10;
-      d.transport.chunk_bytes = 16 << 10;
-    }
-    auto prefill = server::Daemon::Start(p);
-    ASSERT_TRUE(prefill.ok()) << prefill.status();
-    prefill_ = *std::move(prefill);
-    auto decode = server::Daemon::Start(d);
-    ASSERT_TRUE(decode.ok()) << decode.status();
-    decode_ = *std::move(decode);
-    ClientOptions co;
-    co.socket = prefill_->client_socket();
-    auto pc = Client::Connect(co);
-    ASSERT_TRUE(pc.ok()) << pc.status();
-    prefill_client_ = *std::move(pc);
-    co.socket = decode_->client_socket();
-    auto dc = Client::Connect(co);
-    ASSERT_TRUE(dc.ok()) << dc.status();
-    decode_client_ = *std::move(dc);
+    absl::StatusOr<DaemonPair> pair = StartDaemonPair(rate_bytes_per_second);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    prefill_ = std::move(pair->prefill);
+    decode_ = std::move(pair->decode);
+    prefill_client_ = std::move(pair->prefill_client);
+    decode_client_ = std::move(pair->decode_client);
   }
 
   // Registers a filled source cache on the prefill daemon and an empty one on the decode daemon.

@@ -61,21 +61,12 @@ std::string TempPath(const std::string& name) {
 class DaemonCommandsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto prefill = server::Daemon::Start(e2e::TestDaemonOptions(server::Role::kPrefill, "prefill"));
-    ASSERT_TRUE(prefill.ok()) << prefill.status();
-    prefill_ = *std::move(prefill);
-    auto decode = server::Daemon::Start(e2e::TestDaemonOptions(server::Role::kDecode, "decode"));
-    ASSERT_TRUE(decode.ok()) << decode.status();
-    decode_ = *std::move(decode);
-    ClientOptions co;
-    co.socket = prefill_->client_socket();
-    auto pc = Client::Connect(co);
-    ASSERT_TRUE(pc.ok()) << pc.status();
-    prefill_client_ = *std::move(pc);
-    co.socket = decode_->client_socket();
-    auto dc = Client::Connect(co);
-    ASSERT_TRUE(dc.ok()) << dc.status();
-    decode_client_ = *std::move(dc);
+    absl::StatusOr<e2e::DaemonPair> pair = e2e::StartDaemonPair();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    prefill_ = std::move(pair->prefill);
+    decode_ = std::move(pair->decode);
+    prefill_client_ = std::move(pair->prefill_client);
+    decode_client_ = std::move(pair->decode_client);
 
     const server::KvLayoutSpec layout = e2e::DenseLayout(kLayers, kBlocks, kBlockTokens, 2, 64);
     auto src = e2e::MakeKvCache(layout, 7, true);
