@@ -1,6 +1,6 @@
 // The message layer under a Communicator: ordered, reliable byte messages between the ranks of one group.
-// Implementations: InProcessWire (ranks as threads of one process, for tests) and TcpWire (a full mesh of
-// sockets between processes or hosts).
+// Implementations: InProcessWire (ranks as threads of one process, for tests), TcpWire (a full mesh of
+// sockets between processes or hosts) and UcxWire (UCX tag messages: shared memory, tcp, verbs).
 //
 // Threading: one thread at a time calls a given wire's Send and Receive (the Communicator that owns it).
 // Messages from one rank to another arrive whole and in the order they were sent.

@@ -5,7 +5,7 @@
 // Receive. A peer whose connection closes (its process died) turns into UNAVAILABLE once its queued messages
 // are read; every wait has a deadline.
 //
-// This stands in for the UCX backend the design asks for (docs/COLLECTIVES.md).
+// It also bootstraps the UCX backend (ucx_wire.h), which exchanges worker addresses over it.
 //   KVT_ASSIGN_OR_RETURN(std::vector<std::string> peers, ParsePeerList("10.0.0.1:7000,10.0.0.2:7000"));
 //   KVT_ASSIGN_OR_RETURN(auto wire, TcpWire::Create({.rank = 1, .peers = peers}));
 #ifndef KVT_TRANSPORT_COLLECTIVE_TCP_WIRE_H_
