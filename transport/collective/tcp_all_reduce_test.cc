@@ -1,20 +1,17 @@
 // AllReduce across real processes: the test forks one child per rank, each builds a TcpWire mesh on a
 // listener the parent bound to port 0, runs AllReduce and writes what it got to a file; the parent checks the
 // results.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "transport/collective/all_reduce.h"
 #include "transport/collective/all_reduce_testing.h"
+#include "transport/collective/multi_process_testing.h"
 #include "transport/collective/tcp_wire.h"
 
 namespace kvt::collective {
@@ -37,113 +34,40 @@ std::vector<float> InputOf(int rank) { return RandomWithOutliers(kValues, 4242 +
 
 enum class ChildRole { kReduce, kDieAfterBootstrap };
 
-// The body of a child process: one record per config (int32 status code, int64 elapsed ms, kValues floats).
-int RunChild(int rank, const std::vector<std::string>& peers, TcpListener listener, ChildRole role,
-             const std::string& path) {
-  auto wire = TcpWire::Create({.rank = rank, .peers = peers, .bootstrap_timeout = absl::Seconds(20)},
-                              std::move(listener));
+// The body of a child process: one record per config (status, elapsed time, kValues floats).
+int RunChild(ForkedRank& self, ChildRole role) {
+  auto wire =
+      TcpWire::Create({.rank = self.rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(20)},
+                      std::move(self.listener));
   if (!wire.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, wire.status().ToString().c_str());
+    std::fprintf(stderr, "rank %d: %s\n", self.rank, wire.status().ToString().c_str());
     return 2;
   }
   if (role == ChildRole::kDieAfterBootstrap)
     _exit(0);  // as if killed: no goodbye, sockets closed by the kernel
   auto comm = WireCommunicator::Create(std::move(*wire));
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) return 3;
-  const std::vector<float> in = InputOf(rank);
+  const std::vector<float> in = InputOf(self.rank);
   for (AllReduceOptions options : Configs()) {
     options.timeout = absl::Seconds(30);
     std::vector<float> out(kValues, std::nanf(""));
     const absl::Time start = absl::Now();
     const absl::Status status = (*comm)->AllReduce(in, absl::MakeSpan(out), options);
-    const int32_t code = static_cast<int32_t>(status.code());
-    const int64_t elapsed_ms = absl::ToInt64Milliseconds(absl::Now() - start);
-    std::fwrite(&code, sizeof(code), 1, file);
-    std::fwrite(&elapsed_ms, sizeof(elapsed_ms), 1, file);
-    std::fwrite(out.data(), sizeof(float), out.size(), file);
+    self.records.Write(status, out, absl::Now() - start);
     if (!status.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+      std::fprintf(stderr, "rank %d: %s\n", self.rank, status.ToString().c_str());
       break;
     }
   }
-  std::fclose(file);
   return 0;
 }
 
-struct Record {
-  absl::StatusCode code;
-  absl::Duration elapsed;
-  std::vector<float> out;
-};
-
-std::vector<Record> ReadRecords(const std::string& path) {
-  std::vector<Record> records;
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return records;
-  while (true) {
-    int32_t code;
-    int64_t elapsed_ms;
-    Record record{absl::StatusCode::kOk, absl::ZeroDuration(), std::vector<float>(kValues)};
-    if (std::fread(&code, sizeof(code), 1, file) != 1 ||
-        std::fread(&elapsed_ms, sizeof(elapsed_ms), 1, file) != 1 ||
-        std::fread(record.out.data(), sizeof(float), kValues, file) != kValues) {
-      break;
-    }
-    record.code = static_cast<absl::StatusCode>(code);
-    record.elapsed = absl::Milliseconds(elapsed_ms);
-    records.push_back(std::move(record));
-  }
-  std::fclose(file);
-  return records;
-}
-
-// Forks the ranks (roles[r] for rank r), waits for all (killing any still running after 60 s) and returns
-// each rank's records.
+// Runs the ranks (roles[r] for rank r) as processes, killing any still running after 60 s, and returns each
+// rank's records.
 std::vector<std::vector<Record>> RunRanks(const std::vector<ChildRole>& roles) {
-  const int world = static_cast<int>(roles.size());
-  std::vector<TcpListener> listeners;
-  std::vector<std::string> peers;
-  for (int r = 0; r < world; ++r) {
-    auto listener = TcpListener::Listen("127.0.0.1:0");
-    EXPECT_TRUE(listener.ok()) << listener.status();
-    peers.push_back(absl::StrFormat("127.0.0.1:%d", listener->port()));
-    listeners.push_back(std::move(*listener));
-  }
-  const std::string dir = ::testing::TempDir();
-  const std::string stem = absl::StrFormat("%s/tcp_all_reduce_%d_%d", dir, getpid(), rand());
-  std::vector<pid_t> children;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      TcpListener mine = std::move(listeners[r]);
-      listeners.clear();  // the other ranks' listeners belong to them
-      _exit(RunChild(r, peers, std::move(mine), roles[r], absl::StrFormat("%s_%d", stem, r)));
-    }
-    EXPECT_GT(pid, 0);
-    children.push_back(pid);
-  }
-  listeners.clear();
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  for (int r = 0; r < world; ++r) {
-    int wstatus = 0;
-    while (waitpid(children[r], &wstatus, WNOHANG) == 0) {
-      if (absl::Now() > give_up) {
-        ADD_FAILURE() << "rank " << r << " hung; killing it";
-        kill(children[r], SIGKILL);
-        waitpid(children[r], &wstatus, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "rank " << r << " status " << wstatus;
-  }
-  std::vector<std::vector<Record>> records;
-  for (int r = 0; r < world; ++r) {
-    records.push_back(ReadRecords(absl::StrFormat("%s_%d", stem, r)));
-    std::remove(absl::StrFormat("%s_%d", stem, r).c_str());
-  }
-  return records;
+  ForkedRun run = RunForked(static_cast<int>(roles.size()), absl::Seconds(60),
+                            [&](ForkedRank& self) { return RunChild(self, roles[self.rank]); });
+  for (const absl::Status& exit : run.exits) EXPECT_TRUE(exit.ok()) << exit;
+  return std::move(run.records);
 }
 
 TEST(TcpAllReduceTest, ThreeProcessesGetBitwiseIdenticalResultsWithinTheStatedBound) {
@@ -156,12 +80,13 @@ TEST(TcpAllReduceTest, ThreeProcessesGetBitwiseIdenticalResultsWithinTheStatedBo
   for (size_t c = 0; c < configs.size(); ++c) {
     for (int r = 0; r < kWorld; ++r) {
       ASSERT_EQ(records[r][c].code, absl::StatusCode::kOk) << "rank " << r << " config " << c;
-      EXPECT_EQ(std::memcmp(records[r][c].out.data(), records[0][c].out.data(), kValues * sizeof(float)), 0)
+      EXPECT_EQ(
+          std::memcmp(records[r][c].values.data(), records[0][c].values.data(), kValues * sizeof(float)), 0)
           << "rank " << r << " config " << c;
     }
     const std::vector<double> bound = AllReduceErrorBound(inputs, configs[c]);
     for (size_t i = 0; i < kValues; ++i) {
-      ASSERT_LE(std::fabs(records[0][c].out[i] - exact[i]), bound[i]) << "config " << c << " value " << i;
+      ASSERT_LE(std::fabs(records[0][c].values[i] - exact[i]), bound[i]) << "config " << c << " value " << i;
     }
   }
 }

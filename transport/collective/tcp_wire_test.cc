@@ -5,26 +5,23 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "transport/collective/multi_process_testing.h"
 
 namespace kvt::collective {
 namespace {
 
 // Builds a mesh of `world` TcpWires in this process, one thread per rank, on listeners bound to port 0.
 std::vector<std::unique_ptr<TcpWire>> Mesh(int world) {
-  std::vector<TcpListener> listeners;
-  std::vector<std::string> peers;
-  for (int r = 0; r < world; ++r) {
-    auto listener = TcpListener::Listen("127.0.0.1:0");
-    EXPECT_TRUE(listener.ok()) << listener.status();
-    peers.push_back(absl::StrFormat("127.0.0.1:%d", listener->port()));
-    listeners.push_back(std::move(*listener));
-  }
   std::vector<std::unique_ptr<TcpWire>> wires(world);
+  absl::StatusOr<LoopbackListeners> loopback = ListenOnLoopback(world);
+  EXPECT_TRUE(loopback.ok()) << loopback.status();
+  if (!loopback.ok()) return wires;
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto wire = TcpWire::Create({.rank = r, .peers = peers, .bootstrap_timeout = absl::Seconds(10)},
-                                  std::move(listeners[r]));
+      auto wire =
+          TcpWire::Create({.rank = r, .peers = loopback->peers, .bootstrap_timeout = absl::Seconds(10)},
+                          std::move(loopback->listeners[r]));
       EXPECT_TRUE(wire.ok()) << wire.status();
       if (wire.ok()) wires[r] = std::move(*wire);
     });

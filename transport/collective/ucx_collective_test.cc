@@ -1,8 +1,6 @@
 // AllReduce and Dispatch/Combine across real processes over the UCX wire, once per UCX transport set: the
 // test forks one child per rank; each bootstraps a TcpWire mesh on a listener the parent bound to port 0,
 // builds UcxWires over it, runs the collectives and writes what it got to a file; the parent checks them.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,12 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "transport/collective/all_reduce.h"
 #include "transport/collective/all_reduce_testing.h"
 #include "transport/collective/moe.h"
 #include "transport/collective/moe_testing.h"
+#include "transport/collective/multi_process_testing.h"
 #include "transport/collective/tcp_wire.h"
 #include "transport/collective/ucx_wire.h"
 
@@ -49,20 +48,25 @@ MoeRankData MoeInput(int rank, int config, int batch) {
 
 enum class ChildRole { kRun, kDieAfterBootstrap };
 
-void WriteRecord(FILE* file, absl::Status status, const std::vector<float>& out) {
-  const int32_t code = static_cast<int32_t>(status.code());
-  const uint64_t n = out.size();
-  std::fwrite(&code, sizeof(code), 1, file);
-  std::fwrite(&n, sizeof(n), 1, file);
-  std::fwrite(out.data(), sizeof(float), out.size(), file);
+// Returns once every rank has called it: a byte to and then from every peer over `wire`.
+absl::Status Barrier(CollectiveWire& wire) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  uint8_t byte = 0;
+  for (int peer = 0; peer < wire.world_size(); ++peer) {
+    if (peer != wire.rank()) KVT_RETURN_IF_ERROR(wire.Send(peer, absl::MakeConstSpan(&byte, 1), deadline));
+  }
+  for (int peer = 0; peer < wire.world_size(); ++peer) {
+    if (peer != wire.rank()) KVT_RETURN_IF_ERROR(wire.Receive(peer, absl::MakeSpan(&byte, 1), deadline));
+  }
+  return absl::OkStatus();
 }
 
-// The body of a child: one record (int32 code, u64 n, n floats) per AllReduce config, then per dispatch
-// config two (batch 0 and 1). A failure writes its record and stops.
-int RunChild(int rank, const std::vector<std::string>& peers, TcpListener listener, const UcxWireOptions& ucx,
-             ChildRole role, const std::string& path) {
-  auto bootstrap = TcpWire::Create({.rank = rank, .peers = peers, .bootstrap_timeout = absl::Seconds(20)},
-                                   std::move(listener));
+// The body of a child: one record (status, values) per AllReduce config, then per dispatch config two (batch
+// 0 and 1). A failure writes its record and stops.
+int RunChild(ForkedRank& self, const UcxWireOptions& ucx, ChildRole role) {
+  const int rank = self.rank;
+  auto bootstrap = TcpWire::Create(
+      {.rank = rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(20)}, std::move(self.listener));
   if (!bootstrap.ok()) return 2;
   auto reduce_wire = UcxWire::Create(ucx, **bootstrap);
   auto moe_wire = UcxWire::Create(ucx, **bootstrap);
@@ -71,21 +75,21 @@ int RunChild(int rank, const std::vector<std::string>& peers, TcpListener listen
                  moe_wire.status().ToString().c_str());
     return 3;
   }
+  // Until every rank has its UcxWires a peer may still be connecting to this one: only then may a rank die.
+  if (const absl::Status barrier = Barrier(**bootstrap); !barrier.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, barrier.ToString().c_str());
+    return 4;
+  }
   if (role == ChildRole::kDieAfterBootstrap) _exit(0);  // as if killed
   auto comm = WireCommunicator::Create(std::move(*reduce_wire));
   auto a2a = ExpertAllToAll::Create(std::move(*moe_wire));
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) return 4;
   const std::vector<float> in = AllReduceInput(rank);
   for (AllReduceOptions options : AllReduceConfigs()) {
     options.timeout = absl::Seconds(30);
     std::vector<float> out(kValues);
     const absl::Status status = (*comm)->AllReduce(in, absl::MakeSpan(out), options);
-    WriteRecord(file, status, out);
-    if (!status.ok()) {
-      std::fclose(file);
-      return 0;
-    }
+    self.records.Write(status, out);
+    if (!status.ok()) return 0;
   }
   const std::vector<DispatchOptions> configs = DispatchConfigs();
   for (size_t c = 0; c < configs.size(); ++c) {
@@ -102,33 +106,11 @@ int RunChild(int rank, const std::vector<std::string>& peers, TcpListener listen
       if (status.ok()) {
         status = (*a2a)->Combine(*dispatched[b], RunScaleExperts(*dispatched[b], rank), absl::MakeSpan(out));
       }
-      WriteRecord(file, status, out);
+      self.records.Write(status, out);
     }
     if (!status.ok()) break;
   }
-  std::fclose(file);
   return 0;
-}
-
-struct Record {
-  absl::StatusCode code;
-  std::vector<float> out;
-};
-
-std::vector<Record> ReadRecords(const std::string& path) {
-  std::vector<Record> records;
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return records;
-  while (true) {
-    int32_t code;
-    uint64_t n;
-    if (std::fread(&code, sizeof(code), 1, file) != 1 || std::fread(&n, sizeof(n), 1, file) != 1) break;
-    Record record{static_cast<absl::StatusCode>(code), std::vector<float>(n)};
-    if (std::fread(record.out.data(), sizeof(float), n, file) != n) break;
-    records.push_back(std::move(record));
-  }
-  std::fclose(file);
-  return records;
 }
 
 struct Transports {
@@ -138,52 +120,14 @@ struct Transports {
 
 class UcxCollectiveTest : public ::testing::TestWithParam<Transports> {
  protected:
-  // Forks the ranks, waits for all (killing any still running after 90 s), returns each rank's records.
+  // Runs the ranks (roles[r] for rank r) as processes, killing any still running after 90 s, and returns
+  // each rank's records.
   std::vector<std::vector<Record>> RunRanks(const std::vector<ChildRole>& roles) {
-    const int world = static_cast<int>(roles.size());
-    std::vector<TcpListener> listeners;
-    std::vector<std::string> peers;
-    for (int r = 0; r < world; ++r) {
-      auto listener = TcpListener::Listen("127.0.0.1:0");
-      EXPECT_TRUE(listener.ok()) << listener.status();
-      peers.push_back(absl::StrFormat("127.0.0.1:%d", listener->port()));
-      listeners.push_back(std::move(*listener));
-    }
-    const std::string stem =
-        absl::StrFormat("%s/ucx_collective_%d_%d", ::testing::TempDir(), getpid(), rand());
-    std::vector<pid_t> children;
-    for (int r = 0; r < world; ++r) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        TcpListener mine = std::move(listeners[r]);
-        listeners.clear();
-        _exit(RunChild(r, peers, std::move(mine), GetParam().options, roles[r],
-                       absl::StrFormat("%s_%d", stem, r)));
-      }
-      EXPECT_GT(pid, 0);
-      children.push_back(pid);
-    }
-    listeners.clear();
-    const absl::Time give_up = absl::Now() + absl::Seconds(90);
-    for (int r = 0; r < world; ++r) {
-      int wstatus = 0;
-      while (waitpid(children[r], &wstatus, WNOHANG) == 0) {
-        if (absl::Now() > give_up) {
-          ADD_FAILURE() << "rank " << r << " hung; killing it";
-          kill(children[r], SIGKILL);
-          waitpid(children[r], &wstatus, 0);
-          break;
-        }
-        absl::SleepFor(absl::Milliseconds(10));
-      }
-      EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "rank " << r << " status " << wstatus;
-    }
-    std::vector<std::vector<Record>> records;
-    for (int r = 0; r < world; ++r) {
-      records.push_back(ReadRecords(absl::StrFormat("%s_%d", stem, r)));
-      std::remove(absl::StrFormat("%s_%d", stem, r).c_str());
-    }
-    return records;
+    ForkedRun run = RunForked(static_cast<int>(roles.size()), absl::Seconds(90), [&](ForkedRank& self) {
+      return RunChild(self, GetParam().options, roles[self.rank]);
+    });
+    for (const absl::Status& exit : run.exits) EXPECT_TRUE(exit.ok()) << exit;
+    return std::move(run.records);
   }
 };
 
@@ -203,11 +147,12 @@ TEST_P(UcxCollectiveTest, ThreeProcessesAllReduceAndDispatchCombineWithinTheStat
   for (size_t c = 0; c < reduce_configs.size(); ++c) {
     const std::vector<double> bound = AllReduceErrorBound(inputs, reduce_configs[c]);
     for (int r = 0; r < kWorld; ++r) {
-      ASSERT_EQ(std::memcmp(records[r][c].out.data(), records[0][c].out.data(), kValues * sizeof(float)), 0)
+      ASSERT_EQ(
+          std::memcmp(records[r][c].values.data(), records[0][c].values.data(), kValues * sizeof(float)), 0)
           << "AllReduce config " << c << " rank " << r;
     }
     for (size_t i = 0; i < kValues; ++i) {
-      ASSERT_LE(std::fabs(records[0][c].out[i] - exact[i]), bound[i])
+      ASSERT_LE(std::fabs(records[0][c].values[i] - exact[i]), bound[i])
           << "AllReduce config " << c << " value " << i;
     }
   }
@@ -217,7 +162,7 @@ TEST_P(UcxCollectiveTest, ThreeProcessesAllReduceAndDispatchCombineWithinTheStat
         const MoeRankData data = MoeInput(r, c, b);
         const std::vector<double> want = ReferenceCombine(data);
         const std::vector<double> bound = CombineErrorBound(data, dispatch_configs[c]);
-        const std::vector<float>& got = records[r][reduce_configs.size() + 2 * c + b].out;
+        const std::vector<float>& got = records[r][reduce_configs.size() + 2 * c + b].values;
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
           ASSERT_LE(std::fabs(got[i] - want[i]), bound[i])
