@@ -43,6 +43,20 @@ absl::Status Client::RegisterRegion(const std::string& region_id, const v1::KvLa
   return WithContext(stub_->RegisterRegion(&context, request, &response), "RegisterRegion");
 }
 
+absl::Status Client::RegisterGpuRegion(const std::string& region_id, const v1::KvLayout& layout,
+                                       const std::string& ipc_handle, uint64_t size_bytes, int device) {
+  v1::RegisterRegionRequest request;
+  request.set_region_id(region_id);
+  *request.mutable_layout() = layout;
+  request.mutable_cuda_ipc()->set_ipc_handle(ipc_handle);
+  request.mutable_cuda_ipc()->set_size_bytes(size_bytes);
+  request.mutable_cuda_ipc()->set_device(device);
+  v1::RegisterRegionResponse response;
+  grpc::ClientContext context;
+  Prepare(&context);
+  return WithContext(stub_->RegisterRegion(&context, request, &response), "RegisterRegion");
+}
+
 absl::Status Client::UnregisterRegion(const std::string& region_id) {
   v1::UnregisterRegionRequest request;
   request.set_region_id(region_id);

@@ -57,9 +57,9 @@ grpc::Status ClientService::RegisterRegion(grpc::ServerContext*, const v1::Regis
         return context_->regions->RegisterShm(request->region_id(), layout, request->shm().shm_name(),
                                               request->shm().size_bytes());
       case v1::RegisterRegionRequest::kCudaIpc:
-        return absl::FailedPreconditionError(
-            "this kvtd maps host shared memory only: GPU regions (cuda_ipc) need a daemon on a GPU host built "
-            "with the GPU path; register the KV cache as a shared-memory segment instead");
+        // Without a GPU this fails with FAILED_PRECONDITION, saying so.
+        return context_->regions->RegisterCudaIpc(request->region_id(), layout, request->cuda_ipc().ipc_handle(),
+                                                  request->cuda_ipc().size_bytes(), request->cuda_ipc().device());
       default:
         return absl::InvalidArgumentError("memory is missing: set shm (or cuda_ipc)");
     }

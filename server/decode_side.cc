@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
+#include "server/gpu_pages.h"
 #include "server/kv_page_io.h"
 #include "server/page_plan.h"
 
@@ -92,6 +93,13 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     if (n != open.pages.size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("the source announced %d pages, the plan has %d", open.pages.size(), n));
+    }
+    if (region_->on_gpu()) {
+      if (dst.head_begin != src.head_begin || dst.num_kv_heads != src.num_kv_heads) {
+        return absl::InvalidArgumentError(
+            "a GPU region must hold the same heads as the source (the GPU path does not re-slice heads yet)");
+      }
+      KVT_RETURN_IF_ERROR(CheckGpuPlan(region_->layout(), plan));
     }
     scheme_ = open.scheme;
     source_heads_begin_ = src.head_begin;
@@ -298,6 +306,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   }
 
   absl::Status DecodeAndScatter(const PageSpec& spec, absl::Span<const uint8_t> container, int stages) {
+    if (region_->on_gpu()) return DecodePageOnGpu(*region_, args_.block_ids, spec, container, stages);
     thread_local std::vector<float> values;
     values.resize(static_cast<size_t>(spec.tokens) * channels_);
     codec::MutablePageView out{values.data(), static_cast<int>(spec.tokens), static_cast<int>(channels_)};

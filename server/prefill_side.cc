@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
+#include "server/gpu_pages.h"
 #include "server/kv_page_io.h"
 #include "server/proto_convert.h"
 #include "server/transfer_plan.h"
@@ -181,9 +182,16 @@ class PrefillSide::OutboundRequest {
     return absl::OkStatus();
   }
 
-  // Reads and encodes every page of `layer` on the worker pool.
+  // Reads and encodes every page of `layer`: on the region's GPU for GPU regions, else on the worker pool.
   absl::Status Encode(uint32_t layer, std::vector<codec::EncodedPage>* pages) {
     const std::vector<PlannedPage>& planned = plan_.layers[layer];
+    if (region_->on_gpu()) {
+      const absl::Time start = absl::Now();
+      KVT_ASSIGN_OR_RETURN(*pages, EncodePagesOnGpu(*region_, args_.block_ids, planned, args_.scheme,
+                                                    plan_.chunk_tokens));
+      context_->metrics->EncodeLatency((absl::Now() - start) / std::max<size_t>(1, planned.size()));
+      return absl::OkStatus();
+    }
     pages->resize(planned.size());
     std::vector<absl::Status> statuses(planned.size());
     codec::CodecOptions codec_options;
@@ -352,6 +360,7 @@ absl::Status PrefillSide::Offer(const OfferArgs& args) {
                        MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
                                         args.num_tokens, context_->options->page_tokens,
                                         layout.spec().num_kv_heads * layout.spec().head_dim));
+  if (region->on_gpu()) KVT_RETURN_IF_ERROR(CheckGpuPlan(layout, plan));
   auto record = std::make_shared<RequestRecord>(args.request_id, Side::kPrefill, absl::Now());
   record->SetLabels(args.scheme.Name(), args.decode_daemon);
   record->num_layers = layout.spec().num_layers;

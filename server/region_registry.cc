@@ -33,10 +33,22 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
   }
   KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
   KVT_ASSIGN_OR_RETURN(std::unique_ptr<ShmRegion> memory, ShmRegion::Open(shm_name, size_bytes));
-  auto region = std::make_shared<Region>(region_id, layout, std::move(memory));
+  return Publish(std::make_shared<Region>(region_id, layout, std::move(memory)));
+}
+
+absl::Status RegionRegistry::RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& spec,
+                                             const std::string& handle, uint64_t size_bytes, int device) {
+  KVT_RETURN_IF_ERROR(ValidateId(region_id, "region_id", 128));
+  KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
+  KVT_ASSIGN_OR_RETURN(std::unique_ptr<IpcMapping> memory, IpcMapping::Open(handle, size_bytes, device));
+  return Publish(std::make_shared<Region>(region_id, layout, std::move(memory)));
+}
+
+absl::Status RegionRegistry::Publish(std::shared_ptr<Region> region) {
   kvt::MutexLock lock(&mu_);
-  if (!regions_.emplace(region_id, std::move(region)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("region \"", region_id, "\" is already registered"));
+  const std::string id = region->id();
+  if (!regions_.emplace(id, std::move(region)).second) {
+    return absl::AlreadyExistsError(absl::StrCat("region \"", id, "\" is already registered"));
   }
   return absl::OkStatus();
 }

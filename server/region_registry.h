@@ -14,21 +14,32 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "absl/types/span.h"
+#include "common/cuda_ipc.h"
 #include "server/kv_layout.h"
 #include "server/shm_region.h"
 
 namespace kvt::server {
 
-// One registered region. Immutable after registration.
+// One registered region: host shared memory, or device memory of another process (CUDA IPC). Immutable after
+// registration.
 class Region {
  public:
   Region(std::string id, KvLayout layout, std::unique_ptr<ShmRegion> memory)
       : id_(std::move(id)), layout_(layout), memory_(std::move(memory)) {}
+  Region(std::string id, KvLayout layout, std::unique_ptr<IpcMapping> gpu_memory)
+      : id_(std::move(id)), layout_(layout), gpu_memory_(std::move(gpu_memory)) {}
 
   const std::string& id() const { return id_; }
   const KvLayout& layout() const { return layout_; }
-  // The whole mapped region; every access through it is checked by the page readers against its size.
-  absl::Span<uint8_t> bytes() const { return *memory_->Bytes(0, memory_->size()); }
+  bool on_gpu() const { return gpu_memory_ != nullptr; }
+  // Host regions: the whole mapped region; every access through it is checked by the page readers against its
+  // size. Empty for GPU regions.
+  absl::Span<uint8_t> bytes() const {
+    return memory_ != nullptr ? *memory_->Bytes(0, memory_->size()) : absl::Span<uint8_t>();
+  }
+  // GPU regions: the mapped device memory and its device (null / -1 for host regions).
+  void* device_data() const { return on_gpu() ? gpu_memory_->data() : nullptr; }
+  int device() const { return on_gpu() ? gpu_memory_->device() : -1; }
 
  private:
   friend class RegionRegistry;
@@ -37,6 +48,7 @@ class Region {
   const std::string id_;
   const KvLayout layout_;
   const std::unique_ptr<ShmRegion> memory_;
+  const std::unique_ptr<IpcMapping> gpu_memory_;
   std::atomic<int> leases_{0};
 };
 
@@ -64,6 +76,10 @@ class RegionRegistry {
   // PERMISSION_DENIED or OUT_OF_RANGE from mapping the segment.
   absl::Status RegisterShm(const std::string& region_id, const KvLayoutSpec& layout, const std::string& shm_name,
                            uint64_t size_bytes);
+  // Opens a CUDA IPC handle to another process's device allocation of `size_bytes` on `device` and validates
+  // `layout` against it. FAILED_PRECONDITION when this daemon has no such GPU; errors as RegisterShm otherwise.
+  absl::Status RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& layout, const std::string& handle,
+                               uint64_t size_bytes, int device);
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION while a request holds a lease on it.
   absl::Status Unregister(const std::string& region_id);
   // NOT_FOUND for an unknown id.
@@ -72,6 +88,9 @@ class RegionRegistry {
   size_t size() const;
 
  private:
+  // ALREADY_EXISTS if the id was registered meanwhile.
+  absl::Status Publish(std::shared_ptr<Region> region);
+
   mutable kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,100 @@
+#include "server/gpu_pages.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "codec/gpu/codec_cuda.h"
+#include "common/cuda_ipc.h"
+#include "common/status_macros.h"
+
+namespace kvt::server {
+namespace {
+
+codec::gpu::PagedKvView View(const Region& region, uint32_t layer, uint32_t kind) {
+  const KvLayoutSpec& s = region.layout().spec();
+  codec::gpu::PagedKvView v;
+  v.data = static_cast<uint8_t*>(region.device_data()) + s.layer_stride_bytes * layer + s.kv_stride_bytes * kind;
+  v.dtype = s.dtype == KvDType::kBf16   ? codec::gpu::KvDType::kBfloat16
+            : s.dtype == KvDType::kFp16 ? codec::gpu::KvDType::kFloat16
+                                        : codec::gpu::KvDType::kFloat32;
+  v.layout = s.order == BlockOrder::kNhd ? codec::gpu::KvLayout::kNHD : codec::gpu::KvLayout::kHND;
+  v.num_blocks = static_cast<int>(s.num_blocks);
+  v.block_tokens = static_cast<int>(s.block_tokens);
+  v.heads = static_cast<int>(s.num_kv_heads);
+  v.head_dim = static_cast<int>(s.head_dim);
+  return v;
+}
+
+// The engine blocks page `page` covers, as the kernels take them.
+std::vector<int32_t> PageBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids, const PageSpec& page) {
+  const uint32_t bt = layout.spec().block_tokens;
+  std::vector<int32_t> ids;
+  for (uint32_t b = page.first_token / bt; b < (page.first_token + page.tokens + bt - 1) / bt; ++b) {
+    ids.push_back(static_cast<int32_t>(block_ids[b]));
+  }
+  return ids;
+}
+
+}  // namespace
+
+absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan) {
+  if (plan.scheme.spike_reserve) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "scheme %s: spike reserving has no GPU kernel yet; use it with host-memory regions", plan.scheme.Name()));
+  }
+  const uint32_t bt = layout.spec().block_tokens;
+  for (const auto& layer : plan.layers) {
+    for (const PlannedPage& p : layer) {
+      if (p.spec.first_token % bt != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "GPU regions need pages that start on engine blocks: a page starts at token %d, blocks hold %d tokens "
+            "(use a block size that divides the codec's %d-token chunks)",
+            p.spec.first_token, bt, plan.chunk_tokens));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& region,
+                                                                 absl::Span<const uint32_t> block_ids,
+                                                                 absl::Span<const PlannedPage> pages,
+                                                                 const codec::Scheme& scheme, int chunk_tokens) {
+  KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
+  codec::CodecOptions options;
+  options.chunk_tokens = chunk_tokens;
+  // One launch per (layer, kind, page length): the kernels take pages of one shape from one tensor.
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    groups[{pages[i].spec.layer, pages[i].spec.kind, pages[i].spec.tokens}].push_back(i);
+  }
+  std::vector<codec::EncodedPage> out(pages.size());
+  for (const auto& [key, members] : groups) {
+    const auto& [layer, kind, tokens] = key;
+    std::vector<int32_t> ids;
+    for (size_t i : members) {
+      const std::vector<int32_t> page_ids = PageBlocks(region.layout(), block_ids, pages[i].spec);
+      ids.insert(ids.end(), page_ids.begin(), page_ids.end());
+    }
+    KVT_ASSIGN_OR_RETURN(std::vector<codec::EncodedPage> encoded,
+                         codec::gpu::EncodePagesCuda(scheme, options, View(region, layer, kind),
+                                                     static_cast<int>(tokens), ids));
+    if (encoded.size() != members.size()) {
+      return absl::InternalError(absl::StrFormat("GPU encode returned %d pages for %d", encoded.size(), members.size()));
+    }
+    for (size_t j = 0; j < members.size(); ++j) out[members[j]] = std::move(encoded[j]);
+  }
+  return out;
+}
+
+absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> block_ids, const PageSpec& page,
+                             absl::Span<const uint8_t> container, int stages) {
+  KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
+  const std::vector<int32_t> ids = PageBlocks(region.layout(), block_ids, page);
+  const absl::Span<const uint8_t> containers[] = {container};
+  return codec::gpu::DecodePagesCuda(containers, stages, codec::CodecOptions{}, View(region, page.layer, page.kind),
+                                     ids);
+}
+
+}  // namespace kvt::server

@@ -1,0 +1,38 @@
+// The GPU path of the daemon (DESIGN.md 7): pages of a request encoded straight out of a GPU region's paged
+// blocks by the CUDA kernels (codec/gpu), and decoded straight into them. The containers are byte-identical to
+// the CPU path's, so a GPU prefill daemon and a CPU decode daemon (or the reverse) interoperate.
+// Thread-safe: calls may come from several threads; each makes the region's device current for itself.
+#ifndef KVT_SERVER_GPU_PAGES_H_
+#define KVT_SERVER_GPU_PAGES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/codec.h"
+#include "server/region_registry.h"
+#include "server/transfer_plan.h"
+
+namespace kvt::server {
+
+// Whether the GPU path can carry `plan` for a region of `layout`: every page starts on an engine block boundary
+// (the kernels read and write whole blocks) and the scheme has a kernel (spike reserving has none yet). The
+// message says which page or scheme does not fit.
+absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan);
+
+// Encodes `pages` (any mix of layers and kinds) of the request whose blocks are `block_ids` from `region`
+// (on_gpu) into containers, in the order of `pages`.
+absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& region,
+                                                                 absl::Span<const uint32_t> block_ids,
+                                                                 absl::Span<const PlannedPage> pages,
+                                                                 const codec::Scheme& scheme, int chunk_tokens);
+
+// Decodes one page's container with its first `stages` streams into `region`'s blocks (all of the page's heads:
+// the GPU path does not re-slice heads).
+absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> block_ids, const PageSpec& page,
+                             absl::Span<const uint8_t> container, int stages);
+
+}  // namespace kvt::server
+
+#endif  // KVT_SERVER_GPU_PAGES_H_
