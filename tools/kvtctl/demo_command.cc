@@ -22,8 +22,10 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
   const DemoOptions& o = r.options;
   out << absl::StrFormat(
       "\nkvt demo: %s-shaped synthetic KV, %d tokens x %d layers x %d KV heads x %d dims (%.1f MB as bf16)\n"
-      "two kvtd daemons, %s, link rate-limited to %.2f Gbit/s; times from Expect to the decode daemon's events\n\n",
-      o.model, o.tokens, r.layers, r.kv_heads, r.head_dim, r.kv_bytes_bf16 / 1e6, r.transports, o.rate_gbps);
+      "two kvtd daemons, %s, KV in %s, link rate-limited to %.2f Gbit/s; times from Expect to the decode daemon's events\n\n",
+      o.model, o.tokens, r.layers, r.kv_heads, r.head_dim, r.kv_bytes_bf16 / 1e6, r.transports,
+      o.gpu >= 0 ? absl::StrCat("GPU ", o.gpu, " memory (CUDA IPC, CUDA kernels)") : std::string("shared memory"),
+      o.rate_gbps);
   const SchemeRun* int8 = r.Find("int8");
   const double base = int8 != nullptr ? int8->full_ms : 0;
   out << absl::StrFormat("%-12s %10s %10s %10s %10s %12s %12s %13s %12s\n", "scheme", "wire MB", "anchor MB",
@@ -32,6 +34,12 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
     out << absl::StrFormat("%-12s %10.2f %10.2f %10.1f %10.1f %12s %12s %13.3e %12.3e\n", run.scheme,
                            run.wire_bytes / 1e6, run.anchor_bytes / 1e6, run.anchor_ms, run.full_ms,
                            Ratio(run.anchor_ms, base), Ratio(run.full_ms, base), run.vnmse_anchor, run.vnmse_full);
+  }
+  for (const SchemeRun& run : r.runs) {
+    if (run.verified_identical) {
+      out << absl::StrFormat("%-12s decode blocks bit-identical to the codec's own decode: %s\n", run.scheme,
+                             *run.verified_identical ? "yes" : "NO");
+    }
   }
   out << "\nanchor/int8 and full/int8: this scheme's time to anchor-ready (all layers) and to full precision, over\n"
          "int8's time to full precision in this run. vNMSE: attention-output error (DESIGN.md 4.5) of what the\n"
@@ -65,6 +73,8 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
                     {"full_over_int8_full", base > 0 ? nlohmann::json(run.full_ms / base) : nlohmann::json(nullptr)},
                     {"vnmse_anchor", run.vnmse_anchor},
                     {"vnmse_full", run.vnmse_full},
+                    {"verified_identical", run.verified_identical ? nlohmann::json(*run.verified_identical)
+                                                                  : nlohmann::json(nullptr)},
                     {"layers", layers}});
   }
   return {{"model", r.options.model},   {"tokens", r.options.tokens}, {"layers", r.layers},
@@ -88,6 +98,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Int("eval-layers", &o.eval_layers, "layers the attention vNMSE is measured on");
   flags.String("ucx-tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
+  flags.Int("gpu", &o.gpu, "CUDA device for the KV caches (-1 = host shared memory)");
+  flags.Bool("verify", &o.verify, "check the decode blocks bit for bit against the codec's own decode");
   flags.String("svg", &svg, "where to write the timeline SVG (\"\" = nowhere)");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   if (auto exit = ParseCommandLine(flags, args, io, cmd,

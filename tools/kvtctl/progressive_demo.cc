@@ -16,6 +16,8 @@
 #include "codec/eval/evaluation.h"
 #include "codec/eval/metrics.h"
 #include "codec/eval/synthetic_kv.h"
+#include "codec/gpu/cuda_util.h"
+#include "common/cuda_ipc.h"
 #include "common/status_macros.h"
 #include "server/float16.h"
 #include "server/kv_layout.h"
@@ -80,6 +82,50 @@ server::KvLayoutSpec Layout(int layers, uint32_t blocks, int kv_heads, int head_
   return s;
 }
 
+// The demo engine's KV cache: a shared-memory segment, or (--gpu) device memory exported over CUDA IPC with a
+// host mirror the demo fills and reads back.
+class DemoKvCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<DemoKvCache>> Create(const std::string& shm_name, uint64_t bytes, int gpu) {
+    auto cache = std::unique_ptr<DemoKvCache>(new DemoKvCache());
+    cache->gpu_ = gpu;
+    if (gpu < 0) {
+      KVT_ASSIGN_OR_RETURN(cache->shm_, client::ShmSegment::Create(shm_name, bytes));
+      return cache;
+    }
+    KVT_RETURN_IF_ERROR(UseCudaDevice(gpu));
+    KVT_ASSIGN_OR_RETURN(cache->device_, codec::gpu::DeviceBuffer::Create(bytes));
+    cache->mirror_.assign(bytes, 0);
+    KVT_RETURN_IF_ERROR(cache->Upload());
+    return cache;
+  }
+
+  // The bytes the demo writes and reads: the segment itself, or the GPU region's host mirror.
+  absl::Span<uint8_t> host() { return shm_ ? absl::MakeSpan(shm_->data(), shm_->size()) : absl::MakeSpan(mirror_); }
+  absl::Status Upload() {
+    return gpu_ < 0 ? absl::OkStatus() : codec::gpu::CopyToDevice(device_->get(), mirror_.data(), mirror_.size());
+  }
+  absl::Status Download() {
+    return gpu_ < 0 ? absl::OkStatus() : codec::gpu::CopyToHost(mirror_.data(), device_->get(), mirror_.size());
+  }
+  absl::Status Clear() {
+    std::memset(host().data(), 0, host().size());
+    return Upload();
+  }
+  absl::Status Register(Client& client, const std::string& id, const v1::KvLayout& layout) {
+    if (gpu_ < 0) return client.RegisterRegion(id, layout, shm_->name(), shm_->size());
+    KVT_ASSIGN_OR_RETURN(std::string handle, ExportCudaIpcHandle(device_->get(), gpu_));
+    return client.RegisterGpuRegion(id, layout, handle, device_->size(), gpu_);
+  }
+
+ private:
+  DemoKvCache() = default;
+  int gpu_ = -1;
+  std::unique_ptr<client::ShmSegment> shm_;
+  std::unique_ptr<codec::gpu::DeviceBuffer> device_;
+  std::vector<uint8_t> mirror_;
+};
+
 // What a decode of `stages` streams gives for one layer's K or V, paged as the daemons page it.
 absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, const std::vector<float>& x, int tokens,
                                                int channels, int stages) {
@@ -97,14 +143,38 @@ absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, cons
 }
 
 // Layer `layer`'s K (kind 0) or V of a request as float [tokens, channels].
-absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, const client::ShmSegment& shm,
+absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, absl::Span<const uint8_t> region,
                                              const std::vector<uint32_t>& blocks, int tokens, int layer, int kind) {
   std::vector<float> out(static_cast<size_t>(tokens) * layout.spec().num_kv_heads * layout.spec().head_dim);
-  KVT_RETURN_IF_ERROR(server::GatherPage(layout, absl::MakeConstSpan(shm.data(), shm.size()), blocks,
+  KVT_RETURN_IF_ERROR(server::GatherPage(layout, region, blocks,
                                          server::PageSpec{static_cast<uint32_t>(layer), static_cast<uint32_t>(kind),
                                                           0, static_cast<uint32_t>(tokens)},
                                          absl::MakeSpan(out)));
   return out;
+}
+
+// Whether layers `layers` of the decode region hold exactly what the codec's own full decode of the source
+// gives, rounded to the region's dtype (the daemons' contract, CPU or GPU path alike).
+absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<const uint8_t> src,
+                                  const std::vector<uint32_t>& src_blocks, absl::Span<const uint8_t> dst,
+                                  const std::vector<uint32_t>& dst_blocks, int tokens, const codec::Scheme& scheme,
+                                  const std::vector<int>& layers) {
+  const uint32_t channels = layout.spec().num_kv_heads * layout.spec().head_dim;
+  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
+                       server::MakeTransferPlan(scheme, 32, layout.spec().num_layers, tokens, 256, channels));
+  std::vector<uint8_t> expected(dst.begin(), dst.end());
+  for (int l : layers) {
+    for (const server::PlannedPage& page : plan.layers[l]) {
+      std::vector<float> values(static_cast<size_t>(page.spec.tokens) * channels);
+      KVT_RETURN_IF_ERROR(server::GatherPage(layout, src, src_blocks, page.spec, absl::MakeSpan(values)));
+      const int t = static_cast<int>(page.spec.tokens), c = static_cast<int>(channels);
+      KVT_ASSIGN_OR_RETURN(codec::EncodedPage enc, codec::EncodePage(scheme, {}, {values.data(), t, c}));
+      KVT_RETURN_IF_ERROR(codec::DecodePage(enc.bytes, scheme.num_streams(), {values.data(), t, c}));
+      KVT_RETURN_IF_ERROR(server::ScatterPage(layout, absl::MakeSpan(expected), dst_blocks, page.spec, values,
+                                              layout.spec().head_begin, layout.spec().num_kv_heads));
+    }
+  }
+  return std::equal(expected.begin(), expected.end(), dst.begin());
 }
 
 struct EvalLayer {
@@ -152,8 +222,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
 
   // The engines' KV caches: blocks in a scattered order, as a paged cache holds them.
   const std::string stem = absl::StrCat("/kvt-demo-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
-  KVT_ASSIGN_OR_RETURN(auto src_shm, client::ShmSegment::Create(stem + "-prefill", region_bytes));
-  KVT_ASSIGN_OR_RETURN(auto dst_shm, client::ShmSegment::Create(stem + "-decode", region_bytes));
+  KVT_ASSIGN_OR_RETURN(auto src_kv, DemoKvCache::Create(stem + "-prefill", region_bytes, o.gpu));
+  KVT_ASSIGN_OR_RETURN(auto dst_kv, DemoKvCache::Create(stem + "-decode", region_bytes, o.gpu));
   KVT_ASSIGN_OR_RETURN(server::KvLayout layout, server::KvLayout::Create(spec, region_bytes));
   std::vector<uint32_t> src_blocks(blocks), dst_blocks(blocks);
   std::iota(src_blocks.begin(), src_blocks.end(), 0);
@@ -169,7 +239,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     codec::eval::LayerKv layer = codec::eval::GenerateLayer(kv, l);
     const server::PageSpec whole_k{static_cast<uint32_t>(l), 0, 0, static_cast<uint32_t>(o.tokens)};
     const server::PageSpec whole_v{static_cast<uint32_t>(l), 1, 0, static_cast<uint32_t>(o.tokens)};
-    const absl::Span<uint8_t> region(src_shm->data(), src_shm->size());
+    const absl::Span<uint8_t> region = src_kv->host();
     KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_k, layer.k, 0, kv.model.kv_heads));
     KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_v, layer.v, 0, kv.model.kv_heads));
     if (std::find(eval_layer_ids.begin(), eval_layer_ids.end(), l) != eval_layer_ids.end()) {
@@ -187,8 +257,9 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     }
   }
   const v1::KvLayout proto = server::LayoutToProto(spec);
-  KVT_RETURN_IF_ERROR(cluster.prefill_client->RegisterRegion("kv", proto, src_shm->name(), src_shm->size()));
-  KVT_RETURN_IF_ERROR(cluster.decode_client->RegisterRegion("kv", proto, dst_shm->name(), dst_shm->size()));
+  KVT_RETURN_IF_ERROR(src_kv->Upload());
+  KVT_RETURN_IF_ERROR(src_kv->Register(*cluster.prefill_client, "kv", proto));
+  KVT_RETURN_IF_ERROR(dst_kv->Register(*cluster.decode_client, "kv", proto));
 
   std::vector<uint32_t> all_layers(report.layers);
   std::iota(all_layers.begin(), all_layers.end(), 0);
@@ -221,7 +292,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
 
   for (size_t i = 0; i < schemes.size(); ++i) {
     const std::string name = o.schemes[i];
-    std::memset(dst_shm->data(), 0, dst_shm->size());
+    KVT_RETURN_IF_ERROR(dst_kv->Clear());
     KVT_ASSIGN_OR_RETURN(v1::StatsResponse before, cluster.prefill_client->Stats());
     SchemeRun run;
     run.scheme = name;
@@ -252,12 +323,17 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     run.wire_bytes = run.anchor_bytes + after.residual_bytes_sent() - before.residual_bytes_sent();
 
     // Fidelity: full = what the decode blocks hold now; anchor = the same pages decoded from stream 0 alone.
+    KVT_RETURN_IF_ERROR(dst_kv->Download());
+    if (o.verify) {
+      KVT_ASSIGN_OR_RETURN(run.verified_identical, VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(),
+                                                                dst_blocks, o.tokens, schemes[i], eval_layer_ids));
+    }
     codec::eval::MeanAccumulator anchor_acc, full_acc;
     for (const EvalLayer& e : eval) {
       KVT_ASSIGN_OR_RETURN(std::vector<float> k_full,
-                           ReadLayer(layout, *dst_shm, dst_blocks, o.tokens, e.layer, 0));
+                           ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 0));
       KVT_ASSIGN_OR_RETURN(std::vector<float> v_full,
-                           ReadLayer(layout, *dst_shm, dst_blocks, o.tokens, e.layer, 1));
+                           ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 1));
       KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
       full_acc.Merge(f);
       KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, 1));

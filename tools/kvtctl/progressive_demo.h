@@ -28,6 +28,8 @@ struct DemoOptions {
   std::string ucx_tls = "tcp";
   int codec_threads = 0;  // per daemon; 0 = one per core
   uint64_t seed = 1;
+  int gpu = -1;         // >= 0: the KV caches live on this CUDA device (GPU regions, CUDA kernels in the daemons)
+  bool verify = false;  // check the decode blocks against the codec's own decode, bit for bit (eval layers)
 };
 
 struct SchemeRun {
@@ -38,6 +40,7 @@ struct SchemeRun {
   double full_ms = 0;         // ... at full precision
   double vnmse_anchor = 0;
   double vnmse_full = 0;
+  std::optional<bool> verified_identical;  // with DemoOptions::verify
   TimelineSeries timeline;
 };
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The main job on a GPU machine (issue 5): two kvtd daemons whose KV caches are GPU regions (CUDA IPC), pages
+# encoded and decoded in place by the CUDA kernels, over a rate-limited loopback link; the same demo with host
+# shared memory beside it for comparison.
+#
+#   tools/gpu/run_gpu_demo.sh prepare   # here: bazel build -c opt kvtd and kvtctl, copy them, the shared libraries
+#                                       # they need and UCX's transport modules into .gpu-demo/ (git-ignored)
+#   tools/gpu/run_gpu_demo.sh device    # there, from the repo root; output under $OUT (default .gpu-demo/out)
+#
+# With the device tool: run "tools/gpu/run_gpu_demo.sh prepare" here, then
+#   run(kind="nvidia-h100-x1", carry=[".gpu-demo"], command="bash tools/gpu/run_gpu_demo.sh device")
+# KVT_DEMO_ARGS adds flags to both demos (e.g. "--rate-gbps 5 --tokens 8192").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DIR=.gpu-demo
+
+prepare() {
+  bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl
+  local out
+  out="$(bazel info -c opt bazel-bin 2>/dev/null)"
+  rm -rf "$DIR/bin" "$DIR/lib"
+  mkdir -p "$DIR/bin" "$DIR/lib/ucx"
+  cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$DIR/bin/"
+  chmod u+w "$DIR"/bin/*
+  strip "$DIR"/bin/*
+  # UCX loads its transports as modules at run time: carry the ones this build's UCX has (no RDMA libraries: the
+  # demo runs on loopback).
+  cp -fL /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so.0"
+  ln -sf libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so"
+  ldd "$DIR"/bin/* "$DIR"/lib/ucx/*.so.0 | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+      *) cp -fL "$lib" "$DIR/lib/" ;;
+    esac
+  done
+  echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
+}
+
+device() {
+  local out="${OUT:-$DIR/out}"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UCX_MODULE_DIR="$PWD/$DIR/lib/ucx"
+  if ldd "$DIR"/bin/* | grep -q "not found"; then
+    ldd "$DIR"/bin/* | grep "not found"
+    echo "missing libraries: run 'tools/gpu/run_gpu_demo.sh prepare' on the build machine" >&2
+    exit 1
+  fi
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true; } | tee "$out/device.txt"
+  echo "cores: $(nproc)" | tee -a "$out/device.txt"
+  local rc=0
+  cd "$out"
+  # shellcheck disable=SC2086
+  "$OLDPWD/$DIR/bin/kvtctl" demo --kvtd="$OLDPWD/$DIR/bin/kvtd" --gpu=0 --verify --svg=gpu-timeline.svg \
+    ${KVT_DEMO_ARGS:-} 2>&1 | tee gpu-demo.txt || rc=1
+  # shellcheck disable=SC2086
+  "$OLDPWD/$DIR/bin/kvtctl" demo --kvtd="$OLDPWD/$DIR/bin/kvtd" --verify --svg=host-timeline.svg \
+    ${KVT_DEMO_ARGS:-} 2>&1 | tee host-demo.txt || rc=1
+  for f in /tmp/kvt-demo-*/*.log; do [ -f "$f" ] && cp "$f" "$(basename "$(dirname "$f")")-$(basename "$f")"; done
+  return $rc
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  device) device ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
+esac
