@@ -139,11 +139,12 @@ absl::StatusOr<double> RunUcxPerftest(const PerftestRun& run) {
   if (!port.ok()) return port.status();
   const std::vector<std::string> env = {"PATH=/usr/bin:/bin", absl::StrCat("UCX_TLS=", run.tls),
                                         absl::StrCat("UCX_NET_DEVICES=", run.net_devices)};
-  const std::vector<std::string> common = {"-t", run.test,
-                                           "-s", absl::StrCat(run.message_bytes),
-                                           "-n", absl::StrCat(run.iterations),
-                                           "-w", absl::StrCat(std::max(10, run.iterations / 20)),
-                                           "-p", absl::StrCat(*port)};
+  std::vector<std::string> common = {"-t", run.test,
+                                     "-s", absl::StrCat(run.message_bytes),
+                                     "-n", absl::StrCat(run.iterations),
+                                     "-w", absl::StrCat(std::max(10, run.iterations / 20)),
+                                     "-p", absl::StrCat(*port)};
+  if (run.error_handling) common.push_back("-e");
   const absl::Time deadline = absl::Now() + run.timeout;
   absl::StatusOr<Child> server = Child::Spawn(*path, common, env);
   if (!server.ok()) return server.status();

@@ -13,7 +13,11 @@ namespace kvt::transport {
 
 struct PerftestRun {
   std::string program = "ucx_perftest";
-  std::string test = "tag_bw";
+  // ucp_am_bw: UCP active messages, the API kvt's wire uses (tag_bw measures tag matching instead).
+  std::string test = "ucp_am_bw";
+  // Endpoints with peer error handling (`-e`), as kvt's links ask for: over tcp it rules out UCX's zero-copy
+  // rendezvous (which needs memory invalidation), so the receiver copies each payload once more.
+  bool error_handling = false;
   std::string tls = "tcp";         // UCX_TLS of both children
   std::string net_devices = "lo";  // UCX_NET_DEVICES of both children
   uint64_t message_bytes = 1 << 20;

@@ -1,7 +1,9 @@
 // `kvtctl bench transport`: measures the data plane over UCX on this machine and sets it beside ucx_perftest,
 // run in the same process tree with the same transport and message size (DESIGN.md section 11: ratios side by
 // side). Three figures per UCX transport:
-//   1. unthrottled goodput, and its ratio to ucx_perftest's bandwidth (target >= 0.9);
+//   1. unthrottled goodput, and its ratio to ucx_perftest's bandwidth (target >= 0.9), twice: streaming from a
+//      256 MiB source (what a KV cache looks like: every byte comes from memory, not cache), and resending one
+//      chunk-sized source as ucx_perftest resends its one message buffer;
 //   2. goodput with the link's token bucket at rate R, and its ratio to R (target >= 0.95);
 //   3. at each rate R, with a residual transfer queued and an anchor queued right after it: the anchor's
 //      completion time against (anchor bytes / R + one chunk time) x 1.05.
@@ -25,7 +27,7 @@ struct TransportBenchOptions {
   std::string net_devices = "lo";
   // Chunk size of kvt and message size of ucx_perftest.
   uint32_t chunk_bytes = 1 << 20;
-  // Bytes moved by the unthrottled run.
+  // Bytes moved by each of the two unthrottled runs.
   uint64_t unthrottled_bytes = uint64_t{2} << 30;
   // Token-bucket rates to measure, in Gbit/s (1e9 bit/s), and how long each throttled run lasts.
   std::vector<double> rates_gbps = {1, 5, 10};
@@ -33,9 +35,12 @@ struct TransportBenchOptions {
   // Anchor-first runs (one per rate): the residual is queued first, the anchor right after.
   uint64_t anchor_bytes = 32 << 20;
   uint64_t residual_bytes = 128 << 20;
-  // ucx_perftest: program (looked up in PATH when it has no slash), test and iterations.
+  // ucx_perftest: program (looked up in /usr/bin, /usr/local/bin, /bin, /usr/sbin when it has no slash), test
+  // and iterations. The default test uses UCP active messages, as kvt does. It runs with peer error handling
+  // (`-e`) as kvt's links do, and without it where UCX has none for the transport (shared memory in UCX 1.13),
+  // where kvt's link falls back the same way.
   std::string perftest_program = "ucx_perftest";
-  std::string perftest_test = "tag_bw";
+  std::string perftest_test = "ucp_am_bw";
   int perftest_iterations = 2000;
 };
 
@@ -43,12 +48,15 @@ struct TransportBenchReport {
   struct Unthrottled {
     std::string transport;
     uint64_t message_bytes = 0;
+    uint64_t source_bytes = 0;  // distinct bytes the streams point into (the sender's memory footprint)
     uint64_t bytes = 0;
     double seconds = 0;
     double goodput_gbps = 0;
     bool perftest_ran = false;
     double perftest_gbps = 0;
     double ratio = 0;           // goodput / perftest
+    std::string perftest_test;
+    bool perftest_error_handling = false;  // ran with `-e`
     std::string perftest_note;  // why perftest did not run, if it did not
   };
   struct Throttled {

@@ -1,5 +1,7 @@
 #include "transport/internal/chunk_verifier.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "common/crc32c.h"
@@ -7,7 +9,10 @@
 namespace kvt::transport::internal {
 
 ChunkVerifier::ChunkVerifier(std::function<void()> on_verified)
-    : on_verified_(std::move(on_verified)), thread_([this] { Run(); }) {}
+    : on_verified_(std::move(on_verified)), thread_([this] {
+        pthread_setname_np(pthread_self(), "kvt-verify");
+        Run();
+      }) {}
 
 ChunkVerifier::~ChunkVerifier() {
   {

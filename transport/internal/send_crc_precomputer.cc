@@ -1,5 +1,7 @@
 #include "transport/internal/send_crc_precomputer.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "common/crc32c.h"
@@ -7,7 +9,10 @@
 namespace kvt::transport::internal {
 
 SendCrcPrecomputer::SendCrcPrecomputer(uint32_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), thread_([this] { Run(); }) {}
+    : chunk_bytes_(chunk_bytes), thread_([this] {
+        pthread_setname_np(pthread_self(), "kvt-send-crc");
+        Run();
+      }) {}
 
 SendCrcPrecomputer::~SendCrcPrecomputer() {
   {
