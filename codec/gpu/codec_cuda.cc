@@ -112,6 +112,11 @@ internal::PageShape Shape(const DeviceEncodedPages& pages) {
   return s;
 }
 
+// Channel groups of the lynx tile encoder in a page (its per-group code counts).
+size_t TileGroups(int channels) {
+  return (static_cast<size_t>(channels) + internal::kTileChannels - 1) / internal::kTileChannels;
+}
+
 internal::Staging StagingOf(const DeviceEncodedPages& pages) {
   internal::Staging st;
   st.meta = pages.meta(0);
@@ -123,6 +128,11 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
     st.tables_offset = st.ends_offset + cpu::EndPairBytes(chunk_values);
     st.table_floats = static_cast<int>(LynxAnchorTableFloats(l.scheme));
     st.histogram = pages.histogram();
+    if (st.histogram != nullptr) {  // the scratch's layout: see DeviceEncodedPages::Create
+      const size_t n = static_cast<size_t>(pages.num_pages());
+      st.group_histograms = st.histogram + 256 * n;
+      st.page_arrivals = st.group_histograms + 256 * n * TileGroups(l.channels);
+    }
   }
   for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
     st.codes[i] = pages.codes(i, 0);
@@ -219,7 +229,11 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   }
   KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(offset));
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
-    KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * 256 * num_pages));
+    // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), 256 per (page, tile group)
+    // (the tile encoder), one arrival counter per page (zero here; each tile launch leaves it zero).
+    const size_t words = static_cast<size_t>(num_pages) * (256 + 256 * TileGroups(shape.channels) + 1);
+    KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
+    KVT_RETURN_IF_ERROR(FillDevice(p->histogram_->get(), 0, sizeof(uint32_t) * words));
   }
   KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));
   p->base_ = static_cast<uint8_t*>(p->buffer_->get());

@@ -78,7 +78,8 @@ class DeviceEncodedPages {
   size_t payload_bytes() const;
   // The device word the kernels report errors through (see gpu/codec_kernels.h).
   void* status_word() const { return status_->get(); }
-  // Multi-stream lynx: 256 u32 code counts per page, the encoder's input to the anchor tables; else null.
+  // Multi-stream lynx: the encoder's scratch for the anchor tables (code counts, codec_kernels.h Staging); else
+  // null.
   uint32_t* histogram() const { return histogram_ ? static_cast<uint32_t*>(histogram_->get()) : nullptr; }
   // For the launchers: a device copy of `bytes` (the lynx tables of a launch) in slot 0 (encode) or 1 (decode),
   // uploaded on `stream` only when it differs from the slot's last contents. Valid until the next call for the

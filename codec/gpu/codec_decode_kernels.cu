@@ -1,5 +1,7 @@
 // CUDA decode kernels of every codec scheme into paged KV layouts (codec_kernels.h). Compiled with --fmad=false;
 // the shared device pieces are in codec_kernels_common.cuh, the encode side in codec_encode_kernels.cu.
+// DecodeKernel takes every scheme and shape; lynx in the common shape (8-channel vectors, chunks and destination
+// blocks of whole 8-token runs) goes to LynxTileDecodeKernel, which does per token nothing but the arithmetic.
 #include "codec/gpu/codec_kernels_common.cuh"
 
 namespace kvt::codec::gpu::internal {
@@ -21,6 +23,51 @@ __device__ __forceinline__ void LoadShared(const float* p, float* out) {
 
 enum class Kind { kBf16, kUniform, kFp8, kLynx };
 
+// Appends one stage's fields (W bits each; W == 0: any width w) of 8 channels x `rows` consecutive tokens to the
+// code prefixes pre[i] (one byte per value), the fields of token i at byte (octet0 + i * row_octets) * w.
+template <int W>
+__device__ __forceinline__ void MergeStage(const uint8_t* codes, unsigned octet0, unsigned row_octets, int rows, int w,
+                                           unsigned long long* pre) {
+  constexpr int kRows = kDecodeTokensPerThread;
+  if constexpr (W != 0) w = W;
+  unsigned long long bits[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    bits[i] = 0;
+    if (i < rows) {
+      const uint8_t* q = codes + static_cast<size_t>(octet0 + i * row_octets) * w;
+      if constexpr (W == 1) {
+        bits[i] = *q;
+      } else if constexpr (W == 2) {
+        bits[i] = *reinterpret_cast<const uint16_t*>(q);
+      } else if constexpr (W == 4) {
+        bits[i] = *reinterpret_cast<const uint32_t*>(q);
+      } else if constexpr (W == 8) {
+        bits[i] = *reinterpret_cast<const unsigned long long*>(q);
+      } else {
+        for (int b = 0; b < w; ++b) bits[i] |= static_cast<unsigned long long>(q[b]) << (8 * b);
+      }
+    }
+  }
+  const unsigned long long mask = (1ull << w) - 1;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    unsigned long long spread;
+    if constexpr (W == 8) {
+      spread = bits[i];
+    } else if constexpr (W == 4) {  // nibbles 0..7 to bytes 0..7
+      const uint32_t x = static_cast<uint32_t>(bits[i]);
+      const uint32_t even = x & 0x0F0F0F0Fu, odd = (x >> 4) & 0x0F0F0F0Fu;
+      spread = __byte_perm(even, odd, 0x5140) | (static_cast<unsigned long long>(__byte_perm(even, odd, 0x7362)) << 32);
+    } else {
+      spread = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) spread |= ((bits[i] >> (e * w)) & mask) << (8 * e);
+    }
+    pre[i] = (pre[i] << w) | spread;  // prefixes stay below 2^8: no byte overflows into the next
+  }
+}
+
 struct DecodeParams {
   Staging in;
   PageShape shape;
@@ -31,12 +78,21 @@ struct DecodeParams {
   int total_bits;  // of the scheme (uniform: its code width)
 };
 
+// Where a thread's chunk parameters come from: derived per token from the metadata (chunks under 16 tokens),
+// from the block's shared table per token, or from it once (every chunk a whole number of the thread's 8
+// tokens, so they share one chunk).
+enum class Params { kPerToken, kShared, kSharedOnce };
+
 // Block (channel group of 16 * VEC, token tile of 128, page); thread (vector j, slice s) decodes channels
-// [c, c + VEC) of 8 consecutive tokens.
-template <typename OutT, int VEC, Kind kKind, bool kSharedParams>
-__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
+// [c, c + VEC) of 8 consecutive tokens. Lynx and uniform with VEC == 8 first issue every load a thread needs for
+// itself (its codes, its destination block ids), then build the block's tables, so that the loads' latency
+// overlaps that work.
+template <typename OutT, int VEC, Kind kKind, Params kParams>
+__global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDecodeOnceMinBlocks : kDecodeMinBlocks)
+    DecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kGroupChannels = kDecodeVecThreads * VEC;
   constexpr bool kChunked = kKind == Kind::kLynx || kKind == Kind::kUniform;
+  constexpr bool shared_params = kChunked && kParams != Params::kPerToken;
   __shared__ float s_table[256];  // lynx: decode table; fp8: e4m3 values
   // The tile's chunk parameters, computed once per (chunk, channel) by the block: lynx (mu, sigma),
   // uniform (min, scale). Used when the tile spans at most kDecodeMaxTileChunks chunks.
@@ -45,6 +101,53 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   __shared__ __align__(16) float s_lo[kKind == Kind::kLynx ? kGroupChannels : 1];
   __shared__ __align__(16) float s_hi[kKind == Kind::kLynx ? kGroupChannels : 1];
   const int tid = threadIdx.x;
+  const int page = blockIdx.z;
+  const int tokens = p.shape.tokens;
+  const int channels = p.shape.channels;
+  const int cg0 = blockIdx.x * kGroupChannels;
+  const int c = cg0 + (tid % kDecodeVecThreads) * VEC;
+  const int t_tile = blockIdx.y * kDecodeTileTokens;
+  const int t_first = t_tile + (tid / kDecodeVecThreads) * kDecodeTokensPerThread;
+  const int32_t* page_ids = p.dst.block_ids + static_cast<size_t>(page) * p.dst.blocks_per_page;
+
+  // Lynx and uniform, 8 channels per thread: every stream's fields of the thread's 8 tokens (independent loads,
+  // all in flight together), merged into one code prefix byte per value, and the first token's destination block.
+  constexpr bool kPrefetch = kChunked && VEC == 8;
+  unsigned long long pre[kPrefetch ? kDecodeTokensPerThread : 1];
+  const int first_bj = t_first / p.dst.block_tokens;
+  int first_block = 0;  // the destination block of the thread's first token (kPrefetch)
+  if constexpr (kPrefetch) {
+#pragma unroll
+    for (int i = 0; i < kDecodeTokensPerThread; ++i) pre[i] = 0;
+    if (c < channels) {
+      if (t_first < tokens) first_block = page_ids[first_bj];
+      // Octets (8 values) of the page before the thread's first row, and per row (channels % 8 == 0 here).
+      const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
+      const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
+      const int rows = min(kDecodeTokensPerThread, tokens - t_first);
+      for (int s = 0; s < p.stages; ++s) {
+        const int w = p.stage_bits[s];
+        const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+        switch (w) {  // once per stage: every row's fields are then one load of a known width
+          case 1:
+            MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 2:
+            MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 4:
+            MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 8:
+            MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          default:
+            MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
+        }
+      }
+    }
+  }
+
   if constexpr (kKind == Kind::kLynx) {
     // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored
     // one of this stage (upper half negated) or the fixed rule's.
@@ -67,22 +170,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
   } else if constexpr (kKind == Kind::kFp8) {
     s_table[tid] = E4m3IsNan(tid) ? 0.0f : E4m3ToFloat(tid);
   }
-  __syncthreads();
 
-  const int page = blockIdx.z;
-  const int tokens = p.shape.tokens;
-  const int channels = p.shape.channels;
-  const int cg0 = blockIdx.x * kGroupChannels;
-  const int c = cg0 + (tid % kDecodeVecThreads) * VEC;
-  const int t_tile = blockIdx.y * kDecodeTileTokens;
-  const int t_first = t_tile + (tid / kDecodeVecThreads) * kDecodeTokensPerThread;
   const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
   const size_t chunk_values = static_cast<size_t>(p.shape.num_chunks) * channels;
   OutT* dst = static_cast<OutT*>(p.dst.data);
   const int k_first = t_tile / p.shape.chunk_len;
   const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
-  // The launcher picks kSharedParams only when every tile spans at most kDecodeMaxTileChunks chunks.
-  constexpr bool shared_params = kChunked && kSharedParams;
+  // The launcher picks shared parameters only when every tile spans at most kDecodeMaxTileChunks chunks.
   if constexpr (shared_params) {
     for (int idx = tid; idx < tile_chunks * kGroupChannels; idx += kThreads) {
       const int kk = idx / kGroupChannels;
@@ -117,46 +211,31 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
 
   // Per token: the lynx range (lo, hi) and the chunk's (p0, p1) of the thread's channels.
   float lo[VEC], hi[VEC], p0[VEC], p1[VEC];
-  // Lynx and uniform, 8 channels per thread: first every stream's fields of the thread's 8 tokens (independent
-  // loads, all in flight together), merged into one code prefix byte per value.
-  constexpr bool kPrefetch = (kKind == Kind::kLynx || kKind == Kind::kUniform) && VEC == 8;
-  unsigned long long pre[kPrefetch ? kDecodeTokensPerThread : 1];
-  if constexpr (kPrefetch) {
-#pragma unroll
-    for (int i = 0; i < kDecodeTokensPerThread; ++i) pre[i] = 0;
-    for (int s = 0; s < p.stages; ++s) {
-      const int w = p.stage_bits[s];
-      const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
-      unsigned long long bits[kDecodeTokensPerThread];
-#pragma unroll
-      for (int i = 0; i < kDecodeTokensPerThread; ++i) {
-        const int t = t_first + i;
-        bits[i] = t < tokens ? Read8Fields(codes, static_cast<unsigned long long>(t) * channels + c, w) : 0;
-      }
-      const unsigned long long mask = (1ull << w) - 1;
-#pragma unroll
-      for (int i = 0; i < kDecodeTokensPerThread; ++i) {
-        unsigned long long spread;
-        if (w == 8) {
-          spread = bits[i];
-        } else if (w == 4) {  // nibbles 0..7 to bytes 0..7
-          const uint32_t x = static_cast<uint32_t>(bits[i]);
-          const uint32_t even = x & 0x0F0F0F0Fu, odd = (x >> 4) & 0x0F0F0F0Fu;
-          spread = __byte_perm(even, odd, 0x5140) | (static_cast<unsigned long long>(__byte_perm(even, odd, 0x7362)) << 32);
-        } else {
-          spread = 0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) spread |= ((bits[i] >> (e * w)) & mask) << (8 * e);
-        }
-        pre[i] = (pre[i] << w) | spread;  // prefixes stay below 2^8: no byte overflows into the next
-      }
+  auto load_shared_params = [&](int k) {
+    const int kk = k - k_first;
+    LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
+    LoadShared<VEC>(&s_p1[kk][c - cg0], p1);
+    if constexpr (kKind == Kind::kLynx) {
+      LoadShared<VEC>(&s_lo[c - cg0], lo);
+      LoadShared<VEC>(&s_hi[c - cg0], hi);
     }
-  }
+  };
+  if constexpr (shared_params && kParams == Params::kSharedOnce) load_shared_params(t_first / p.shape.chunk_len);
   // Cursors over the thread's consecutive tokens: chunk and block advance without a division per token.
   int kc = t_first / p.shape.chunk_len, kr = t_first - kc * p.shape.chunk_len;
-  int bj = t_first / p.dst.block_tokens, br = t_first - bj * p.dst.block_tokens;
-  const int32_t* page_ids = p.dst.block_ids + static_cast<size_t>(page) * p.dst.blocks_per_page;
+  int bj = first_bj, br = t_first - bj * p.dst.block_tokens;
   const size_t coff = ChannelOffset(p.dst, 0, c);
+  const bool nhd = p.dst.layout == Layout::kNHD;
+  auto row_base = [&](int b, int row) -> size_t {
+    return nhd ? (static_cast<size_t>(b) * p.dst.block_tokens + row) * channels
+               : static_cast<size_t>(b) * p.dst.heads * p.dst.block_tokens * p.dst.head_dim +
+                     static_cast<size_t>(row) * p.dst.head_dim;
+  };
+  // kPrefetch with blocks of a multiple of 8 tokens: the thread's tokens are consecutive rows of first_block.
+  const bool one_block = kPrefetch && p.dst.block_tokens % kDecodeTokensPerThread == 0;
+  const bool first_ok = first_block >= 0 && first_block < p.dst.num_blocks;
+  OutT* const first_row = dst + (one_block && first_ok ? row_base(first_block, br) : 0) + coff;
+  const size_t row_stride = nhd ? channels : p.dst.head_dim;
 #pragma unroll
   for (int i = 0; i < kDecodeTokensPerThread; ++i) {
     const int t = t_first + i;
@@ -165,15 +244,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
     const int row_block = bj, row = br;
     if (++kr == p.shape.chunk_len) kr = 0, ++kc;
     if (++br == p.dst.block_tokens) br = 0, ++bj;
-    if constexpr (shared_params) {
-      const int kk = k - k_first;
-      LoadShared<VEC>(&s_p0[kk][c - cg0], p0);
-      LoadShared<VEC>(&s_p1[kk][c - cg0], p1);
-      if constexpr (kKind == Kind::kLynx) {
-        LoadShared<VEC>(&s_lo[c - cg0], lo);
-        LoadShared<VEC>(&s_hi[c - cg0], hi);
-      }
-    } else if constexpr (kChunked) {  // chunks shorter than 16 tokens: each thread derives its own parameters
+    if constexpr (shared_params && kParams == Params::kShared) {
+      load_shared_params(k);
+    } else if constexpr (kChunked && !shared_params) {  // chunks shorter than 16 tokens: each thread derives its own
       const size_t mi = static_cast<size_t>(k) * channels + c;
       if constexpr (kKind == Kind::kLynx) {
         bool bad = false, bad_ends = false;
@@ -218,7 +291,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         if constexpr (kKind == Kind::kLynx) {
-          y[e] = Reconstruct(s_table[prefix[e]], p0[e], p1[e], lo[e], hi[e]);
+          // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
+          y[e] = fminf(fmaxf(p0[e] + p1[e] * s_table[prefix[e]], lo[e]), hi[e]);
         } else {
           const float prod = static_cast<float>(prefix[e]) * p1[e];
           y[e] = p0[e] + prod;
@@ -249,21 +323,207 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) DecodeKernel(const
       }
       if (bad) atomicOr(&p.status->errors, kErrNonFiniteCode);
     }
-    const int b = page_ids[row_block];
-    if (b < 0 || b >= p.dst.num_blocks) {
-      atomicOr(&p.status->errors, kErrBadBlockId);
-      continue;
-    }
-    const size_t base = p.dst.layout == Layout::kNHD
-                            ? (static_cast<size_t>(b) * p.dst.block_tokens + row) * channels
-                            : static_cast<size_t>(b) * p.dst.heads * p.dst.block_tokens * p.dst.head_dim +
-                                  static_cast<size_t>(row) * p.dst.head_dim;
-    if constexpr (VEC == 1) {
-      dst[base + coff] = FromFloat<OutT>(y[0]);
+    OutT* out;
+    if (one_block) {
+      if (!first_ok) {
+        atomicOr(&p.status->errors, kErrBadBlockId);
+        continue;
+      }
+      out = first_row + i * row_stride;
     } else {
-      StoreVec<OutT, VEC>(dst + base + coff, y);
+      const int b = kPrefetch && row_block == first_bj ? first_block : page_ids[row_block];
+      if (b < 0 || b >= p.dst.num_blocks) {
+        atomicOr(&p.status->errors, kErrBadBlockId);
+        continue;
+      }
+      out = dst + row_base(b, row) + coff;
+    }
+    if constexpr (VEC == 1) {
+      *out = FromFloat<OutT>(y[0]);
+    } else {
+      StoreVec<OutT, VEC>(out, y);
     }
   }
+}
+
+constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling
+
+// Lynx in the common shape (LynxTileDecodeFits): DecodeKernel's lynx work with nothing per token but the value
+// arithmetic. Block (128 channels, 128 tokens, page); thread (vector j, slice s) decodes channels [c, c + 8) of 8
+// consecutive tokens, which lie in one chunk (chunk_len % 8 == 0) and in consecutive rows of one destination block
+// (block_tokens % 8 == 0). Its code loads and block id are issued first; then the block's decode table and the
+// tile's chunk parameters; after one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
+    LynxTileDecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  constexpr int kGroupChannels = kDecodeVecThreads * 8;
+  constexpr int kRows = kDecodeTokensPerThread;
+  __shared__ float s_table[256];
+  __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
+  __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
+  __shared__ __align__(16) float s_lo[kGroupChannels];
+  __shared__ __align__(16) float s_hi[kGroupChannels];
+  const int tid = threadIdx.x;
+  const int page = blockIdx.z;
+  const int tokens = p.shape.tokens;
+  const int channels = p.shape.channels;
+  const int cg0 = blockIdx.x * kGroupChannels;
+  const int c = cg0 + (tid % kDecodeVecThreads) * 8;
+  const int t_tile = blockIdx.y * kDecodeTileTokens;
+  const int t_first = t_tile + (tid / kDecodeVecThreads) * kRows;
+  const int rows = min(kRows, tokens - t_first);
+  const bool active = c < channels && rows > 0;
+  const int bt = p.dst.block_tokens;
+  const int bj = t_first / bt;
+
+  // The thread's loads: every stage's fields of its rows (merged into one code prefix byte per value) and its
+  // destination block.
+  unsigned long long pre[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) pre[i] = 0;
+  int block = 0;
+  if (active) {
+    block = p.dst.block_ids[static_cast<size_t>(page) * p.dst.blocks_per_page + bj];
+    const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
+    const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
+    for (int s = 0; s < p.stages; ++s) {
+      const int w = p.stage_bits[s];
+      const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+      switch (w) {
+        case 1:
+          MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
+          break;
+        case 2:
+          MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
+          break;
+        case 4:
+          MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
+          break;
+        case 8:
+          MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
+          break;
+        default:
+          MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
+      }
+    }
+  }
+
+  // The metadata of the thread's first two (chunk, channel) items of the tile (kMetaRounds rounds cover a tile of
+  // up to 4 chunks): loaded now, with the codes in flight, and used after the decode table is built.
+  const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
+  const int k_first = t_tile / p.shape.chunk_len;
+  const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
+  const int items = tile_chunks * kGroupChannels;
+  constexpr int kMetaRounds = 2;
+  float item_lo[kMetaRounds], item_hi[kMetaRounds];
+  unsigned item_pair[kMetaRounds];
+#pragma unroll
+  for (int r = 0; r < kMetaRounds; ++r) {
+    const int idx = tid + r * kThreads;
+    const int kk = idx / kGroupChannels;
+    const int ca = cg0 + idx - kk * kGroupChannels;
+    item_lo[r] = item_hi[r] = 0.0f;
+    item_pair[r] = 0;
+    if (idx < items && ca < channels) {
+      item_lo[r] = reinterpret_cast<const float*>(meta)[ca];
+      item_hi[r] = reinterpret_cast<const float*>(meta)[channels + ca];
+      item_pair[r] = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+    }
+  }
+
+  // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored one of
+  // this stage (upper half negated) or the fixed rule's.
+  {
+    const uint8_t* stored = meta + p.in.tables_offset;
+    if (tid < p.in.table_floats) {
+      const float v = ReadF32(stored + 4 * tid);
+      if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
+    }
+    if (tables->decode_from_page) {
+      int known = 0;
+      for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+      const int half = 1 << (known - 1);
+      if (tid < 2 * half) {
+        const float m = ReadF32(stored + 4 * (tables->table_first + (tid & (half - 1))));
+        s_table[tid] = tid < half ? m : -m;
+      }
+    } else {
+      s_table[tid] = tables->decode[tid];
+    }
+  }
+  // The tile's chunk parameters, one (chunk, channel) item per thread and round.
+  for (int idx = tid; idx < items; idx += kThreads) {
+    const int kk = idx / kGroupChannels;
+    const int cc = idx - kk * kGroupChannels;
+    const int ca = cg0 + cc;
+    if (ca >= channels) continue;
+    const int r = (idx - tid) / kThreads;
+    float l, h;
+    unsigned pair;
+    if (r < kMetaRounds) {
+      l = r == 0 ? item_lo[0] : item_lo[1];
+      h = r == 0 ? item_hi[0] : item_hi[1];
+      pair = r == 0 ? item_pair[0] : item_pair[1];
+    } else {
+      l = reinterpret_cast<const float*>(meta)[ca];
+      h = reinterpret_cast<const float*>(meta)[channels + ca];
+      pair = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+    }
+    if (kk == 0) {
+      if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
+      s_lo[cc] = l;
+      s_hi[cc] = h;
+    }
+    int ql, qh;
+    if (!EndPairFromIndex(pair, ql, qh)) {
+      atomicOr(&p.status->errors, kErrBadChunkEnds);
+      ql = qh = 0;
+    }
+    float mu, sigma;
+    ChunkCentreAndWidth(MakeFrame(l, h), ql, qh, mu, sigma);
+    s_mu[kk][cc] = mu;
+    s_sigma[kk][cc] = sigma;
+  }
+  __syncthreads();
+  if (!active) return;
+  if (block < 0 || block >= p.dst.num_blocks) {
+    atomicOr(&p.status->errors, kErrBadBlockId);
+    return;
+  }
+
+  float mu[8], sigma[8], lo[8], hi[8];
+  const int kk = t_first / p.shape.chunk_len - k_first;
+  LoadShared<8>(&s_mu[kk][c - cg0], mu);
+  LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
+  LoadShared<8>(&s_lo[c - cg0], lo);
+  LoadShared<8>(&s_hi[c - cg0], hi);
+  const bool nhd = p.dst.layout == Layout::kNHD;
+  const int row = t_first - bj * bt;
+  OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
+              (nhd ? (static_cast<size_t>(block) * bt + row) * channels
+                   : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
+                         static_cast<size_t>(row) * p.dst.head_dim);
+  const size_t row_stride = nhd ? channels : p.dst.head_dim;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i < rows) {
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
+        const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
+        y[e] = fminf(fmaxf(mu[e] + sigma[e] * s_table[prefix], lo[e]), hi[e]);
+      }
+      StoreVec<OutT, 8>(out + i * row_stride, y);
+    }
+  }
+}
+
+// Whether LynxTileDecodeKernel takes a launch (channels and head_dim multiples of 8, 16-byte aligned output too).
+bool LynxTileDecodeFits(const DecodeParams& p) {
+  return p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data) &&
+         p.shape.chunk_len >= 16 && p.shape.chunk_len % kDecodeTokensPerThread == 0 &&
+         p.dst.block_tokens % kDecodeTokensPerThread == 0;
 }
 
 template <typename OutT, Kind kKind>
@@ -271,21 +531,30 @@ absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb,
   const bool vec = p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data);
   const dim3 tiles(0, (p.shape.tokens + kDecodeTileTokens - 1) / kDecodeTileTokens, p.shape.num_pages);
   // Tiles of 128 tokens span at most 128 / 16 + 1 chunks of >= 16 tokens: their parameters fit shared memory.
+  // Chunks of a whole number of a thread's tokens: one chunk per thread.
+  const bool once = p.shape.chunk_len >= 16 && p.shape.chunk_len % kDecodeTokensPerThread == 0;
   const bool shared = p.shape.chunk_len >= 16;
   static_assert(kDecodeTileTokens / 16 + 1 <= kDecodeMaxTileChunks, "tile chunk bound");
+  if (kKind == Kind::kLynx && LynxTileDecodeFits(p)) {
+    const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
+    LynxTileDecodeKernel<OutT><<<grid, kThreads, 0, stream>>>(p, tb);
+    return LaunchError("LynxTileDecodeKernel");
+  }
   if (vec) {
     const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
-    if (shared) {
-      DecodeKernel<OutT, 8, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    if (once) {
+      DecodeKernel<OutT, 8, kKind, Params::kSharedOnce><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else if (shared) {
+      DecodeKernel<OutT, 8, kKind, Params::kShared><<<grid, kThreads, 0, stream>>>(p, tb);
     } else {
-      DecodeKernel<OutT, 8, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+      DecodeKernel<OutT, 8, kKind, Params::kPerToken><<<grid, kThreads, 0, stream>>>(p, tb);
     }
   } else {
     const dim3 grid((p.shape.channels + kDecodeVecThreads - 1) / kDecodeVecThreads, tiles.y, tiles.z);
     if (shared) {
-      DecodeKernel<OutT, 1, kKind, true><<<grid, kThreads, 0, stream>>>(p, tb);
+      DecodeKernel<OutT, 1, kKind, Params::kShared><<<grid, kThreads, 0, stream>>>(p, tb);
     } else {
-      DecodeKernel<OutT, 1, kKind, false><<<grid, kThreads, 0, stream>>>(p, tb);
+      DecodeKernel<OutT, 1, kKind, Params::kPerToken><<<grid, kThreads, 0, stream>>>(p, tb);
     }
   }
   return LaunchError("DecodeKernel");

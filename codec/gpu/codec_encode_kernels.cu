@@ -16,8 +16,8 @@
 // Decode: one block per (page, 128 channels, 128 tokens); the block derives each chunk's (mu, sigma) once into
 // shared memory, then a thread decodes 8 channels of 8 consecutive tokens, reading each stream's fields with
 // one aligned load per token and writing the output dtype with 16-byte stores.
-// This file holds the encode kernels; decode is in codec_decode_kernels.cu, what both share in
-// codec_kernels_common.cuh.
+// This file holds the encode kernels and LaunchEncode, which hands the common lynx shape to the tile encoder
+// (codec_lynx_tile_encode.cu); decode is in codec_decode_kernels.cu, what all share in codec_kernels_common.cuh.
 #include "codec/gpu/codec_kernels_common.cuh"
 
 namespace kvt::codec::gpu::internal {
@@ -401,36 +401,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Multi-stream lynx: the page's conditional-mean anchor tables from its code histogram (lynx_math.cc
-// ConditionalMeanTable): thread j computes entry j with the CPU's double operations in the CPU's order. One block
-// per page.
+// Multi-stream lynx: the page's conditional-mean anchor tables from its code histogram; thread j computes entry
+// j. One block per page.
 __global__ void __launch_bounds__(128) AnchorTableKernel(const EncodeParams p, const LynxDeviceTables* __restrict__ tables) {
   const int page = blockIdx.x;
   const int j = threadIdx.x;
   if (j >= p.out.table_floats) return;
-  // The stage and cell of entry j: the partial stages' tables are concatenated, 2^(known - 1) entries each.
-  int known = 0, first = 0;
-  for (int s = 0; s + 1 < p.num_streams; ++s) {
-    known += p.stage_bits[s];
-    if (j < first + (1 << (known - 1))) break;
-    first += 1 << (known - 1);
-  }
-  const int h = j - first;
-  const int unknown = p.total_bits - known;
-  const int sign = 1 << (p.total_bits - 1);
-  const uint32_t* hist = p.out.histogram + static_cast<size_t>(page) * 256;
-  double sum = 0.0;
-  unsigned long long n = 0;
-  for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
-    const unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
-    sum += static_cast<double>(c) * static_cast<double>(tables->full_values[i]);
-    n += c;
-  }
-  const float v = n == 0 ? tables->anchor_fallback[j] : static_cast<float>(sum / static_cast<double>(n));
-  uint8_t* dst = p.out.meta + page * p.out.meta_stride + p.out.tables_offset + 4 * static_cast<size_t>(j);
-  const unsigned bits = __float_as_uint(v);
-#pragma unroll
-  for (int b = 0; b < 4; ++b) dst[b] = static_cast<uint8_t>(bits >> (8 * b));
+  const float v = AnchorTableEntry(j, p.out.histogram + static_cast<size_t>(page) * 256, p.num_streams, p.stage_bits,
+                                   p.total_bits, tables);
+  StoreF32(p.out.meta + page * p.out.meta_stride + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
 }
 
 // ---- Encode: fp8 and bf16 (per-token schemes) ----------------------------------------------------------
@@ -547,6 +526,10 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.centering_mean = centering_mean;
+  if (LynxTileEncodeFits(scheme, centering_mean, src, shape, out)) {
+    if (tables == nullptr) return absl::InternalError("lynx launches need device tables");
+    return LaunchLynxTileEncode(scheme, tables, src, shape, out, status, stream_handle);
+  }
   // With channels % 8 != 0 the warp-per-row packer runs, and streams whose rows do not start on 32-bit words
   // share boundary words between groups, which it ORs in: zero those streams first.
   if (scheme.kind == SchemeKind::kLynx || scheme.kind == SchemeKind::kInt8 || scheme.kind == SchemeKind::kInt4) {

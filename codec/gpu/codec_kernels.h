@@ -41,8 +41,13 @@ struct Staging {
   // the number of f32 table entries (LynxAnchorTableFloats).
   size_t ends_offset = 0, tables_offset = 0;
   int table_floats = 0;
-  // Multi-stream lynx encode: 256 u32 code counts per page (zeroed by the launch), the anchor tables' input.
+  // Multi-stream lynx encode, the anchor tables' input: 256 u32 code counts per page (zeroed by the launch);
+  // the tile encoder's instead: 256 counts per (page, group of kTileChannels channels), [page][group][code], each
+  // written whole by its block, and one arrival counter per page (zero when allocated; every tile launch leaves
+  // it zero).
   uint32_t* histogram = nullptr;
+  uint32_t* group_histograms = nullptr;
+  unsigned int* page_arrivals = nullptr;
   uint8_t* codes[kMaxStreams] = {};
   size_t codes_stride[kMaxStreams] = {};
 };
@@ -90,11 +95,23 @@ struct LynxDeviceTables {
   int max_code;
 };
 
+// Channels per block of the lynx tile encoder (LaunchEncode's fast path, codec_lynx_tile_encode.cu).
+inline constexpr int kTileChannels = 64;
+
 // Encodes every page of the batch. centering_mean: Centering::kMean. `status` and `tables` (lynx only, else
 // null) are device memory.
 absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxDeviceTables* tables,
                           const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
                           void* stream);
+
+// The lynx tile encoder, which LaunchEncode uses when it fits: midrange centering, 32-token chunks, whole pages
+// of 1..8 chunks, channels % kTileChannels == 0, 8 consecutive channels contiguous and 16-byte aligned in `src`,
+// and (multi-stream) the tile scratch in `out`. One launch writes every byte of the metadata (no zeroing first)
+// and, for multi-stream schemes, the anchor tables.
+bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, const KvGeometry& src, const PageShape& shape,
+                        const Staging& out);
+absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* tables, const KvGeometry& src,
+                                  const PageShape& shape, const Staging& out, DeviceStatus* status, void* stream);
 
 // Decodes streams [0, stages) of every page into dst. `tables` (device memory; lynx only, else null) holds the
 // decode table for `stages`.

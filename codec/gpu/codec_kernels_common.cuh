@@ -28,6 +28,7 @@ constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
 constexpr int kDecodeTokensPerThread = 8;
 constexpr int kDecodeTileTokens = kDecodeSlices * kDecodeTokensPerThread;  // 128
 constexpr int kDecodeMinBlocks = 4;  // caps registers at 64 so four 256-thread blocks share an SM
+constexpr int kDecodeOnceMinBlocks = 3;  // chunk parameters held for all 8 tokens: up to 80 registers
 constexpr int kDecodeMaxTileChunks = 9;  // chunks a 128-token tile spans when chunks have >= 16 tokens
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -58,11 +59,17 @@ constexpr int kEndGridMax = 4094;
 constexpr unsigned kMaxEndPairIndex = 4094u * 4095u / 2u + 4094u;
 constexpr int kEndPairBits = 23;
 constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 == 0 (lynx_math.h)
+// (q - 2047.0f) / 2047.0f correctly rounded, without a float division: n = q - 2047 in [-2046, 2046] times
+// 1 / 2047 in double is within 2^-52 (relative) of n / 2047, while n / 2047 (2047 is odd and n no multiple of
+// it, or n = 0) lies at least 2^-36 (relative) from every float rounding boundary, so rounding the double to
+// float gives the correctly rounded quotient.
+__device__ __forceinline__ float EndOffset(int q) {
+  return static_cast<float>(static_cast<double>(q - 2047) * (1.0 / 2047.0));
+}
 __device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
   if (q <= 0) return f.lo;
   if (q >= kEndGridMax) return f.hi;
-  const float off = (static_cast<float>(q) - 2047.0f) / 2047.0f;
-  const float prod = f.half * off;
+  const float prod = f.half * EndOffset(q);
   return Clamp(f.centre + prod, f.lo, f.hi);
 }
 __device__ __forceinline__ int GuessEnd(const Frame& f, float a) {  // a starting point only
@@ -114,13 +121,18 @@ __device__ __forceinline__ void ChunkCentreAndWidth(const Frame& f, int q_low, i
   mu = m;
   sigma = sg < 3.40282347e+38f ? sg : 3.40282347e+38f;
 }
+// The f32 square root is a first guess only (as in lynx_math.h), corrected exactly in 32-bit integers: h <=
+// 4094 keeps (h + 1) (h + 2) / 2 below 2^24.
 __device__ __forceinline__ bool EndPairFromIndex(unsigned index, int& q_low, int& q_high) {
   if (index > kMaxEndPairIndex) return false;
-  long long h = static_cast<long long>((sqrt(8.0 * index + 1.0) - 1.0) / 2.0);
-  while (h > 0 && h * (h + 1) / 2 > index) --h;
-  while ((h + 1) * (h + 2) / 2 <= index) ++h;
-  q_high = static_cast<int>(h);
-  q_low = static_cast<int>(index - h * (h + 1) / 2);
+  const int i = static_cast<int>(index);
+  const float x = 8.0f * static_cast<float>(i) + 1.0f;
+  int h = static_cast<int>((x * rsqrtf(x) - 1.0f) * 0.5f);
+  h = h < 0 ? 0 : (h > kEndGridMax ? kEndGridMax : h);
+  while (h > 0 && h * (h + 1) / 2 > i) --h;
+  while ((h + 1) * (h + 2) / 2 <= i) ++h;
+  q_high = h;
+  q_low = i - h * (h + 1) / 2;
   return true;
 }
 // The 23-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves room
@@ -130,6 +142,13 @@ __device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i) {
   const uint8_t* q = ends + bit / 8;
   const unsigned v = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24);
   return (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+}
+// ReadEndPair from two aligned 32-bit loads; `ends` must be 4-byte aligned (the staging's end pairs are: they
+// start 8 * channels bytes into 256-byte-aligned metadata) with a readable word past the field's.
+__device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, size_t i) {
+  const size_t bit = i * kEndPairBits;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(ends) + bit / 32;
+  return __funnelshift_r(w[0], w[1], static_cast<unsigned>(bit % 32)) & ((1u << kEndPairBits) - 1);
 }
 // mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
 __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
@@ -141,7 +160,7 @@ __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const
 }
 __device__ __forceinline__ float InverseSigma(float sigma) {
   if (!(sigma > 0.0f)) return 0.0f;
-  float inv = 1.0f / sigma;
+  float inv = __frcp_rn(sigma);  // 1.0f / sigma, correctly rounded
   return inv < 3.40282347e+38f ? inv : 3.40282347e+38f;
 }
 __device__ __forceinline__ float Reconstruct(float v, float mu, float sigma, float lo, float hi) {
@@ -367,6 +386,39 @@ __device__ __forceinline__ unsigned long long Read8Fields(const uint8_t* bytes, 
 // A little-endian float from 4 bytes of a stream (no alignment needed).
 __device__ __forceinline__ float ReadF32(const uint8_t* q) {
   return __uint_as_float(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24));
+}
+
+// Stores a float little-endian at q (no alignment needed).
+__device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
+  const unsigned bits = __float_as_uint(v);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) q[b] = static_cast<uint8_t>(bits >> (8 * b));
+}
+
+// ---- Conditional-mean anchor tables ---------------------------------------------------------------------
+
+// Entry j of a page's concatenated anchor tables (the partial stages' tables, 2^(known - 1) entries each) from its
+// 256 code counts `hist` (sign:magnitude codes of the sampled tokens): lynx_math.cc ConditionalMeanTable, the
+// CPU's double operations in the CPU's order.
+__device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, int num_streams, const int* stage_bits,
+                                                  int total_bits, const LynxDeviceTables* tables) {
+  int known = 0, first = 0;
+  for (int s = 0; s + 1 < num_streams; ++s) {
+    known += stage_bits[s];
+    if (j < first + (1 << (known - 1))) break;
+    first += 1 << (known - 1);
+  }
+  const int h = j - first;
+  const int unknown = total_bits - known;
+  const int sign = 1 << (total_bits - 1);
+  double sum = 0.0;
+  unsigned long long n = 0;
+  for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
+    const unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
+    sum += static_cast<double>(c) * static_cast<double>(tables->full_values[i]);
+    n += c;
+  }
+  return n == 0 ? tables->anchor_fallback[j] : static_cast<float>(sum / static_cast<double>(n));
 }
 
 // ---- Launch plumbing -------------------------------------------------------------------------------------

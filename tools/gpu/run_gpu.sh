@@ -5,7 +5,9 @@
 #                                  # they need beyond glibc/libstdc++ into .gpu/ (git-ignored)
 #   tools/gpu/run_gpu.sh device    # there, from the repo root: tests, then a short compute-sanitizer memcheck,
 #                                  # then the benchmark; logs under $OUT (default ./.gpu/out).
-#                                  # KVT_GPU_PROFILE=1 adds an Nsight Compute summary of one lynx encode/decode.
+#                                  # KVT_GPU_PROFILE=1 adds an Nsight Compute summary of one lynx encode/decode;
+#                                  # KVT_GPU_SASS=1 saves the benchmark's SASS; a .gpu/base/gpu_codec_benchmark
+#                                  # (an earlier build, copied there by hand) runs first, as a same-lease baseline.
 #
 # With the device tool: run "tools/gpu/run_gpu.sh prepare" here, then
 #   run(kind="nvidia-h100-x1", carry=[".gpu"], command="bash tools/gpu/run_gpu.sh device")
@@ -49,20 +51,42 @@ device() {
   fi
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true; } | tee "$out/device.txt"
   local rc=0
-  .gpu/bin/codec_cuda_test --gtest_output="xml:$out/codec_cuda_test.xml" 2>&1 | tee "$out/codec_cuda_test.log" \
+  SECONDS=0
+  .gpu/bin/codec_cuda_test 2>&1 | tee "$out/codec_cuda_test.log" \
     | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|^\[==========\]|Failure|error" || true
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  echo "tests: ${SECONDS}s"
+  if [ -x .gpu/base/gpu_codec_benchmark ]; then
+    echo "== baseline (.gpu/base) =="
+    .gpu/base/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark_base.log" || true
+    echo "== this build =="
+  fi
+  if [ -x .gpu/alt/gpu_codec_benchmark ]; then  # a variant under test, copied there by hand
+    echo "== variant (.gpu/alt) =="
+    .gpu/alt/gpu_codec_benchmark lynx lynx8 lynx4 2>&1 | tee "$out/gpu_codec_benchmark_alt.log" || true
+    echo "== this build =="
+  fi
+  .gpu/bin/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark.log" || rc=1
+  if [ "${KVT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then  # one lynx encode and decode, profiled
+    local kernel
+    for kernel in Encode Decode; do
+      timeout 150 ncu --set full --import-source no --launch-skip 8 --launch-count 1 -k "regex:${kernel}" \
+        .gpu/bin/gpu_codec_benchmark lynx >"$out/ncu_${kernel}.log" 2>&1 || true
+      grep -E "^  [A-Za-z].*Kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Bank Conflicts" \
+        "$out/ncu_${kernel}.log" | head -20
+    done
+  fi
+  if [ "${KVT_GPU_SASS:-0}" = 1 ] && command -v cuobjdump >/dev/null; then
+    # The lynx kernels' SASS (the bf16 instances), for instruction counts without a device.
+    cuobjdump -sass .gpu/bin/gpu_codec_benchmark 2>/dev/null \
+      | awk '/Function : /{p = /LynxTileEncodeKernel|DecodeKernel/ && /bfloat16/} p' | gzip >"$out/sass.txt.gz" || true
+  fi
   if command -v compute-sanitizer >/dev/null; then
     timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 .gpu/bin/codec_cuda_test \
       --gtest_filter='*OddChannelCounts*:*Corrupt*:*WithoutLeaving*:*NanOrInf*' >"$out/memcheck.log" 2>&1 \
       && echo "memcheck: clean" || { echo "memcheck: exit $? (see memcheck.log)"; tail -n 20 "$out/memcheck.log"; }
   fi
-  .gpu/bin/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark.log" || rc=1
-  if [ "${KVT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then  # one lynx encode and decode, profiled
-    timeout 120 ncu --section SpeedOfLight --section Occupancy --launch-skip 8 --launch-count 1 \
-      -k regex:'EncodeGroupKernel|DecodeKernel' .gpu/bin/gpu_codec_benchmark lynx >"$out/ncu.log" 2>&1 || true
-    grep -E "EncodeGroupKernel|DecodeKernel|Throughput|Duration|Achieved Occupancy|Registers" "$out/ncu.log" | head -40
-  fi
+  echo "device: ${SECONDS}s in all"
   return $rc
 }
 

@@ -1,0 +1,690 @@
+// The lynx tile encoder (codec_kernels.h LynxTileEncodeFits / LaunchLynxTileEncode): LaunchEncode's fast path for
+// the common shape (midrange centering, 32-token chunks, whole pages of up to 8 chunks, channels % 64 == 0). Its
+// containers are byte-identical to EncodeGroupKernel's and so to the CPU reference's; compiled with --fmad=false.
+//
+// One block per (page, group of 64 channels), one warp per chunk. Lane (s, g) = (lane / 8, lane % 8) keeps tokens
+// [8 s, 8 s + 8) of its warp's chunk x channels [8 g, 8 g + 8) of the group in registers as loaded (one 16-byte load
+// per token, two for fp32): the tile never passes through shared memory. The chunk minima and maxima come from
+// NaN-propagating (packed, for 16-bit input) min/max over the lane's tokens and two butterfly shuffles, the
+// page-channel ranges from the chunks' through shared memory (the one block-wide barrier), then each lane quantizes
+// the ends of two chunk-channels, the warp writes its chunk's 46 words of end pairs whole (no zeroed metadata, no
+// atomics) and each lane codes its 64 values: one 8-byte shared load per value (bucket base and the one threshold
+// left to compare) and whole bytes of every stream per store. Multi-stream schemes: each block stores its code
+// counts, and the page's last block to finish (an arrival counter that wraps back to zero) sums them and writes
+// the anchor tables, so one launch is the whole encode.
+#include <type_traits>
+
+#include "codec/gpu/codec_kernels_common.cuh"
+
+namespace kvt::codec::gpu::internal {
+namespace {
+
+constexpr int kChunkTokens = 32;                               // a chunk is a warp
+constexpr int kSliceTokens = 8;                                // tokens per lane
+constexpr int kMaxChunks = 8;                                  // warps per block
+constexpr int kEndWords = kTileChannels * kEndPairBits / 32;  // 46 words: a chunk's end pairs of one group
+constexpr int kMaxBuckets = 1024;                              // larger bucket tables take the log-guess path
+static_assert(kTileChannels == 64, "lane (s, g) covers 8 x 8 channels");
+static_assert(kTileChannels * kEndPairBits % 32 == 0, "a group's end pairs fill whole words");
+
+struct TileParams {
+  KvGeometry src;
+  PageShape shape;
+  Staging out;
+  DeviceStatus* status;
+  int num_streams;
+  int stage_bits[kMaxStreams];
+  int total_bits;
+};
+
+// 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
+template <typename T>
+struct Octet {
+  static constexpr int kWords = 2 * sizeof(T);
+  uint32_t w[kWords];
+};
+
+template <typename T>
+__device__ __forceinline__ void LoadOctet(const T* p, Octet<T>& o) {
+#pragma unroll
+  for (int v = 0; v < Octet<T>::kWords / 4; ++v) {
+    const uint4 r = __ldg(reinterpret_cast<const uint4*>(p) + v);
+    o.w[4 * v] = r.x;
+    o.w[4 * v + 1] = r.y;
+    o.w[4 * v + 2] = r.z;
+    o.w[4 * v + 3] = r.w;
+  }
+}
+
+// The 8 values of Octet words as floats (exact conversions, as ToFloat<T>).
+template <typename T>
+__device__ __forceinline__ void WordsToFloats(const uint32_t* w, float* x) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = __uint_as_float(w[e]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      x[2 * j] = __uint_as_float(w[j] << 16);
+      x[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      __half2 h;
+      memcpy(&h, &w[j], 4);
+      const float2 f = __half22float2(h);
+      x[2 * j] = f.x;
+      x[2 * j + 1] = f.y;
+    }
+  }
+}
+
+// Element-wise minimum / maximum of two Octet words, NaN if either operand is (so a NaN anywhere in a chunk's
+// column ends in its minimum and maximum; an Inf ends in one of them). The sign of a zero result may differ from
+// the reference's compare order, which no code depends on (the page range canonicalizes zeros; the end searches
+// compare).
+template <typename T>
+__device__ __forceinline__ uint32_t MinNan(uint32_t a, uint32_t b) {
+  if constexpr (std::is_same_v<T, float>) {
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
+    return __float_as_uint(r);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __nv_bfloat162 r = __hmin2_nan(x, y);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+  } else {
+    __half2 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __half2 r = __hmin2_nan(x, y);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint32_t MaxNan(uint32_t a, uint32_t b) {
+  if constexpr (std::is_same_v<T, float>) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
+    return __float_as_uint(r);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __nv_bfloat162 r = __hmax2_nan(x, y);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+  } else {
+    __half2 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __half2 r = __hmax2_nan(x, y);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+  }
+}
+
+// lynx_math.h QuantizeEndBelow and QuantizeEndAbove for a lane's two chunk-channels at once (independent
+// straight-line work the scheduler interleaves), returning the same q_low, q_high and also ChunkEnd(f, q) of each
+// (which the searches evaluate anyway, so ChunkCentreAndWidth need not again). The start is a guess from a
+// reciprocal of half instead of a division: any start gives the same q. Each step evaluates both channels'
+// candidates and keeps those that move.
+__device__ __forceinline__ int StartEnd(const Frame& f, float inv_half, float a) {
+  const float d = a - f.centre;
+  const float u = Clamp(isfinite(inv_half) ? d * inv_half : d / f.half, -1.0f, 1.0f);
+  const int g = static_cast<int>(floorf(u * 2047.0f + 2047.0f));
+  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+}
+__device__ __forceinline__ void QuantizeEnds2(const Frame* f, const float* cmin, const float* cmax, int* q_low,
+                                              int* q_high, float* end_low, float* end_high) {
+  bool flat[2];
+  float inv_half[2];
+  int q[2];
+  float e[2];
+  // q_low: the largest q with ChunkEnd(q) <= cmin (0 for a flat channel: ChunkEnd(0) = lo).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    flat[h] = f[h].half == 0.0f;
+    inv_half[h] = __frcp_rn(f[h].half);
+    q[h] = flat[h] ? 0 : StartEnd(f[h], inv_half[h], cmin[h]);
+    e[h] = ChunkEnd(f[h], q[h]);
+  }
+  for (;;) {  // down while ChunkEnd(q) > cmin
+    bool step[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) step[h] = q[h] > 0 && e[h] > cmin[h];
+    if (!step[0] && !step[1]) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float prev = ChunkEnd(f[h], q[h] - 1);
+      if (step[h]) --q[h], e[h] = prev;
+    }
+  }
+  bool go[2] = {!flat[0], !flat[1]};
+  for (;;) {  // up while ChunkEnd(q + 1) <= cmin
+#pragma unroll
+    for (int h = 0; h < 2; ++h) go[h] = go[h] && q[h] < kEndGridMax;
+    if (!go[0] && !go[1]) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float next = ChunkEnd(f[h], q[h] + 1);
+      go[h] = go[h] && next <= cmin[h];
+      if (go[h]) ++q[h], e[h] = next;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    q_low[h] = q[h];
+    end_low[h] = e[h];
+    // q_high: the smallest q >= q_low with ChunkEnd(q) >= cmax (0 for a flat channel).
+    if (!flat[h]) {
+      const int g = StartEnd(f[h], inv_half[h], cmax[h]);
+      q[h] = g < q_low[h] ? q_low[h] : g;
+    }
+    e[h] = ChunkEnd(f[h], q[h]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) go[h] = true;
+  for (;;) {  // down while ChunkEnd(q - 1) >= cmax
+#pragma unroll
+    for (int h = 0; h < 2; ++h) go[h] = go[h] && q[h] > q_low[h];
+    if (!go[0] && !go[1]) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float prev = ChunkEnd(f[h], q[h] - 1);
+      go[h] = go[h] && prev >= cmax[h];
+      if (go[h]) --q[h], e[h] = prev;
+    }
+  }
+  for (;;) {  // up while ChunkEnd(q) < cmax
+    bool step[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) step[h] = !flat[h] && q[h] < kEndGridMax && e[h] < cmax[h];
+    if (!step[0] && !step[1]) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float next = ChunkEnd(f[h], q[h] + 1);
+      if (step[h]) ++q[h], e[h] = next;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    q_high[h] = q[h];
+    end_high[h] = e[h];
+  }
+}
+
+// What coding a value needs, uniform over the block.
+struct CodeTables {
+  // Bucket path (bucket_count in 1..kMaxBuckets): the shared table of (bucket_base[j], bits of
+  // thresholds[bucket_base[j] + 1]), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj (see
+  // TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
+  unsigned bucket_adj;
+  float magic;
+  const float* thr;  // shared: thresholds, +inf past M
+  float alpha, inv_log1p_alpha;
+  int max_code;
+  uint32_t sign_bit;  // 1 << (b - 1)
+};
+
+// The b-bit code of x in a chunk with centre mu and inverse width inv (lynx_math.h FinalValue, MagnitudeCode).
+// xf = d * inv is never NaN for finite x (inv == 0 only for a flat chunk, where d == 0; d = +-inf only times inv >
+// 0), so |Clamp(xf, -1, 1)| = min(|xf|, 1) and Clamp(xf, -1, 1) < 0 iff xf < 0 (-0 included); with inv == 0,
+// +-0 gives the reference's code 0 without its test.
+template <bool kBuckets>
+__device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const CodeTables& ct) {
+  const float d = x - mu;
+  const float xf = d * inv;
+  const float a = fminf(fabsf(xf), 1.0f);
+  uint32_t code;
+  if constexpr (kBuckets) {
+    // a + 2^23 / buckets rounded toward zero keeps floor(a * buckets) in its low mantissa bits (the sum lies in
+    // [2^23 / buckets, 2^24 / buckets), whose spacing is 1 / buckets): j = bits(sum) - bits(magic), exact.
+    const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 3) + ct.bucket_adj;
+    unsigned base, thr, ge;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(base), "=r"(thr) : "r"(addr));
+    asm("set.ge.u32.f32 %0, %1, %2;" : "=r"(ge) : "f"(a), "f"(__uint_as_float(thr)));  // all ones or 0
+    code = base - ge;
+  } else {
+    const int m = ct.max_code;
+    int g = __float2int_rn(__logf(1.0f + ct.alpha * a) * ct.inv_log1p_alpha * static_cast<float>(m));
+    g = g < 0 ? 0 : (g > m ? m : g);
+    while (g > 0 && a < ct.thr[g]) --g;
+    while (g < m && a >= ct.thr[g + 1]) ++g;
+    code = static_cast<uint32_t>(g);
+  }
+  unsigned neg;
+  asm("set.lt.u32.f32 %0, %1, 0f00000000;" : "=r"(neg) : "f"(xf));  // all ones or 0 (-0 is not below 0)
+  return code | (neg & ct.sign_bit);
+}
+
+// Four codes (< 256) as the bytes of a word, first in the low byte.
+__device__ __forceinline__ uint32_t Bytes4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
+  return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Stream layouts with their own code: every other scheme takes kAnyStreams.
+enum class Streams { kAnyStreams, kOne8, kOne4, kTwo4 };
+
+// Stores the low 8 * w bits of v at p (aligned to w bytes when w is a power of two).
+__device__ __forceinline__ void StoreFields(uint8_t* p, unsigned long long v, int w) {
+  switch (w) {
+    case 1:
+      *p = static_cast<uint8_t>(v);
+      return;
+    case 2:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+      return;
+    case 4:
+      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+      return;
+    case 8:
+      *reinterpret_cast<unsigned long long*>(p) = v;
+      return;
+    default:
+      for (int b = 0; b < w; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
+// Blocks per SM the register budget aims at: bf16 fits 64 registers (32 warps an SM); fp16's conversions and
+// fp32's wider tile need more.
+template <typename T>
+constexpr int kTileMinBlocks = std::is_same_v<T, __nv_bfloat16> ? 4 : (sizeof(T) == 4 ? 2 : 3);
+
+template <typename T, Streams kStreams>
+__global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
+    LynxTileEncodeKernel(const TileParams p, const LynxDeviceTables* __restrict__ tables) {
+  constexpr int kWords = Octet<T>::kWords;
+  __shared__ uint2 s_bucket[kMaxBuckets + 1];
+  __shared__ float s_thr[128 + kMaxDeviceCorrections];
+  __shared__ unsigned s_hist[256];
+  __shared__ __align__(16) float s_cmin[kMaxChunks][kTileChannels];
+  __shared__ __align__(16) float s_cmax[kMaxChunks][kTileChannels];
+  __shared__ __align__(16) float s_mu[kMaxChunks][kTileChannels];
+  __shared__ __align__(16) float s_inv[kMaxChunks][kTileChannels];
+  __shared__ __align__(16) unsigned s_idx[kMaxChunks][kTileChannels];
+  __shared__ bool s_last;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int k = tid >> 5;  // the warp's chunk
+  const int g = lane & 7;  // channels [8 g, 8 g + 8) of the group
+  const int s = lane >> 3;  // tokens [8 s, 8 s + 8) of the chunk
+  const int page = blockIdx.y;
+  const int c0 = blockIdx.x * kTileChannels;
+  const int channels = p.shape.channels;
+  const int tokens = p.shape.tokens;
+  const int num_chunks = p.shape.num_chunks;
+  const int t0 = k * kChunkTokens + s * kSliceTokens;
+
+  // The lane's 8 rows, all 8 loads in flight together. With blocks of a multiple of 8 tokens its tokens are
+  // consecutive rows of one block; otherwise a cursor over the page's blocks.
+  Octet<T> x[kSliceTokens];
+  {
+    const int bt = p.src.block_tokens;
+    const int32_t* ids = p.src.block_ids + static_cast<size_t>(page) * p.src.blocks_per_page;
+    const T* src = static_cast<const T*>(p.src.data) + ChannelOffset(p.src, 0, c0 + 8 * g);
+    const bool nhd = p.src.layout == Layout::kNHD;
+    auto row_offset = [&](int b, int r) -> size_t {
+      return nhd ? (static_cast<size_t>(b) * bt + r) * channels
+                 : static_cast<size_t>(b) * p.src.heads * bt * p.src.head_dim + static_cast<size_t>(r) * p.src.head_dim;
+    };
+    bool bad = false;
+    if (bt % kSliceTokens == 0) {
+      const int j = t0 / bt;
+      const int b = ids[j];
+      bad = b < 0 || b >= p.src.num_blocks;
+      const T* row = src + row_offset(bad ? 0 : b, t0 - j * bt);
+      const size_t stride = nhd ? channels : p.src.head_dim;
+#pragma unroll
+      for (int i = 0; i < kSliceTokens; ++i) {
+        if (!bad) {
+          LoadOctet<T>(row + i * stride, x[i]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) x[i].w[w] = 0;  // +0 values, as the general kernel reads them
+        }
+      }
+    } else {
+      int b[kSliceTokens], r[kSliceTokens];
+      int j = t0 / bt, row = t0 - j * bt;
+#pragma unroll
+      for (int i = 0; i < kSliceTokens; ++i) {
+        b[i] = ids[j];
+        r[i] = row;
+        if (++row == bt) row = 0, ++j;
+      }
+#pragma unroll
+      for (int i = 0; i < kSliceTokens; ++i) {
+        if (b[i] >= 0 && b[i] < p.src.num_blocks) {
+          LoadOctet<T>(src + row_offset(b[i], r[i]), x[i]);
+        } else {
+          bad = true;
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) x[i].w[w] = 0;
+        }
+      }
+    }
+    if (bad) atomicOr(&p.status->errors, kErrBadBlockId);
+  }
+
+  // The tables, while the loads are in flight.
+  CodeTables ct;
+  ct.thr = s_thr;
+  ct.alpha = tables->alpha;
+  ct.inv_log1p_alpha = tables->inv_log1p_alpha;
+  ct.max_code = tables->max_code;
+  ct.sign_bit = 1u << (tables->bits - 1);
+  const int buckets = tables->bucket_count;  // > 0 only with one correction
+  const bool use_buckets = buckets > 0 && buckets <= kMaxBuckets;
+  ct.magic = use_buckets ? 8388608.0f / static_cast<float>(buckets) : 0.0f;
+  ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
+  for (int i = tid; i < 128 + kMaxDeviceCorrections; i += blockDim.x) s_thr[i] = tables->thresholds[i];
+  if (use_buckets) {
+    for (int j = tid; j <= buckets; j += blockDim.x) {
+      const int base = tables->bucket_base[j];
+      s_bucket[j] = make_uint2(static_cast<unsigned>(base), __float_as_uint(tables->thresholds[base + 1]));
+    }
+  }
+  for (int i = tid; i < 256; i += blockDim.x) s_hist[i] = 0;
+
+  // Chunk minimum and maximum of the lane's 8 channels: over its 8 tokens, then over the warp's 4 token slices.
+  float cmin[8], cmax[8];
+  {
+    uint32_t mn[kWords], mx[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) mn[w] = mx[w] = x[0].w[w];
+#pragma unroll
+    for (int i = 1; i < kSliceTokens; ++i) {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        mn[w] = MinNan<T>(mn[w], x[i].w[w]);
+        mx[w] = MaxNan<T>(mx[w], x[i].w[w]);
+      }
+    }
+#pragma unroll
+    for (int o = 8; o < 32; o <<= 1) {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        mn[w] = MinNan<T>(mn[w], __shfl_xor_sync(kFull, mn[w], o));
+        mx[w] = MaxNan<T>(mx[w], __shfl_xor_sync(kFull, mx[w], o));
+      }
+    }
+    WordsToFloats<T>(mn, cmin);
+    WordsToFloats<T>(mx, cmax);
+  }
+  bool finite = true;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) finite = finite && isfinite(cmin[e]) && isfinite(cmax[e]);
+  if (!finite) {  // a NaN or Inf in the lane's columns of the chunk: name each of the lane's own
+#pragma unroll
+    for (int i = 0; i < kSliceTokens; ++i) {
+      float v[8];
+      WordsToFloats<T>(x[i].w, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (!isfinite(v[e])) ReportNonFinite(p.status, page, tokens, channels, t0 + i, c0 + 8 * g + e);
+      }
+    }
+  }
+  if (s == 0) {
+    float4* dmin = reinterpret_cast<float4*>(&s_cmin[k][8 * g]);
+    float4* dmax = reinterpret_cast<float4*>(&s_cmax[k][8 * g]);
+    dmin[0] = make_float4(cmin[0], cmin[1], cmin[2], cmin[3]);
+    dmin[1] = make_float4(cmin[4], cmin[5], cmin[6], cmin[7]);
+    dmax[0] = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
+    dmax[1] = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
+  }
+  __syncthreads();
+
+  // Lane L: chunk-channels (k, 2 L) and (k, 2 L + 1). The page-channel range is the min / max of the chunks'
+  // (lynx_kernels_ref.cc RefStatsRange up to the sign of a zero, which is canonicalized).
+  uint8_t* meta = p.out.meta + page * p.out.meta_stride;
+  {
+    const int cc = 2 * lane;
+    float lo[2], hi[2];
+    lo[0] = lo[1] = __int_as_float(0x7f800000);
+    hi[0] = hi[1] = -lo[0];
+    for (int kk = 0; kk < num_chunks; ++kk) {
+      const float2 a = *reinterpret_cast<const float2*>(&s_cmin[kk][cc]);
+      const float2 b = *reinterpret_cast<const float2*>(&s_cmax[kk][cc]);
+      if (a.x < lo[0]) lo[0] = a.x;
+      if (a.y < lo[1]) lo[1] = a.y;
+      if (b.x > hi[0]) hi[0] = b.x;
+      if (b.y > hi[1]) hi[1] = b.y;
+    }
+    const float2 kmin = *reinterpret_cast<const float2*>(&s_cmin[k][cc]);
+    const float2 kmax = *reinterpret_cast<const float2*>(&s_cmax[k][cc]);
+    Frame f[2];
+    float cmin[2] = {kmin.x, kmin.y}, cmax[2] = {kmax.x, kmax.y};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lo[h] = lo[h] == 0.0f ? 0.0f : lo[h];  // canonical zero
+      hi[h] = hi[h] == 0.0f ? 0.0f : hi[h];
+      f[h] = MakeFrame(lo[h], hi[h]);
+    }
+    int ql[2], qh[2];
+    float a[2], b[2];  // ChunkEnd(f, ql), ChunkEnd(f, qh)
+    QuantizeEnds2(f, cmin, cmax, ql, qh, a, b);
+    float mu[2], inv[2];
+    unsigned idx[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // ChunkCentreAndWidth from the two ends.
+      const float m = Clamp(0.5f * a[h] + 0.5f * b[h], a[h], b[h]);
+      const float up = b[h] - m;
+      const float down = m - a[h];
+      const float sg = up > down ? up : down;
+      inv[h] = InverseSigma(sg < 3.40282347e+38f ? sg : 3.40282347e+38f);
+      mu[h] = m;
+      idx[h] = static_cast<unsigned>(qh[h]) * static_cast<unsigned>(qh[h] + 1) / 2 + static_cast<unsigned>(ql[h]);
+    }
+    if (k == 0) {
+      reinterpret_cast<float2*>(meta)[(c0 + cc) / 2] = make_float2(lo[0], lo[1]);
+      reinterpret_cast<float2*>(meta)[(channels + c0 + cc) / 2] = make_float2(hi[0], hi[1]);
+    }
+    *reinterpret_cast<float2*>(&s_mu[k][cc]) = make_float2(mu[0], mu[1]);
+    *reinterpret_cast<float2*>(&s_inv[k][cc]) = make_float2(inv[0], inv[1]);
+    *reinterpret_cast<uint2*>(&s_idx[k][cc]) = make_uint2(idx[0], idx[1]);
+  }
+  __syncwarp();
+
+  // The chunk's end pairs of the group, fields (k channels + c0 + f) * 23 bits: they start on a word, as
+  // k channels + c0 is a multiple of 32.
+  {
+    uint32_t* ends = reinterpret_cast<uint32_t*>(meta + p.out.ends_offset) +
+                     (static_cast<size_t>(k) * channels + c0) / 32 * kEndPairBits;
+    for (int w = lane; w < kEndWords; w += 32) {
+      const int b0 = 32 * w;
+      uint32_t word = 0;
+      for (int f = b0 / kEndPairBits; f * kEndPairBits < b0 + 32; ++f) {
+        const int sh = kEndPairBits * f - b0;
+        const uint32_t v = s_idx[k][f];
+        word |= sh >= 0 ? v << sh : v >> -sh;
+      }
+      ends[w] = word;
+    }
+  }
+
+  // Code the lane's 64 values: each stream's fields of a row's 8 values fill whole bytes, at a fixed stride.
+  float mu[8], inv[8];
+  {
+    const float4* pm = reinterpret_cast<const float4*>(&s_mu[k][8 * g]);
+    const float4* pi = reinterpret_cast<const float4*>(&s_inv[k][8 * g]);
+    const float4 m0 = pm[0], m1 = pm[1], i0 = pi[0], i1 = pi[1];
+    mu[0] = m0.x, mu[1] = m0.y, mu[2] = m0.z, mu[3] = m0.w, mu[4] = m1.x, mu[5] = m1.y, mu[6] = m1.z, mu[7] = m1.w;
+    inv[0] = i0.x, inv[1] = i0.y, inv[2] = i0.z, inv[3] = i0.w, inv[4] = i1.x, inv[5] = i1.y, inv[6] = i1.z,
+    inv[7] = i1.w;
+  }
+  const bool counting = p.num_streams > 1;
+  // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has < 2^24 values).
+  const unsigned octet0 = (static_cast<unsigned>(t0) * channels + c0 + 8 * g) >> 3;
+  const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
+  uint8_t* out0 = p.out.codes[0] + page * p.out.codes_stride[0];
+  uint8_t* out1 = p.out.codes[kStreams == Streams::kTwo4 ? 1 : 0] +
+                  page * p.out.codes_stride[kStreams == Streams::kTwo4 ? 1 : 0];
+  auto code_rows = [&](auto buckets_tag) {
+    constexpr bool kBuckets = decltype(buckets_tag)::value;
+#pragma unroll
+    for (int i = 0; i < kSliceTokens; ++i) {
+      float v[8];
+      WordsToFloats<T>(x[i].w, v);
+      uint32_t code[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) code[e] = TileCode<kBuckets>(v[e], mu[e], inv[e], ct);
+      if (counting && i % kAnchorSampleStride == 0) {  // t % 4 == 0: t0 is a multiple of 8
+#pragma unroll
+        for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[code[e]], 1u);
+      }
+      const uint32_t lo4 = Bytes4(code[0], code[1], code[2], code[3]);
+      const uint32_t hi4 = Bytes4(code[4], code[5], code[6], code[7]);
+      const unsigned octet = octet0 + i * row_octets;
+      if constexpr (kStreams == Streams::kOne8) {
+        *reinterpret_cast<uint2*>(out0 + octet * 8) = make_uint2(lo4, hi4);
+      } else if constexpr (kStreams == Streams::kOne4) {
+        *reinterpret_cast<uint32_t*>(out0 + octet * 4) =
+            __byte_perm(lo4, hi4, 0x6420) | (__byte_perm(lo4, hi4, 0x7531) << 4);
+      } else if constexpr (kStreams == Streams::kTwo4) {
+        const uint32_t a_lo = (lo4 >> 4) & 0x0F0F0F0Fu, a_hi = (hi4 >> 4) & 0x0F0F0F0Fu;
+        const uint32_t r_lo = lo4 & 0x0F0F0F0Fu, r_hi = hi4 & 0x0F0F0F0Fu;
+        *reinterpret_cast<uint32_t*>(out0 + octet * 4) =
+            __byte_perm(a_lo, a_hi, 0x6420) | (__byte_perm(a_lo, a_hi, 0x7531) << 4);
+        *reinterpret_cast<uint32_t*>(out1 + octet * 4) =
+            __byte_perm(r_lo, r_hi, 0x6420) | (__byte_perm(r_lo, r_hi, 0x7531) << 4);
+      } else {
+        int shift = p.total_bits;
+        for (int st = 0; st < p.num_streams; ++st) {
+          const int w = p.stage_bits[st];
+          shift -= w;
+          const uint32_t mask = (1u << w) - 1;
+          unsigned long long packed;
+          if (w == 8) {
+            packed = lo4 | (static_cast<unsigned long long>(hi4) << 32);
+          } else if (w == 4) {
+            const uint32_t f_lo = (lo4 >> shift) & 0x0F0F0F0Fu, f_hi = (hi4 >> shift) & 0x0F0F0F0Fu;
+            packed = __byte_perm(f_lo, f_hi, 0x6420) | (__byte_perm(f_lo, f_hi, 0x7531) << 4);
+          } else {
+            packed = 0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              packed |= static_cast<unsigned long long>((code[e] >> shift) & mask) << (e * w);
+            }
+          }
+          StoreFields(p.out.codes[st] + page * p.out.codes_stride[st] + static_cast<size_t>(octet) * w, packed, w);
+        }
+      }
+    }
+  };
+  if (use_buckets) {
+    code_rows(std::true_type{});
+  } else {
+    code_rows(std::false_type{});
+  }
+  if (!counting) return;
+
+  // Multi-stream: this block's counts, then the page's last block writes the anchor tables.
+  __syncthreads();
+  const int groups = channels / kTileChannels;
+  uint32_t* page_hist = p.out.group_histograms + static_cast<size_t>(page) * groups * 256;
+  for (int i = tid; i < 256; i += blockDim.x) page_hist[blockIdx.x * 256 + i] = s_hist[i];
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    s_last = atomicInc(&p.out.page_arrivals[page], static_cast<unsigned>(groups - 1)) ==
+             static_cast<unsigned>(groups - 1);
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int i = tid; i < 256; i += blockDim.x) {
+    unsigned n = 0;
+    for (int gg = 0; gg < groups; ++gg) n += __ldcg(page_hist + gg * 256 + i);
+    s_hist[i] = n;
+  }
+  __syncthreads();
+  for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
+    const float v = AnchorTableEntry(j, s_hist, p.num_streams, p.stage_bits, p.total_bits, tables);
+    StoreF32(meta + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
+  }
+}
+
+}  // namespace
+
+bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, const KvGeometry& src, const PageShape& shape,
+                        const Staging& out) {
+  if (scheme.kind != SchemeKind::kLynx || centering_mean) return false;
+  if (shape.chunk_len != kChunkTokens || shape.num_chunks < 1 || shape.num_chunks > kMaxChunks ||
+      shape.tokens != shape.num_chunks * kChunkTokens) {
+    return false;
+  }
+  if (shape.channels % kTileChannels != 0 || src.head_dim % 8 != 0 || !Aligned16(src.data)) return false;
+  if (scheme.num_streams() > 1 && (out.group_histograms == nullptr || out.page_arrivals == nullptr ||
+                                   out.table_floats <= 0 || out.table_floats > 128)) {
+    return false;
+  }
+  return true;
+}
+
+absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* tables, const KvGeometry& src,
+                                  const PageShape& shape, const Staging& out, DeviceStatus* status,
+                                  void* stream_handle) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+  TileParams p;
+  p.src = src;
+  p.shape = shape;
+  p.out = out;
+  p.status = status;
+  p.num_streams = scheme.num_streams();
+  p.total_bits = 0;
+  for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
+  for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
+  const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
+  const int threads = 32 * shape.num_chunks;
+  const int n = p.num_streams;
+  const Streams streams = n == 1 && p.stage_bits[0] == 8   ? Streams::kOne8
+                          : n == 1 && p.stage_bits[0] == 4 ? Streams::kOne4
+                          : n == 2 && p.stage_bits[0] == 4 && p.stage_bits[1] == 4 ? Streams::kTwo4
+                                                                                   : Streams::kAnyStreams;
+  auto launch = [&](auto* kernel) { kernel<<<grid, threads, 0, stream>>>(p, tables); };
+  auto by_streams = [&](auto type_tag) {
+    using T = typename decltype(type_tag)::type;
+    switch (streams) {
+      case Streams::kOne8:
+        return launch(LynxTileEncodeKernel<T, Streams::kOne8>);
+      case Streams::kOne4:
+        return launch(LynxTileEncodeKernel<T, Streams::kOne4>);
+      case Streams::kTwo4:
+        return launch(LynxTileEncodeKernel<T, Streams::kTwo4>);
+      case Streams::kAnyStreams:
+        return launch(LynxTileEncodeKernel<T, Streams::kAnyStreams>);
+    }
+  };
+  switch (src.dtype) {
+    case DType::kFloat32:
+      by_streams(TypeTag<float>{});
+      break;
+    case DType::kBfloat16:
+      by_streams(TypeTag<__nv_bfloat16>{});
+      break;
+    case DType::kFloat16:
+      by_streams(TypeTag<__half>{});
+      break;
+  }
+  return LaunchError("LynxTileEncodeKernel");
+}
+
+}  // namespace kvt::codec::gpu::internal
