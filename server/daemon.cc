@@ -63,6 +63,7 @@ absl::Status Daemon::Init() {
   self.schemes = codec::StandardSchemeNames();
   self.container_version = codec::kContainerVersion;
   peers_ = std::make_unique<PeerDirectory>(std::move(self), security_.get(), transport_.get());
+  liveness_ = std::make_unique<PeerLiveness>(peers_.get(), security_.get());
   workers_ = std::make_unique<WorkerPool>(options_.codec_threads);
   book_ = std::make_unique<RequestBook>(options_.max_requests, options_.finished_keep, options_.finished_retention);
   regions_ = std::make_unique<RegionRegistry>();
@@ -70,6 +71,7 @@ absl::Status Daemon::Init() {
   context_.regions = regions_.get();
   context_.transport = transport_.get();
   context_.peers = peers_.get();
+  context_.liveness = liveness_.get();
   context_.workers = workers_.get();
   context_.book = book_.get();
   context_.metrics = metrics_.get();

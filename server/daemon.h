@@ -23,6 +23,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/peer_directory.h"
+#include "server/peer_liveness.h"
 #include "server/peer_security.h"
 #include "server/peer_service.h"
 #include "server/prefill_side.h"
@@ -63,6 +64,7 @@ class Daemon {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<PeerSecurity> security_;
   std::unique_ptr<PeerDirectory> peers_;
+  std::unique_ptr<PeerLiveness> liveness_;
   std::unique_ptr<WorkerPool> workers_;
   std::unique_ptr<RequestBook> book_;
   std::unique_ptr<RegionRegistry> regions_;

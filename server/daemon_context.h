@@ -7,6 +7,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/peer_directory.h"
+#include "server/peer_liveness.h"
 #include "server/region_registry.h"
 #include "server/request_book.h"
 #include "server/worker_pool.h"
@@ -19,6 +20,8 @@ struct DaemonContext {
   RegionRegistry* regions = nullptr;
   transport::Transport* transport = nullptr;
   PeerDirectory* peers = nullptr;
+  // The prefill daemons the decode side receives from, pinged on the control plane.
+  PeerLiveness* liveness = nullptr;
   WorkerPool* workers = nullptr;
   RequestBook* book = nullptr;
   DaemonMetrics* metrics = nullptr;

@@ -122,6 +122,10 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     }
     opened_ = true;
     opened_at_ = absl::Now();
+    if (!source_address_.empty()) {
+      context_->liveness->Watch(source_address_);
+      watching_source_ = true;
+    }
     record_->SetLabels(scheme_.Name(), open.source_daemon_id);
     return absl::OkStatus();
   }
@@ -212,6 +216,16 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   bool finished() const {
     kvt::MutexLock lock(&mu_);
     return finished_;
+  }
+
+  // Whether the prefill daemon this request comes from stopped answering its control plane.
+  bool SourceDead() const {
+    kvt::MutexLock lock(&mu_);
+    return watching_source_ && !finished_ && context_->liveness->Dead(source_address_);
+  }
+  std::string source_address() const {
+    kvt::MutexLock lock(&mu_);
+    return source_address_;
   }
 
   // Tells the peer why (if `peer` is set), then cancels the layers' data-plane transfers, on the worker pool so
@@ -334,6 +348,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       }
       // Running decodes finish their page first; the last one lets the region go.
       if (active_tasks_ == 0) region_ = RegionLease();
+      if (watching_source_) context_->liveness->Unwatch(source_address_);
+      watching_source_ = false;
     }
     FinishRecord(*context_, *record_, status);
     if (on_finished_) on_finished_(*this);
@@ -355,6 +371,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   int active_tasks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool watching_source_ ABSL_GUARDED_BY(mu_) = false;
   // Set once by Accept (under mu_), read-only afterwards.
   codec::Scheme scheme_;
   uint32_t source_heads_begin_ = 0;
@@ -462,15 +479,24 @@ void DecodeSide::Forget(const InboundRequest& request) {
 }
 
 void DecodeSide::CheckDeadlines() {
-  std::vector<std::shared_ptr<InboundRequest>> expired;
+  std::vector<std::shared_ptr<InboundRequest>> expired, orphaned;
   const absl::Time now = absl::Now();
   {
     kvt::MutexLock lock(&mu_);
     for (auto& [id, r] : requests_) {
-      if (now >= r->deadline()) expired.push_back(r);
+      if (now >= r->deadline()) {
+        expired.push_back(r);
+      } else if (r->SourceDead()) {
+        orphaned.push_back(r);
+      }
     }
   }
   for (auto& r : expired) r->Expire();
+  for (auto& r : orphaned) {
+    r->Fail(absl::UnavailableError(absl::StrCat("the prefill daemon at ", r->source_address(),
+                                                " stopped answering; its transfer cannot finish")),
+            /*notify_peer=*/false);
+  }
 }
 
 void DecodeSide::Pump() {

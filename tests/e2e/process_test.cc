@@ -337,6 +337,19 @@ TEST_F(PrefillCrashTest, PrefillDaemonKilledBetweenLayersFailsTheDecodeRequestWi
   KillPrefillAndExpectUnavailable();
 }
 
+TEST_F(PrefillCrashTest, PrefillDaemonKilledBeforeItsFirstChunkFailsTheDecodeRequestWithUnavailable) {
+  // The transfer is open (OpenTransfer rendezvous done) but no layer is ready yet, so no data-plane link carries
+  // it: the decode side must notice the dead prefill daemon on the control plane, long before the deadline.
+  prefill_ = Launch("prefill", "p", SlowSender());
+  decode_ = Launch("decode", "d", SmallChunks());
+  ASSERT_TRUE(prefill_ != nullptr && decode_ != nullptr);
+  MakeRegions("p", "d", kSlowLayers, kSlowBlocks);
+  ASSERT_TRUE(Expect("d", "crash").ok());
+  ASSERT_TRUE(Offer("p", "crash", decode_->peer_address(), "int8", /*ready_layers=*/0).ok());
+  absl::SleepFor(absl::Milliseconds(500));  // the rendezvous happens meanwhile
+  KillPrefillAndExpectUnavailable();
+}
+
 TEST_F(ProcessTest, DecodeDaemonKilledMidTransferFailsThePrefillRequestWithUnavailable) {
   DaemonProcess* prefill = Launch("prefill", "p", SlowSender());
   DaemonProcess* decode = Launch("decode", "d", SmallChunks());
