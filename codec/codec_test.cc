@@ -81,6 +81,7 @@ TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
   std::vector<TestPage> pages = AdversarialPages();
   pages.push_back(RealisticPage(256, 1024, 2));
   pages.push_back(RealisticPage(64, 77, 3));
+  pages.push_back(RealisticPage(64, 208, 4));  // 3 x 64 + 16 channels: the fused kernels' partial last step
   for (Centering centering : {Centering::kMidrange, Centering::kMean}) {
     for (float alpha : {4.0f, 0.5f, 60.0f}) {
       for (const std::string& name : AllSchemeNames()) {

@@ -30,6 +30,42 @@ class CodeScratch {
   std::vector<uint8_t>& buf_;
 };
 
+// Per-thread page metadata and end-pair scratch, reused for the same reason (a page's worth of small vectors
+// would otherwise be allocated, zeroed and faulted in per call). Released when large.
+class MetaScratch {
+ public:
+  MetaScratch() : meta_(Meta()), pairs_(Pairs()) {}
+  ~MetaScratch() {
+    if (meta_.mu.capacity() > (size_t{1} << 20)) meta_ = LynxPageMeta();
+    if (pairs_.capacity() > (size_t{1} << 20)) std::vector<uint32_t>().swap(pairs_);
+  }
+  LynxPageMeta& meta() { return meta_; }
+  uint32_t* pairs(size_t n) {
+    pairs_.resize(n);
+    return pairs_.data();
+  }
+
+ private:
+  static LynxPageMeta& Meta() {
+    thread_local LynxPageMeta meta;
+    return meta;
+  }
+  static std::vector<uint32_t>& Pairs() {
+    thread_local std::vector<uint32_t> pairs;
+    return pairs;
+  }
+  LynxPageMeta& meta_;
+  std::vector<uint32_t>& pairs_;
+};
+
+// Whether every stage of `stages` (from the first) is 4 bits wide: the fused nibble kernels' schemes.
+bool NibbleStages(const Scheme& scheme, int stages) {
+  for (int i = 0; i < stages; ++i) {
+    if (scheme.stage_bits[i] != 4) return false;
+  }
+  return true;
+}
+
 struct MetaOffsets {
   size_t lo, hi, ends, spike_value, spike_index, tables, codes;
 };
@@ -93,7 +129,8 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   const int bits = scheme.total_code_bits();
   const auto tables = GetLynxTables(options.alpha, bits);
   const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
-  LynxPageMeta meta;
+  MetaScratch scratch;
+  LynxPageMeta& meta = scratch.meta();
   meta.Resize(page.tokens, page.channels, chunk_len, scheme.spike_reserve);
   if (scheme.spike_reserve) {
     SpikeStats(page, options.centering, meta);
@@ -103,17 +140,23 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   kernels.derive(meta);
 
   const size_t n = page.num_values();
-  CodeScratch codes(n);
-  kernels.codes(page, meta, *tables, codes.data());
-
   const size_t chunk_values = meta.q_low.size();
   const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
   uint8_t* s0 = streams[0];
+  CodeScratch codes(n);
+  // The fused kernel writes the packed streams and only the sampled tokens' code bytes (all the histogram reads).
+  std::array<uint8_t*, kMaxStreams> code_streams = streams;
+  code_streams[0] = s0 + o.codes;
+  const bool packed = kernels.codes_nibbles != nullptr && !scheme.spike_reserve &&
+                      NibbleStages(scheme, scheme.num_streams()) &&
+                      kernels.codes_nibbles(page, meta, *tables, code_streams.data(), codes.data());
+  if (!packed) kernels.codes(page, meta, *tables, codes.data());
+
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
   std::memcpy(s0 + o.hi, meta.hi.data(), 4 * meta.hi.size());
-  std::vector<uint32_t> pairs(chunk_values);
+  uint32_t* pairs = scratch.pairs(chunk_values);
   for (size_t i = 0; i < chunk_values; ++i) pairs[i] = EndPairIndex(meta.q_low[i], meta.q_high[i]);
-  PackEndPairs(pairs.data(), chunk_values, s0 + o.ends);
+  PackEndPairs(pairs, chunk_values, s0 + o.ends);
   if (scheme.spike_reserve) {
     std::memcpy(s0 + o.spike_value, meta.spike_value.data(), 4 * chunk_values);
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
@@ -129,10 +172,11 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
       out += 4 * table.size();
     }
   }
+  if (packed) return;
   int shift = bits;
   for (int i = 0; i < scheme.num_streams(); ++i) {
     shift -= scheme.stage_bits[i];
-    PackField(codes.data(), n, shift, scheme.stage_bits[i], i == 0 ? s0 + o.codes : streams[i]);
+    PackField(codes.data(), n, shift, scheme.stage_bits[i], code_streams[i]);
   }
 }
 
@@ -142,7 +186,8 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   const int bits = scheme.total_code_bits();
   const auto tables = GetLynxTables(layout.alpha, bits);
   const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
-  LynxPageMeta meta;
+  MetaScratch scratch;
+  LynxPageMeta& meta = scratch.meta();
   meta.Resize(layout.tokens, layout.channels, chunk_len, scheme.spike_reserve);
   const size_t chunk_values = meta.q_low.size();
   const MetaOffsets o = Offsets(scheme, layout.channels, chunk_values);
@@ -156,9 +201,9 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
     }
   }
   {
-    std::vector<uint32_t> pairs(chunk_values);
-    UnpackEndPairs(s0 + o.ends, chunk_values, pairs.data());
-    if (!kernels.end_pairs(pairs.data(), chunk_values, meta.q_low.data(), meta.q_high.data())) {
+    uint32_t* pairs = scratch.pairs(chunk_values);
+    UnpackEndPairs(s0 + o.ends, chunk_values, pairs);
+    if (!kernels.end_pairs(pairs, chunk_values, meta.q_low.data(), meta.q_high.data())) {
       for (size_t i = 0; i < chunk_values; ++i) {
         if (pairs[i] > kMaxEndPairIndex) {
           return absl::DataLossError(absl::StrCat("lynx container: chunk end pair index ", pairs[i], " at chunk ",
@@ -191,12 +236,11 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   }
   kernels.derive(meta);
 
-  const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
-  CodeScratch prefix(n);
+  std::array<const uint8_t*, kMaxStreams> code_streams = streams;
+  code_streams[0] = s0 + o.codes;
   int known = 0;
   size_t table_offset = 0;
   for (int i = 0; i < stages; ++i) {
-    AppendField(i == 0 ? s0 + o.codes : streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
     known += scheme.stage_bits[i];
     if (i + 1 < stages) table_offset += size_t{1} << (known - 1);
   }
@@ -212,7 +256,14 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
     }
     table = signed_table.data();
   }
-  kernels.reconstruct(prefix.data(), meta, table, known, out);
+  const bool fused = kernels.reconstruct_nibbles != nullptr && NibbleStages(scheme, stages) &&
+                     kernels.reconstruct_nibbles(code_streams.data(), stages, meta, table, out);
+  if (!fused) {
+    const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
+    CodeScratch prefix(n);
+    for (int i = 0; i < stages; ++i) AppendField(code_streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
+    kernels.reconstruct(prefix.data(), meta, table, known, out);
+  }
   if (scheme.spike_reserve) {
     for (int k = 0; k < meta.num_chunks; ++k) {
       for (int c = 0; c < layout.channels; ++c) {

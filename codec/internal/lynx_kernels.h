@@ -29,6 +29,7 @@ struct LynxPageMeta {
   std::vector<ChannelFrame> frames;        // [channels]
   std::vector<float> mu, sigma, inv_sigma; // [num_chunks * channels]
 
+  // Sizes every vector for the page; contents are unspecified until filled (a reused object keeps old values).
   void Resize(int tokens, int channels, int chunk_len, bool spikes);
   // Fills frames, mu, sigma and inv_sigma from lo, hi, q_low, q_high (lynx_math.h's ChunkCentreAndWidth,
   // InverseSigma).
@@ -51,6 +52,21 @@ struct LynxKernels {
   // q_low[i], q_high[i] = EndPairFromIndex(index[i]) for i < n; false (outputs unspecified) if any index is past
   // the grid.
   bool (*end_pairs)(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
+
+  // Optional fused paths (nullptr where an implementation has none) for schemes whose every stage is 4 bits
+  // wide (lynx, lynx4). Each returns false, having written nothing, for a page it does not handle (the caller
+  // then takes the unfused path); both give exactly the unfused path's bytes and values.
+  //
+  // codes_nibbles: `codes` for a page without spike reserving, packed straight into the 4-bit streams
+  // (streams[i] gets field i of the code, top field first, as PackField lays it out; bits / 4 streams), and the
+  // code bytes of tokens t % kAnchorSampleStride == 0 only into sampled_codes[t * channels + c] (for the
+  // anchor-table histogram; other tokens' bytes are left as they were).
+  bool (*codes_nibbles)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                        uint8_t* const* streams, uint8_t* sampled_codes);
+  // reconstruct_nibbles: `reconstruct` of the prefix of streams [0, stages) (4 bits each, known = 4 * stages),
+  // read straight from the packed streams instead of through AppendField's byte-per-value prefix.
+  bool (*reconstruct_nibbles)(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
+                              const float* table, const MutablePageView& out);
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()

@@ -149,7 +149,7 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx2LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, DeriveLynxMeta, RefEndPairs};
+  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, DeriveLynxMeta, RefEndPairs, nullptr, nullptr};
   return k;
 }
 

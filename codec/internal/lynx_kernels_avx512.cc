@@ -6,7 +6,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -83,25 +85,46 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
   std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
+  constexpr int kBlock = 4;  // vectors per block: the chunk's min / max / sum of 64 channels stay in registers
   for (int k = 0; k < meta.num_chunks; ++k) {
     float* mn = &cmin_all[static_cast<size_t>(k) * channels];
     float* mx = &cmax_all[static_cast<size_t>(k) * channels];
     float* sm = &centre_all[static_cast<size_t>(k) * channels];
-    for (int c0 = 0; c0 < full; c0 += kLanes) {
-      _mm512_storeu_ps(mn + c0, inf);
-      _mm512_storeu_ps(mx + c0, ninf);
-      _mm512_storeu_ps(sm + c0, zero);
-    }
-    for (int t = k * n; t < (k + 1) * n; ++t) {
-      const float* row = page.data + static_cast<size_t>(t) * page.stride();
-      for (int c0 = 0; c0 < full; c0 += kLanes) {
-        const __m512 x = _mm512_loadu_ps(row + c0);
-        _mm512_storeu_ps(mn + c0, _mm512_min_ps(_mm512_loadu_ps(mn + c0), x));
-        _mm512_storeu_ps(mx + c0, _mm512_max_ps(_mm512_loadu_ps(mx + c0), x));
-        if (centering == Centering::kMean) {
-          _mm512_storeu_ps(sm + c0, _mm512_add_ps(_mm512_loadu_ps(sm + c0), _mm512_mul_ps(x, inv_n)));
+    const float* chunk = page.data + static_cast<size_t>(k) * n * page.stride();
+    int c0 = 0;
+    for (; c0 + kBlock * kLanes <= full; c0 += kBlock * kLanes) {
+      __m512 vmin[kBlock], vmax[kBlock], vsum[kBlock];
+      for (int v = 0; v < kBlock; ++v) {
+        vmin[v] = inf;
+        vmax[v] = ninf;
+        vsum[v] = zero;
+      }
+      for (int t = 0; t < n; ++t) {
+        const float* row = chunk + static_cast<size_t>(t) * page.stride() + c0;
+        for (int v = 0; v < kBlock; ++v) {
+          const __m512 x = _mm512_loadu_ps(row + kLanes * v);
+          vmin[v] = _mm512_min_ps(vmin[v], x);
+          vmax[v] = _mm512_max_ps(vmax[v], x);
+          if (centering == Centering::kMean) vsum[v] = _mm512_add_ps(vsum[v], _mm512_mul_ps(x, inv_n));
         }
       }
+      for (int v = 0; v < kBlock; ++v) {
+        _mm512_storeu_ps(mn + c0 + kLanes * v, vmin[v]);
+        _mm512_storeu_ps(mx + c0 + kLanes * v, vmax[v]);
+        _mm512_storeu_ps(sm + c0 + kLanes * v, vsum[v]);
+      }
+    }
+    for (; c0 < full; c0 += kLanes) {
+      __m512 vmin = inf, vmax = ninf, vsum = zero;
+      for (int t = 0; t < n; ++t) {
+        const __m512 x = _mm512_loadu_ps(chunk + static_cast<size_t>(t) * page.stride() + c0);
+        vmin = _mm512_min_ps(vmin, x);
+        vmax = _mm512_max_ps(vmax, x);
+        if (centering == Centering::kMean) vsum = _mm512_add_ps(vsum, _mm512_mul_ps(x, inv_n));
+      }
+      _mm512_storeu_ps(mn + c0, vmin);
+      _mm512_storeu_ps(mx + c0, vmax);
+      _mm512_storeu_ps(sm + c0, vsum);
     }
     for (int c0 = 0; c0 < full; c0 += kLanes) {
       const __m512 cmin = _mm512_loadu_ps(mn + c0), cmax = _mm512_loadu_ps(mx + c0);
@@ -274,6 +297,264 @@ KVT_AVX512 void Codes(const PageView& page, const LynxPageMeta& meta, const Lynx
   return CodesGuess<8>(page, meta, tables, codes);
 }
 
+// ---- Fused 4-bit paths (AVX-512 VBMI: byte permutes across two registers, multishift) -------------------------
+
+#define KVT_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
+
+bool VbmiAvailable() {
+  static const bool available = __builtin_cpu_supports("avx512vbmi");
+  return available;
+}
+
+// Up to 128 32-bit entries as four 128-byte planes (byte j of every entry), two registers each. A lookup takes
+// the index replicated into all four bytes of its lane (vpermi2b reads 7 index bits, so bit 7 is ignored) and
+// costs four byte permutes, each filling one byte of every lane.
+struct BytePlaneTable {
+  __m512i lo[4], hi[4];
+
+  KVT_AVX512_VBMI BytePlaneTable(const uint32_t* entries, int n, uint32_t fill) {
+    alignas(64) uint8_t planes[4][128];
+    for (int i = 0; i < 128; ++i) {
+      const uint32_t v = i < n ? entries[i] : fill;
+      for (int j = 0; j < 4; ++j) planes[j][i] = static_cast<uint8_t>(v >> (8 * j));
+    }
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm512_load_si512(planes[j]);
+      hi[j] = _mm512_load_si512(planes[j] + 64);
+    }
+  }
+
+  KVT_AVX512_VBMI __m512i operator()(__m512i index4) const {
+    __m512i r = _mm512_mask2_permutex2var_epi8(lo[0], index4, 0x1111111111111111ull, hi[0]);
+    r = _mm512_mask2_permutex2var_epi8(lo[1], r, 0x2222222222222222ull, hi[1]);  // byte 1's index is intact
+    r = _mm512_mask2_permutex2var_epi8(lo[2], r, 0x4444444444444444ull, hi[2]);
+    return _mm512_mask2_permutex2var_epi8(lo[3], r, 0x8888888888888888ull, hi[3]);
+  }
+};
+
+// sel ? if1 : if0, bit by bit.
+KVT_AVX512 inline __m512i Select(__m512i sel, __m512i if1, __m512i if0) {
+  return _mm512_ternarylogic_epi32(sel, if1, if0, 0xCA);
+}
+
+// The magnitude code guess of CodesNibbles: kPoly the polynomial (tables.poly_guess_ok), else the log guess.
+template <bool kPoly>
+struct NibbleCoder {
+  __m512 c0, c1, c2, c3;        // polynomial
+  __m512 alpha, scale;          // log guess
+  __m512i max_code, sign_code, bcast, one;
+  __m512i small;                // kSmall: guess_high as one register
+  BytePlaneTable high;
+
+  KVT_AVX512_VBMI static std::array<uint32_t, 128> HighBits(const LynxTables& t) {
+    std::array<uint32_t, 128> bits{};
+    for (int f = 0; f <= t.max_code; ++f) std::memcpy(&bits[f], &t.guess_high[f], 4);
+    return bits;
+  }
+
+  KVT_AVX512_VBMI explicit NibbleCoder(const LynxTables& t)
+      : high(HighBits(t).data(), t.max_code + 1, 0x7F800000u) {
+    c0 = _mm512_set1_ps(t.guess_poly[0]);
+    c1 = _mm512_set1_ps(t.guess_poly[1]);
+    c2 = _mm512_set1_ps(t.guess_poly[2]);
+    c3 = _mm512_set1_ps(t.guess_poly[3]);
+    alpha = _mm512_set1_ps(t.alpha);
+    scale = _mm512_set1_ps(t.guess_scale);
+    max_code = _mm512_set1_epi32(t.max_code);
+    sign_code = _mm512_set1_epi32(1 << (t.bits - 1));
+    bcast = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);  // byte 0 of each dword to all four
+    one = _mm512_set1_epi32(1);
+    alignas(64) uint32_t first[16];
+    const std::array<uint32_t, 128> bits = HighBits(t);
+    for (int i = 0; i < 16; ++i) first[i] = i <= t.max_code ? bits[i] : 0x7F800000u;
+    small = _mm512_load_si512(first);
+  }
+
+  // The b-bit codes of 16 values (FinalValue, MagnitudeCode and the sign, lane by lane). Requires sigma > 0 or
+  // x == mu in every lane (true without spike reserving: every value lies in its chunk's interval), so that
+  // inv_sigma == 0 needs no special case: (x - mu) * 0 = 0.
+  template <bool kSmall>
+  KVT_AVX512_VBMI __m512i Code(__m512 x, __m512 mu, __m512 inv) const {
+    const __m512 xf = _mm512_mul_ps(_mm512_sub_ps(x, mu), inv);
+    const __mmask16 neg = _mm512_cmp_ps_mask(xf, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 a = _mm512_range_ps(xf, _mm512_set1_ps(1.0f), 0x0A);  // min(|xf|, 1), sign cleared
+    __m512i f;
+    if constexpr (kPoly) {
+      __m512 p = _mm512_fmadd_ps(a, c3, c2);
+      p = _mm512_fmadd_ps(a, p, c1);
+      p = _mm512_fmadd_ps(a, p, c0);
+      f = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, p)), max_code);
+    } else {
+      f = GuessCode(a, alpha, scale, max_code);
+    }
+    // a >= guess_high[f] compared as integers (both non-negative floats).
+    const __m512i th = kSmall ? _mm512_permutexvar_epi32(f, small) : high(_mm512_shuffle_epi8(f, bcast));
+    __m512i code = _mm512_mask_add_epi32(f, _mm512_cmpge_epu32_mask(_mm512_castps_si512(a), th), f, one);
+    return _mm512_mask_or_epi32(code, neg, code, sign_code);
+  }
+};
+
+// Four code vectors (64 values in lane order) -> their 64 code bytes in order.
+KVT_AVX512_VBMI inline __m512i CodeBytes(const __m512i (&c)[4]) {
+  const __m512i pick = _mm512_set_epi8(  // bytes 0, 4, .., 60 of the first operand, then of the second
+      124, 120, 116, 112, 108, 104, 100, 96, 92, 88, 84, 80, 76, 72, 68, 64, 60, 56, 52, 48, 44, 40, 36, 32, 28, 24,
+      20, 16, 12, 8, 4, 0, 124, 120, 116, 112, 108, 104, 100, 96, 92, 88, 84, 80, 76, 72, 68, 64, 60, 56, 52, 48, 44,
+      40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i b01 = _mm512_permutex2var_epi8(c[0], pick, c[1]);
+  const __m512i b23 = _mm512_permutex2var_epi8(c[2], pick, c[3]);
+  return _mm512_inserti64x4(b01, _mm512_castsi512_si256(b23), 1);
+}
+
+// CodesNibbles for one guess and table form. 64 values per step (the last step of a row may hold 16, 32 or 48).
+template <bool kPoly, bool kSmall>
+KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                                      uint8_t* const* streams, uint8_t* sampled_codes) {
+  const int channels = page.channels;
+  const bool two_streams = tables.bits == 8;
+  uint8_t* const lo_stream = two_streams ? streams[1] : streams[0];  // the code's low nibbles
+  uint8_t* const hi_stream = streams[0];                              // its high nibbles, when bits == 8
+  const NibbleCoder<kPoly> coder(tables);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i even = _mm512_set_epi8(  // even bytes of the first operand, then even bytes of the second
+      126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92, 90, 88, 86, 84, 82, 80,
+      78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
+      22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int t = 0; t < page.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+    const float* row = page.data + static_cast<size_t>(t) * page.stride();
+    const float* mu = meta.mu.data() + k;
+    const float* inv = meta.inv_sigma.data() + k;
+    const size_t out = static_cast<size_t>(t) * channels / 2;
+    uint8_t* sampled = t % kAnchorSampleStride == 0 ? sampled_codes + static_cast<size_t>(t) * channels : nullptr;
+    for (int c0 = 0; c0 < channels; c0 += 64) {
+      const int vectors = std::min(4, (channels - c0) / kLanes);
+      auto code = [&](int v) KVT_AVX512_VBMI {
+        const int cv = c0 + kLanes * v;
+        return coder.template Code<kSmall>(_mm512_loadu_ps(row + cv), _mm512_loadu_ps(mu + cv),
+                                           _mm512_loadu_ps(inv + cv));
+      };
+      __m512i c[4];
+      if (vectors == 4) {  // spelled out so that the four vectors stay in registers
+        c[0] = code(0);
+        c[1] = code(1);
+        c[2] = code(2);
+        c[3] = code(3);
+      } else {
+        for (int v = 0; v < 4; ++v) c[v] = v < vectors ? code(v) : _mm512_setzero_si512();
+      }
+      const __m512i b = CodeBytes(c);
+      const __m512i w4 = _mm512_srli_epi16(b, 4);
+      // Per 16-bit word (codes 2j, 2j + 1): the low byte of lo is their low nibbles, of hi their high nibbles.
+      const __m512i lo = Select(nibble, b, w4);
+      const __m512i packed = _mm512_permutex2var_epi8(
+          lo, even, two_streams ? Select(nibble, w4, _mm512_srli_epi16(b, 8)) : lo);
+      if (vectors == 4) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo_stream + out + c0 / 2), _mm512_castsi512_si256(packed));
+        if (two_streams) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_stream + out + c0 / 2),
+                              _mm512_extracti64x4_epi64(packed, 1));
+        }
+        if (sampled != nullptr) _mm512_storeu_si512(sampled + c0, b);
+      } else {
+        const __mmask32 bytes = (1u << (8 * vectors)) - 1;
+        _mm256_mask_storeu_epi8(lo_stream + out + c0 / 2, bytes, _mm512_castsi512_si256(packed));
+        if (two_streams) {
+          _mm256_mask_storeu_epi8(hi_stream + out + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
+        }
+        if (sampled != nullptr) _mm512_mask_storeu_epi8(sampled + c0, (1ull << (16 * vectors)) - 1, b);
+      }
+    }
+  }
+}
+
+KVT_AVX512_VBMI bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                                  uint8_t* const* streams, uint8_t* sampled_codes) {
+  if (!VbmiAvailable() || meta.spikes || page.channels % kLanes != 0) return false;
+  if (tables.bits != 4 && tables.bits != 8) return false;
+  const bool small = tables.max_code < 16;
+  if (tables.poly_guess_ok) {
+    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams, sampled_codes)
+          : CodesNibblesImpl<true, false>(page, meta, tables, streams, sampled_codes);
+  } else if (tables.log_guess_ok) {
+    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams, sampled_codes)
+          : CodesNibblesImpl<false, false>(page, meta, tables, streams, sampled_codes);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Reconstruct (below) straight from one or two 4-bit streams. 64 values per step, as CodesNibbles.
+KVT_AVX512_VBMI bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
+                                        const float* table, const MutablePageView& out) {
+  const int channels = meta.channels;
+  if (!VbmiAvailable() || channels % kLanes != 0 || stages < 1 || stages > 2) return false;
+  const size_t half_row = static_cast<size_t>(channels) / 2;
+  if (stages == 1) {
+    // 16 entries: one register, indexed by the low 4 bits of each lane. Byte j of the stream holds values 2j
+    // (low nibble) and 2j + 1 (high nibble): widen each byte to a qword, then pick bits 0.. and 4.. into the
+    // two dwords.
+    const __m512 signed_table = _mm512_loadu_ps(table);
+    const __m512i split = _mm512_set1_epi64(0x0000000400000000ll);
+    for (int t = 0; t < meta.tokens; ++t) {
+      const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+      const uint8_t* in = streams[0] + t * half_row;
+      float* row = out.data + static_cast<size_t>(t) * out.stride();
+      for (int c0 = 0; c0 < channels; c0 += kLanes) {
+        const __m512i bytes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c0 / 2)));
+        const __m512 v = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(split, bytes), signed_table);
+        const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + c0),
+                                       _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + c0), v));
+        _mm512_storeu_ps(row + c0,
+                         Clamp(y, _mm512_loadu_ps(meta.lo.data() + c0), _mm512_loadu_ps(meta.hi.data() + c0)));
+      }
+    }
+    return true;
+  }
+  // Two streams: 256 signed entries, the upper half the negation of the lower; the magnitudes as byte planes,
+  // the sign (code bit 7) xored into float bit 31.
+  std::array<uint32_t, 128> magnitude;
+  std::memcpy(magnitude.data(), table, sizeof(magnitude));
+  const BytePlaneTable lookup(magnitude.data(), 128, 0);
+  const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+  // Word j = s1[j] | s0[j] << 8 from [s1 bytes | s0 bytes].
+  const __m512i interleave = _mm512_set_epi8(
+      63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18,
+      49, 17, 48, 16, 47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
+      34, 2, 33, 1, 32, 0);
+  const __m512i keep = _mm512_set1_epi16(static_cast<int16_t>(0xF00F)), mid = _mm512_set1_epi16(0x0F00);
+  __m512i bcast[4];  // code byte 16 g + i to all four bytes of lane i
+  for (int g = 0; g < 4; ++g) {
+    alignas(64) uint8_t idx[64];
+    for (int i = 0; i < 64; ++i) idx[i] = static_cast<uint8_t>(16 * g + i / 4);
+    bcast[g] = _mm512_load_si512(idx);
+  }
+  for (int t = 0; t < meta.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+    const uint8_t* s0 = streams[0] + t * half_row;
+    const uint8_t* s1 = streams[1] + t * half_row;
+    float* row = out.data + static_cast<size_t>(t) * out.stride();
+    for (int c0 = 0; c0 < channels; c0 += 64) {
+      const int vectors = std::min(4, (channels - c0) / kLanes);
+      const __mmask32 in_bytes = vectors == 4 ? ~0u : (1u << (8 * vectors)) - 1;
+      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(in_bytes, s1 + c0 / 2)),
+                                           _mm256_maskz_loadu_epi8(in_bytes, s0 + c0 / 2), 1);
+      const __m512i w = _mm512_permutexvar_epi8(interleave, z);
+      // Word j = code 2j | code 2j + 1 << 8: nibbles (s1 lo, s0 lo, s1 hi, s0 hi) from (s1 lo, s1 hi, s0 lo, s0 hi).
+      const __m512i codes = Select(mid, _mm512_slli_epi16(w, 4), Select(keep, w, _mm512_srli_epi16(w, 4)));
+      for (int v = 0; v < vectors; ++v) {
+        const int cv = c0 + kLanes * v;
+        const __m512i idx = _mm512_permutexvar_epi8(bcast[v], codes);
+        const __m512 val = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(lookup(idx), idx, sign, 0x78));  // a ^ (b & c)
+        const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + cv),
+                                       _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + cv), val));
+        _mm512_storeu_ps(row + cv, Clamp(y, _mm512_loadu_ps(meta.lo.data() + cv), _mm512_loadu_ps(meta.hi.data() + cv)));
+      }
+    }
+  }
+  return true;
+}
+
 // A table of up to 256 signed values whose upper half is the negation of its lower half (decode_table), looked
 // up without gathers: the magnitude half (up to 128 floats) sits in registers and permutes pick from it.
 struct SignedTableLookup {
@@ -416,7 +697,7 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx512LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive, EndPairs};
+  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive, EndPairs, CodesNibbles, ReconstructNibbles};
   return k;
 }
 

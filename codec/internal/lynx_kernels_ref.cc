@@ -138,16 +138,18 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
   num_chunks = tokens / chunk_len;
   spikes = spikes_in;
   const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
-  lo.assign(channels, 0.0f);
-  hi.assign(channels, 0.0f);
-  q_low.assign(chunk_values, 0);
-  q_high.assign(chunk_values, 0);
-  spike_value.assign(spikes ? chunk_values : 0, 0.0f);
-  spike_index.assign(spikes ? chunk_values : 0, 0);
-  frames.assign(channels, ChannelFrame{});
-  mu.assign(chunk_values, 0.0f);
-  sigma.assign(chunk_values, 0.0f);
-  inv_sigma.assign(chunk_values, 0.0f);
+  // resize, not assign: every element is written before it is read (stats or the container, then Derive), so
+  // a reused LynxPageMeta need not be cleared.
+  lo.resize(channels);
+  hi.resize(channels);
+  q_low.resize(chunk_values);
+  q_high.resize(chunk_values);
+  spike_value.resize(spikes ? chunk_values : 0);
+  spike_index.resize(spikes ? chunk_values : 0);
+  frames.resize(channels);
+  mu.resize(chunk_values);
+  sigma.resize(chunk_values);
+  inv_sigma.resize(chunk_values);
 }
 
 void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
@@ -230,7 +232,8 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 }
 
 const LynxKernels& ReferenceLynxKernels() {
-  static const LynxKernels k{RefStats, RefCodes, RefReconstruct, RefAllFinite, DeriveLynxMeta, RefEndPairs};
+  static const LynxKernels k{RefStats,    RefCodes,    RefReconstruct, RefAllFinite,
+                            DeriveLynxMeta, RefEndPairs, nullptr,        nullptr};
   return k;
 }
 

@@ -21,7 +21,8 @@ double CurveValue(double alpha, int max_code, double c) {
 // error of its 14-bit reciprocal estimate of 1 / (m + 1): u off by at most 2^-14 relative, so y off by at most
 // guess_scale * 2/ln2 * u * 2^-14 <= M * 0.35 * 2.89 * 6.1e-5 < 0.008 (u <= alpha / (2 + alpha) and
 // alpha / ((2 + alpha) log2(1 + alpha)) <= ln2 / 2), plus float rounding (~1e-5): inside the 0.1 margin left.
-bool VerifyLogGuess(const LynxTables& t) {
+// The probes of both guesses' checks: a dense grid over [0, 1] and each threshold with its float neighbours.
+std::vector<float> GuessProbes(const LynxTables& t) {
   std::vector<float> probes;
   for (int i = 0; i <= (1 << 16); ++i) probes.push_back(static_cast<float>(i) / (1 << 16));
   for (int k = 1; k <= t.max_code; ++k) {
@@ -29,7 +30,11 @@ bool VerifyLogGuess(const LynxTables& t) {
     probes.push_back(std::nextafter(t.thresholds[k], 0.0f));
     probes.push_back(std::nextafter(t.thresholds[k], 2.0f));
   }
-  for (float a : probes) {
+  return probes;
+}
+
+bool VerifyLogGuess(const LynxTables& t) {
+  for (float a : GuessProbes(t)) {
     if (a < 0.0f || a > 1.0f) continue;
     const double exact = std::log2(1.0 + double{t.alpha} * a) * t.guess_scale;
     const double guess = LogGuess(t, a);
@@ -40,6 +45,51 @@ bool VerifyLogGuess(const LynxTables& t) {
     if (gap < 0 || gap > 1) return false;
   }
   return true;
+}
+
+// The polynomial guess is computed exactly as the vector code does (PolyGuess), so the check needs no allowance
+// for the vector arithmetic: within 0.25 of the curve on the probes; between grid points (2^-16 apart) the curve
+// moves by at most M * alpha / ln(1 + alpha) * 2^-16 < 0.01 for the alphas that pass, and the cubic is smooth.
+// y >= 0 (a >= 0 and a positive polynomial), so the truncation is the floor.
+bool VerifyPolyGuess(const LynxTables& t) {
+  for (float a : GuessProbes(t)) {
+    if (a < 0.0f || a > 1.0f) continue;
+    const double exact = std::log2(1.0 + double{t.alpha} * a) * t.guess_scale;
+    const float guess = PolyGuess(t, a);
+    if (!(guess >= 0.0f) || !(std::fabs(guess - exact) < 0.25)) return false;
+    const int f = std::min(static_cast<int>(guess), t.max_code);
+    const int gap = MagnitudeCode(t, a) - f;
+    if (gap < 0 || gap > 1) return false;
+  }
+  return true;
+}
+
+// Interpolates p(a) = y(a) / a (y the exact curve in code units) at the four Chebyshev nodes of [0, 1] and
+// returns its monomial coefficients, rounded to float.
+std::array<float, 4> FitPolyGuess(double alpha, int max_code) {
+  constexpr int kN = 4;
+  double a[kN][kN + 1];
+  for (int i = 0; i < kN; ++i) {
+    const double x = 0.5 - 0.5 * std::cos(M_PI * (i + 0.5) / kN);
+    const double y = max_code * std::log1p(alpha * x) / std::log1p(alpha);
+    for (int j = 0; j < kN; ++j) a[i][j] = std::pow(x, j);
+    a[i][kN] = y / x;
+  }
+  for (int col = 0; col < kN; ++col) {  // Gaussian elimination with partial pivoting
+    int pivot = col;
+    for (int r = col + 1; r < kN; ++r) {
+      if (std::fabs(a[r][col]) > std::fabs(a[pivot][col])) pivot = r;
+    }
+    for (int j = 0; j <= kN; ++j) std::swap(a[col][j], a[pivot][j]);
+    for (int r = 0; r < kN; ++r) {
+      if (r == col) continue;
+      const double factor = a[r][col] / a[col][col];
+      for (int j = col; j <= kN; ++j) a[r][j] -= factor * a[col][j];
+    }
+  }
+  std::array<float, 4> c{};
+  for (int i = 0; i < kN; ++i) c[i] = static_cast<float>(a[i][kN] / a[i][i]);
+  return c;
 }
 
 std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
@@ -91,6 +141,8 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
     if (g < m) t->guess_high[g] = t->thresholds[g + 1];
   }
   t->log_guess_ok = VerifyLogGuess(*t);
+  t->guess_poly = FitPolyGuess(a, m);
+  t->poly_guess_ok = VerifyPolyGuess(*t);
 
   for (int known = 1; known <= bits; ++known) {
     const int unknown = bits - known;
@@ -130,6 +182,13 @@ double LogGuess(const LynxTables& t, float a) {
   return ((e - 1) + s) * t.guess_scale;
 }
 
+float PolyGuess(const LynxTables& t, float a) {
+  float p = std::fmaf(a, t.guess_poly[3], t.guess_poly[2]);
+  p = std::fmaf(a, p, t.guess_poly[1]);
+  p = std::fmaf(a, p, t.guess_poly[0]);
+  return a * p;
+}
+
 const float* EndOffsetTable() {
   static const std::array<float, kEndGridMax + 1> table = [] {
     std::array<float, kEndGridMax + 1> t{};
@@ -140,13 +199,21 @@ const float* EndOffsetTable() {
 }
 
 void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
-  const size_t bytes = EndPairBytes(n);
-  for (size_t j = 0; j < bytes; ++j) out[j] = 0;
+  uint64_t acc = 0;  // pending bits, LSB first
+  int bits = 0;
+  size_t o = 0;
   for (size_t i = 0; i < n; ++i) {
-    const size_t bit = i * kEndPairBits;
-    const uint64_t v = static_cast<uint64_t>(index[i] & ((1u << kEndPairBits) - 1)) << (bit % 8);
-    for (size_t j = 0; j < 4 && bit / 8 + j < bytes; ++j) out[bit / 8 + j] |= static_cast<uint8_t>(v >> (8 * j));
+    acc |= static_cast<uint64_t>(index[i] & ((1u << kEndPairBits) - 1)) << bits;
+    bits += kEndPairBits;
+    if (bits >= 32) {
+      const uint32_t word = static_cast<uint32_t>(acc);
+      std::memcpy(out + o, &word, 4);
+      o += 4;
+      acc >>= 32;
+      bits -= 32;
+    }
   }
+  for (; bits > 0; bits -= 8, acc >>= 8) out[o++] = static_cast<uint8_t>(acc);
 }
 
 void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index) {

@@ -44,6 +44,14 @@ struct LynxTables {
   bool log_guess_ok = false;
   std::vector<float> guess_low, guess_high;  // M + 1 entries each
 
+  // Polynomial path of the AVX-512 VBMI encoder, for gentle curves such as the default alpha: the guess is
+  // y = a (c0 + a (c1 + a (c2 + a c3))) (PolyGuess: f32 fused multiply-adds in that order, then one f32
+  // multiply), f = min((int)y, M), and I = f + (a >= guess_high[f]) as for the log guess. poly_guess_ok says
+  // the guess is within 0.25 of the exact curve wherever checked (the log guess's dense grid and every
+  // threshold), so that I is f or f + 1.
+  std::array<float, 4> guess_poly{};
+  bool poly_guess_ok = false;
+
   // Signed reconstruction tables indexed by the known code prefix p (the top `known` bits of the b-bit code
   // sign:I), one per (known bits 1..b, fixed anchor rule): decode_table(known, rule)[p] = +-v. With known == b
   // both rules give full_values. kConditionalMean's tables travel in the container (ConditionalMeanTable); here
@@ -60,6 +68,8 @@ std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits);
 // The log2 guess of the AVX-512 encoder in scalar form (an estimate of y = log2(1 + alpha a) * guess_scale),
 // used to verify log_guess_ok: e + 2/ln2 (u + u^3/3 + u^5/5), u = (m - 1)/(m + 1), 1 + alpha a = m 2^e.
 double LogGuess(const LynxTables& t, float a);
+// The polynomial guess (LynxTables::guess_poly) with exactly the vector code's f32 operations.
+float PolyGuess(const LynxTables& t, float a);
 
 // The reference definition of the magnitude code.
 inline int MagnitudeCode(const LynxTables& t, float a) {

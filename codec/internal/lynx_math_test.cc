@@ -76,6 +76,26 @@ TEST(LynxMathTest, LogGuessIsVerifiedForTheAlphaRangeAndEveryWidth) {
   }
 }
 
+TEST(LynxMathTest, PolyGuessIsVerifiedForGentleCurvesAndGivesTheCode) {
+  // The default alpha must take the polynomial path (the AVX-512 VBMI encoder's fast guess).
+  for (float alpha : {1e-3f, 0.1f, 0.5f, 1.0f}) {
+    for (int bits = 2; bits <= 8; ++bits) {
+      const auto t = GetLynxTables(alpha, bits);
+      EXPECT_TRUE(t->poly_guess_ok) << alpha << " " << bits;
+      std::mt19937 rng(bits);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (int i = 0; i < 5000; ++i) {
+        const float a = i == 0 ? 1.0f : u(rng);
+        int f = std::min(static_cast<int>(PolyGuess(*t, a)), t->max_code);
+        f += a >= t->guess_high[f] ? 1 : 0;
+        ASSERT_EQ(f, MagnitudeCode(*t, a)) << alpha << " " << bits << " " << a;
+      }
+    }
+  }
+  // A steep curve is not a cubic: the encoder keeps the log guess there.
+  EXPECT_FALSE(GetLynxTables(1e4f, 8)->poly_guess_ok);
+}
+
 TEST(LynxMathTest, DecodeTablesPlaceEachPrefixInsideItsInterval) {
   const auto t = GetLynxTables(4.0f, 8);
   for (AnchorRule rule : {AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
