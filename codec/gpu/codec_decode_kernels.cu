@@ -346,18 +346,30 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
   }
 }
 
-constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling
+constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
+
+// Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
+// and kTwo4 (4 + 4 bits) keep the codes of a row's even values in bytes 0-3 of its prefix word and the odd ones
+// in bytes 4-7 (ValueOfByte); kAny merges any widths in value order (MergeStage).
+enum class CodeLayout { kAny, kOne4, kTwo4 };
+template <CodeLayout kLayout>
+__device__ __forceinline__ constexpr int ValueOfByte(int e) {
+  return kLayout == CodeLayout::kAny ? e : (e < 4 ? 2 * e : 2 * (e - 4) + 1);
+}
 
 // Lynx in the common shape (LynxTileDecodeFits): DecodeKernel's lynx work with nothing per token but the value
 // arithmetic. Block (128 channels, 128 tokens, page); thread (vector j, slice s) decodes channels [c, c + 8) of 8
 // consecutive tokens, which lie in one chunk (chunk_len % 8 == 0) and in consecutive rows of one destination block
 // (block_tokens % 8 == 0). Its code loads and block id are issued first; then the block's decode table and the
-// tile's chunk parameters; after one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows.
-template <typename OutT>
+// tile's chunk parameters, each thread those of one channel (its frame computed once) and every other chunk; after
+// one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows. kLayout: see CodeLayout.
+template <typename OutT, CodeLayout kLayout>
 __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     LynxTileDecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kGroupChannels = kDecodeVecThreads * 8;
   constexpr int kRows = kDecodeTokensPerThread;
+  constexpr int kChunkStep = kThreads / kGroupChannels;  // 2: threads tid and tid + 128 share a channel
+  static_assert(kThreads % kGroupChannels == 0, "whole channel groups");
   __shared__ float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
@@ -386,103 +398,128 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     block = p.dst.block_ids[static_cast<size_t>(page) * p.dst.blocks_per_page + bj];
     const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
     const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
-    for (int s = 0; s < p.stages; ++s) {
-      const int w = p.stage_bits[s];
-      const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
-      switch (w) {
-        case 1:
-          MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
-          break;
-        case 2:
-          MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
-          break;
-        case 4:
-          MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
-          break;
-        case 8:
-          MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
-          break;
-        default:
-          MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
+    if constexpr (kLayout != CodeLayout::kAny) {
+      // A row's 8 nibbles of each stream, one 4-byte load each; prefix byte j = code of value 2 j, byte 4 + j =
+      // code of value 2 j + 1 (stream 0's nibble above stream 1's).
+      const uint32_t* a = reinterpret_cast<const uint32_t*>(p.in.codes[0] + page * p.in.codes_stride[0]) + octet0;
+      const uint32_t* r = kLayout == CodeLayout::kTwo4
+                              ? reinterpret_cast<const uint32_t*>(p.in.codes[1] + page * p.in.codes_stride[1]) + octet0
+                              : a;
+      uint32_t wa[kRows], wr[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        wa[i] = i < rows ? a[i * row_octets] : 0u;
+        if constexpr (kLayout == CodeLayout::kTwo4) wr[i] = i < rows ? r[i * row_octets] : 0u;
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        uint32_t even, odd;
+        if constexpr (kLayout == CodeLayout::kTwo4) {
+          even = ((wa[i] << 4) & 0xF0F0F0F0u) | (wr[i] & 0x0F0F0F0Fu);
+          odd = (wa[i] & 0xF0F0F0F0u) | ((wr[i] >> 4) & 0x0F0F0F0Fu);
+        } else {
+          even = wa[i] & 0x0F0F0F0Fu;
+          odd = (wa[i] >> 4) & 0x0F0F0F0Fu;
+        }
+        pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
+      }
+    } else {
+      for (int s = 0; s < p.stages; ++s) {
+        const int w = p.stage_bits[s];
+        const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+        switch (w) {
+          case 1:
+            MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 2:
+            MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 4:
+            MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          case 8:
+            MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
+            break;
+          default:
+            MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
+        }
       }
     }
   }
 
-  // The metadata of the thread's first two (chunk, channel) items of the tile (kMetaRounds rounds cover a tile of
-  // up to 4 chunks): loaded now, with the codes in flight, and used after the decode table is built.
+  // The thread's channel of the tile's chunk parameters, cc, and its first chunk kk0 (then every kChunkStep-th):
+  // the range and the first two end pairs loaded now, with the codes in flight, and used after the decode table.
   const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
   const int k_first = t_tile / p.shape.chunk_len;
   const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
-  const int items = tile_chunks * kGroupChannels;
-  constexpr int kMetaRounds = 2;
-  float item_lo[kMetaRounds], item_hi[kMetaRounds];
-  unsigned item_pair[kMetaRounds];
-#pragma unroll
-  for (int r = 0; r < kMetaRounds; ++r) {
-    const int idx = tid + r * kThreads;
-    const int kk = idx / kGroupChannels;
-    const int ca = cg0 + idx - kk * kGroupChannels;
-    item_lo[r] = item_hi[r] = 0.0f;
-    item_pair[r] = 0;
-    if (idx < items && ca < channels) {
-      item_lo[r] = reinterpret_cast<const float*>(meta)[ca];
-      item_hi[r] = reinterpret_cast<const float*>(meta)[channels + ca];
-      item_pair[r] = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+  const int cc = tid % kGroupChannels;
+  const int kk0 = tid / kGroupChannels;
+  const int ca = cg0 + cc;
+  const bool param_thread = ca < channels;
+  float l = 0.0f, h = 0.0f;
+  unsigned pair0 = 0, pair1 = 0;
+  if (param_thread) {
+    l = reinterpret_cast<const float*>(meta)[ca];
+    h = reinterpret_cast<const float*>(meta)[channels + ca];
+    const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;  // < 2^24: a page has < 2^24 values
+    if (kk0 < tile_chunks) pair0 = ReadEndPairAligned(meta + p.in.ends_offset, i0);
+    if (kk0 + kChunkStep < tile_chunks) {
+      pair1 = ReadEndPairAligned(meta + p.in.ends_offset, i0 + static_cast<unsigned>(kChunkStep) * channels);
     }
   }
 
   // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored one of
-  // this stage (upper half negated) or the fixed rule's.
+  // this stage (upper half negated) or the fixed rule's, its 2^known entries.
   {
     const uint8_t* stored = meta + p.in.tables_offset;
     if (tid < p.in.table_floats) {
       const float v = ReadF32(stored + 4 * tid);
       if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
     }
-    if (tables->decode_from_page) {
-      int known = 0;
-      for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
-      const int half = 1 << (known - 1);
-      if (tid < 2 * half) {
+    int known = 0;
+    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+    const int entries = 1 << known;
+    if (tid < entries) {
+      float v;
+      if (tables->decode_from_page) {
+        const int half = entries >> 1;
         const float m = ReadF32(stored + 4 * (tables->table_first + (tid & (half - 1))));
-        s_table[tid] = tid < half ? m : -m;
+        v = tid < half ? m : -m;
+      } else {
+        v = tables->decode[tid];
       }
-    } else {
-      s_table[tid] = tables->decode[tid];
+      s_table[tid] = v;
     }
   }
-  // The tile's chunk parameters, one (chunk, channel) item per thread and round.
-  for (int idx = tid; idx < items; idx += kThreads) {
-    const int kk = idx / kGroupChannels;
-    const int cc = idx - kk * kGroupChannels;
-    const int ca = cg0 + cc;
-    if (ca >= channels) continue;
-    const int r = (idx - tid) / kThreads;
-    float l, h;
-    unsigned pair;
-    if (r < kMetaRounds) {
-      l = r == 0 ? item_lo[0] : item_lo[1];
-      h = r == 0 ? item_hi[0] : item_hi[1];
-      pair = r == 0 ? item_pair[0] : item_pair[1];
-    } else {
-      l = reinterpret_cast<const float*>(meta)[ca];
-      h = reinterpret_cast<const float*>(meta)[channels + ca];
-      pair = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
-    }
-    if (kk == 0) {
+  // The tile's chunk parameters of channel cc.
+  if (param_thread) {
+    if (kk0 == 0) {
       if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
       s_lo[cc] = l;
       s_hi[cc] = h;
     }
-    int ql, qh;
-    if (!EndPairFromIndex(pair, ql, qh)) {
-      atomicOr(&p.status->errors, kErrBadChunkEnds);
-      ql = qh = 0;
+    const Frame f = MakeFrame(l, h);
+    bool bad = false;
+    for (int kk = kk0; kk < tile_chunks; kk += kChunkStep) {
+      unsigned pair;
+      if (kk == kk0) {
+        pair = pair0;
+      } else if (kk == kk0 + kChunkStep) {
+        pair = pair1;
+      } else {
+        pair = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+      }
+      int ql, qh;
+      if (!EndPairFromIndex(pair, ql, qh)) {
+        bad = true;
+        ql = qh = 0;
+      }
+      float mu, sigma;
+      ChunkCentreAndWidth(f, ql, qh, mu, sigma);
+      s_mu[kk][cc] = mu;
+      s_sigma[kk][cc] = sigma;
     }
-    float mu, sigma;
-    ChunkCentreAndWidth(MakeFrame(l, h), ql, qh, mu, sigma);
-    s_mu[kk][cc] = mu;
-    s_sigma[kk][cc] = sigma;
+    if (bad) atomicOr(&p.status->errors, kErrBadChunkEnds);
   }
   __syncthreads();
   if (!active) return;
@@ -512,7 +549,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       for (int e = 0; e < 8; ++e) {
         // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
         const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
-        y[e] = fminf(fmaxf(mu[e] + sigma[e] * s_table[prefix], lo[e]), hi[e]);
+        const int v = ValueOfByte<kLayout>(e);
+        y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
       }
       StoreVec<OutT, 8>(out + i * row_stride, y);
     }
@@ -537,7 +575,13 @@ absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb,
   static_assert(kDecodeTileTokens / 16 + 1 <= kDecodeMaxTileChunks, "tile chunk bound");
   if (kKind == Kind::kLynx && LynxTileDecodeFits(p)) {
     const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
-    LynxTileDecodeKernel<OutT><<<grid, kThreads, 0, stream>>>(p, tb);
+    if (p.stages == 2 && p.stage_bits[0] == 4 && p.stage_bits[1] == 4) {
+      LynxTileDecodeKernel<OutT, CodeLayout::kTwo4><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else if (p.stages == 1 && p.stage_bits[0] == 4) {
+      LynxTileDecodeKernel<OutT, CodeLayout::kOne4><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      LynxTileDecodeKernel<OutT, CodeLayout::kAny><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
     return LaunchError("LynxTileDecodeKernel");
   }
   if (vec) {

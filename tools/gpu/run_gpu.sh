@@ -7,7 +7,8 @@
 #                                  # then the benchmark; logs under $OUT (default ./.gpu/out).
 #                                  # KVT_GPU_PROFILE=1 adds an Nsight Compute summary of one lynx encode/decode;
 #                                  # KVT_GPU_SASS=1 saves the benchmark's SASS; a .gpu/base/gpu_codec_benchmark
-#                                  # (an earlier build, copied there by hand) runs first, as a same-lease baseline.
+#                                  # (an earlier build, copied there by hand) runs first, as a same-lease baseline,
+#                                  # and each .gpu/alt*/gpu_codec_benchmark (variants) on lynx, lynx8 and lynx4.
 #
 # With the device tool: run "tools/gpu/run_gpu.sh prepare" here, then
 #   run(kind="nvidia-h100-x1", carry=[".gpu"], command="bash tools/gpu/run_gpu.sh device")
@@ -61,11 +62,14 @@ device() {
     .gpu/base/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark_base.log" || true
     echo "== this build =="
   fi
-  if [ -x .gpu/alt/gpu_codec_benchmark ]; then  # a variant under test, copied there by hand
-    echo "== variant (.gpu/alt) =="
-    .gpu/alt/gpu_codec_benchmark lynx lynx8 lynx4 2>&1 | tee "$out/gpu_codec_benchmark_alt.log" || true
+  local alt
+  for alt in .gpu/alt*/; do  # variants under test (.gpu/alt, .gpu/alt1, ...), copied there by hand
+    [ -x "${alt}gpu_codec_benchmark" ] || continue
+    alt="${alt%/}"
+    echo "== variant (${alt}) =="
+    "${alt}/gpu_codec_benchmark" lynx lynx8 lynx4 2>&1 | tee "$out/gpu_codec_benchmark_${alt#.gpu/}.log" || true
     echo "== this build =="
-  fi
+  done
   .gpu/bin/gpu_codec_benchmark 2>&1 | tee "$out/gpu_codec_benchmark.log" || rc=1
   if [ "${KVT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then  # one lynx encode and decode, profiled
     local kernel
@@ -93,5 +97,5 @@ device() {
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac
