@@ -68,6 +68,33 @@ __device__ __forceinline__ void MergeStage(const uint8_t* codes, unsigned octet0
   }
 }
 
+// Merges streams [0, p.stages) of `page` into the thread's code prefixes, each stage by MergeStage of its width
+// (chosen once per stage: every row's fields are then one load of a known width).
+template <typename Params>
+__device__ __forceinline__ void MergeStages(const Params& p, int page, unsigned octet0, unsigned row_octets, int rows,
+                                            unsigned long long* pre) {
+  for (int s = 0; s < p.stages; ++s) {
+    const int w = p.stage_bits[s];
+    const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
+    switch (w) {
+      case 1:
+        MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
+        break;
+      case 2:
+        MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
+        break;
+      case 4:
+        MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
+        break;
+      case 8:
+        MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
+        break;
+      default:
+        MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
+    }
+  }
+}
+
 struct DecodeParams {
   Staging in;
   PageShape shape;
@@ -125,26 +152,7 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
       const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
       const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
       const int rows = min(kDecodeTokensPerThread, tokens - t_first);
-      for (int s = 0; s < p.stages; ++s) {
-        const int w = p.stage_bits[s];
-        const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
-        switch (w) {  // once per stage: every row's fields are then one load of a known width
-          case 1:
-            MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 2:
-            MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 4:
-            MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 8:
-            MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          default:
-            MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
-        }
-      }
+      MergeStages(p, page, octet0, row_octets, rows, pre);
     }
   }
 
@@ -424,26 +432,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
       }
     } else {
-      for (int s = 0; s < p.stages; ++s) {
-        const int w = p.stage_bits[s];
-        const uint8_t* codes = p.in.codes[s] + page * p.in.codes_stride[s];
-        switch (w) {
-          case 1:
-            MergeStage<1>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 2:
-            MergeStage<2>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 4:
-            MergeStage<4>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          case 8:
-            MergeStage<8>(codes, octet0, row_octets, rows, w, pre);
-            break;
-          default:
-            MergeStage<0>(codes, octet0, row_octets, rows, w, pre);
-        }
-      }
+      MergeStages(p, page, octet0, row_octets, rows, pre);
     }
   }
 

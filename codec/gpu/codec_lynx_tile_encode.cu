@@ -84,53 +84,34 @@ __device__ __forceinline__ void WordsToFloats(const uint32_t* w, float* x) {
 // column ends in its minimum and maximum; an Inf ends in one of them). The sign of a zero result may differ from
 // the reference's compare order, which no code depends on (the page range canonicalizes zeros; the end searches
 // compare).
-template <typename T>
-__device__ __forceinline__ uint32_t MinNan(uint32_t a, uint32_t b) {
+template <typename T, bool kMax>
+__device__ __forceinline__ uint32_t MinMaxNan(uint32_t a, uint32_t b) {
   if constexpr (std::is_same_v<T, float>) {
     float r;
-    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
+    if constexpr (kMax) {
+      asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
+    } else {
+      asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
+    }
     return __float_as_uint(r);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 x, y;
-    memcpy(&x, &a, 4);
-    memcpy(&y, &b, 4);
-    const __nv_bfloat162 r = __hmin2_nan(x, y);
-    uint32_t u;
-    memcpy(&u, &r, 4);
-    return u;
   } else {
-    __half2 x, y;
+    using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+    Pair x, y;
     memcpy(&x, &a, 4);
     memcpy(&y, &b, 4);
-    const __half2 r = __hmin2_nan(x, y);
+    const Pair r = kMax ? __hmax2_nan(x, y) : __hmin2_nan(x, y);
     uint32_t u;
     memcpy(&u, &r, 4);
     return u;
   }
 }
 template <typename T>
+__device__ __forceinline__ uint32_t MinNan(uint32_t a, uint32_t b) {
+  return MinMaxNan<T, false>(a, b);
+}
+template <typename T>
 __device__ __forceinline__ uint32_t MaxNan(uint32_t a, uint32_t b) {
-  if constexpr (std::is_same_v<T, float>) {
-    float r;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(a)), "f"(__uint_as_float(b)));
-    return __float_as_uint(r);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 x, y;
-    memcpy(&x, &a, 4);
-    memcpy(&y, &b, 4);
-    const __nv_bfloat162 r = __hmax2_nan(x, y);
-    uint32_t u;
-    memcpy(&u, &r, 4);
-    return u;
-  } else {
-    __half2 x, y;
-    memcpy(&x, &a, 4);
-    memcpy(&y, &b, 4);
-    const __half2 r = __hmax2_nan(x, y);
-    uint32_t u;
-    memcpy(&u, &r, 4);
-    return u;
-  }
+  return MinMaxNan<T, true>(a, b);
 }
 
 // lynx_math.h QuantizeEndBelow and QuantizeEndAbove for a lane's two chunk-channels at once (independent
