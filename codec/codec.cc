@@ -47,7 +47,8 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
   const CodecImpl impl = ResolveImpl(options.impl);
   KVT_RETURN_IF_ERROR(CheckImpl(impl));
   const internal::LynxKernels& kernels = internal::KernelsFor(impl);
-  if (!kernels.all_finite(page)) return FirstNonFinite(page);
+  // lynx scans for NaN/Inf in its statistics pass (EncodeLynx returns false); the other schemes scan first.
+  if (scheme.kind != SchemeKind::kLynx && !kernels.all_finite(page)) return FirstNonFinite(page);
 
   EncodedPage enc;
   ContainerLayout& layout = enc.layout;
@@ -75,7 +76,7 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
       internal::EncodeFp8(page, streams[0]);
       break;
     case SchemeKind::kLynx:
-      internal::EncodeLynx(scheme, options, page, kernels, streams);
+      if (!internal::EncodeLynx(scheme, options, page, kernels, streams)) return FirstNonFinite(page);
       break;
   }
   for (int i = 0; i < scheme.num_streams(); ++i) {

@@ -124,7 +124,7 @@ std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const LynxPageMet
 
 }  // namespace
 
-void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
+bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
                 const std::array<uint8_t*, kMaxStreams>& streams) {
   const int bits = scheme.total_code_bits();
   const auto tables = GetLynxTables(options.alpha, bits);
@@ -133,9 +133,10 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   LynxPageMeta& meta = scratch.meta();
   meta.Resize(page.tokens, page.channels, chunk_len, scheme.spike_reserve);
   if (scheme.spike_reserve) {
+    if (!kernels.all_finite(page)) return false;
     SpikeStats(page, options.centering, meta);
-  } else {
-    kernels.stats(page, options.centering, meta);
+  } else if (!kernels.stats(page, options.centering, meta)) {
+    return false;
   }
   kernels.derive(meta);
 
@@ -172,12 +173,13 @@ void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
       out += 4 * table.size();
     }
   }
-  if (packed) return;
+  if (packed) return true;
   int shift = bits;
   for (int i = 0; i < scheme.num_streams(); ++i) {
     shift -= scheme.stage_bits[i];
     PackField(codes.data(), n, shift, scheme.stage_bits[i], code_streams[i]);
   }
+  return true;
 }
 
 absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const uint8_t*, kMaxStreams>& streams,
@@ -202,7 +204,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   }
   {
     uint32_t* pairs = scratch.pairs(chunk_values);
-    UnpackEndPairs(s0 + o.ends, chunk_values, pairs);
+    kernels.unpack_end_pairs(s0 + o.ends, chunk_values, pairs);
     if (!kernels.end_pairs(pairs, chunk_values, meta.q_low.data(), meta.q_high.data())) {
       for (size_t i = 0; i < chunk_values; ++i) {
         if (pairs[i] > kMaxEndPairIndex) {

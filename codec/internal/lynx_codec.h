@@ -16,8 +16,9 @@
 
 namespace kvt::codec::internal {
 
-// streams[i] points at stream i's payload (stream 0: after the header).
-void EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
+// streams[i] points at stream i's payload (stream 0: after the header). Returns false, the streams then
+// unspecified, when the page holds a NaN or an infinity (the caller reports where).
+bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
                 const std::array<uint8_t*, kMaxStreams>& streams);
 
 // Decodes with streams [0, stages) (their CRCs already checked). DATA_LOSS for metadata no encoder writes.

@@ -37,8 +37,9 @@ struct LynxPageMeta {
 };
 
 struct LynxKernels {
-  // Fills lo, hi, q_low, q_high for a page without spike reserving (meta is already Resize()d).
-  void (*stats)(const PageView& page, Centering centering, LynxPageMeta& meta);
+  // Fills lo, hi, q_low, q_high for a page without spike reserving (meta is already Resize()d). Returns false,
+  // meta unspecified, when the page holds a NaN or an infinity (the scan rides on the statistics pass).
+  bool (*stats)(const PageView& page, Centering centering, LynxPageMeta& meta);
   // codes[t * channels + c] = the b-bit code (sign << (b - 1)) | I of value (t, c), using meta.mu / inv_sigma.
   void (*codes)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes);
   // out(t, c) = Reconstruct(table[prefix[t * channels + c]], mu, sigma, frame) (spikes are not applied here).
@@ -52,6 +53,8 @@ struct LynxKernels {
   // q_low[i], q_high[i] = EndPairFromIndex(index[i]) for i < n; false (outputs unspecified) if any index is past
   // the grid.
   bool (*end_pairs)(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
+  // UnpackEndPairs (lynx_math.h): the n 23-bit fields of EndPairBytes(n) bytes at `in`; reads no byte past them.
+  void (*unpack_end_pairs)(const uint8_t* in, size_t n, uint32_t* index);
 
   // Optional fused paths (nullptr where an implementation has none) for schemes whose every stage is 4 bits
   // wide (lynx, lynx4). Each returns false, having written nothing, for a page it does not handle (the caller

@@ -26,7 +26,10 @@ KVT_AVX2 inline void StoreBytes(uint8_t* out, __m256i v) {  // 8 x int32 in 0..2
 
 // Per chunk-channel minimum, maximum and target centre vectorized; the ends are quantized by the shared scalar
 // QuantizeChunkRange (a few searches per 32 values).
-KVT_AVX2 void Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+KVT_AVX2 bool AllFinite(const PageView& page);
+
+KVT_AVX2 bool Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  if (!AllFinite(page)) return false;
   const int channels = page.channels;
   const int full = channels / kLanes * kLanes;
   const int n = meta.chunk_len;
@@ -65,6 +68,7 @@ KVT_AVX2 void Stats(const PageView& page, Centering centering, LynxPageMeta& met
   }
   QuantizeChunkRange(meta, centering, cmin_all.data(), cmax_all.data(), centre_all.data(), 0, full);
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
+  return true;
 }
 
 KVT_AVX2 void Codes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
@@ -149,7 +153,8 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx2LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, DeriveLynxMeta, RefEndPairs, nullptr, nullptr};
+  static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
+                             RefEndPairs, UnpackEndPairs, nullptr,     nullptr};
   return k;
 }
 

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -25,30 +26,35 @@ KVT_AVX512 inline __m512 Clamp(__m512 x, __m512 lo, __m512 hi) {
   return _mm512_min_ps(_mm512_max_ps(x, lo), hi);
 }
 
-// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane.
+// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane; the grid offset without a division, by
+// EndOffsetByReciprocal's operations (equal to EndOffsetTable at every grid point).
 KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh) {
   const __m512 k2047 = _mm512_set1_ps(2047.0f);
-  const __m512 off = _mm512_div_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047), k2047);
+  const __m512 inv2047 = _mm512_set1_ps(1.0f / 2047.0f);
+  const __m512 n = _mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047);
+  const __m512 y = _mm512_mul_ps(n, inv2047);
+  const __m512 off = _mm512_fmadd_ps(_mm512_fnmadd_ps(y, k2047, n), inv2047, y);
   __m512 e = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
   e = _mm512_mask_mov_ps(e, _mm512_cmple_epi32_mask(q, _mm512_setzero_si512()), lo);
   return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(kEndGridMax)), hi);
 }
 
-// GuessEnd's starting point (any guess gives the same answer): the truncated position of t on the grid.
-KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 fh) {
+// GuessEnd's starting point (any guess gives the same answer): about the truncated position of t on the grid,
+// from the channel's 1 / half (`inv_h`) instead of a division.
+KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 inv_h) {
   const __m512 k2047 = _mm512_set1_ps(2047.0f);
-  const __m512 u = Clamp(_mm512_div_ps(_mm512_sub_ps(t, fc), fh), _mm512_set1_ps(-1.0f), _mm512_set1_ps(1.0f));
+  const __m512 u = Clamp(_mm512_mul_ps(_mm512_sub_ps(t, fc), inv_h), _mm512_set1_ps(-1.0f), _mm512_set1_ps(1.0f));
   const __m512i g = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(u, k2047), k2047));
   return _mm512_min_epi32(_mm512_max_epi32(g, _mm512_setzero_si512()), _mm512_set1_epi32(kEndGridMax));
 }
 
 // QuantizeChunkEnds for 16 chunk-channels: the same searches, lane by lane, on the lanes with half > 0 (`live`).
 KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, __m512 fc, __m512 fh,
-                                    __mmask16 live, __m512i& q_low, __m512i& q_high) {
+                                    __m512 inv_h, __mmask16 live, __m512i& q_low, __m512i& q_high) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   const __m512i top = _mm512_set1_epi32(kEndGridMax);
   // q_low: the largest q with end(q) <= ta.
-  __m512i q = GuessEnds(ta, fc, fh);
+  __m512i q = GuessEnds(ta, fc, inv_h);
   for (__mmask16 m = live; m;) {
     m = live & _mm512_cmpgt_epi32_mask(q, zero) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), ta, _CMP_GT_OQ);
     q = _mm512_mask_sub_epi32(q, m, q, one);
@@ -60,7 +66,7 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
   }
   q_low = _mm512_maskz_mov_epi32(live, q);
   // q_high: the smallest q >= q_low with end(q) >= tb.
-  q = _mm512_max_epi32(GuessEnds(tb, fc, fh), q_low);
+  q = _mm512_max_epi32(GuessEnds(tb, fc, inv_h), q_low);
   for (__mmask16 m = live; m;) {
     m = live & _mm512_cmpgt_epi32_mask(q, q_low) &
         _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(q, one), lo, hi, fc, fh), tb, _CMP_GE_OQ);
@@ -73,7 +79,42 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
   q_high = _mm512_maskz_mov_epi32(live, q);
 }
 
-KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+// Min / max / mean target of one chunk over kVectors * 16 channels from `row0` (n rows, `stride` floats apart),
+// kept in registers; `bad` collects the lanes that met a NaN or an infinity.
+template <int kVectors, bool kMean>
+KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m512 inv_n, float* mn, float* mx,
+                                    float* sm, __mmask16& bad) {
+  constexpr int kNonFinite = 0x01 | 0x08 | 0x10 | 0x80;  // QNaN, +Inf, -Inf, SNaN
+  __m512 vmin[kVectors], vmax[kVectors], vsum[kVectors];
+#pragma GCC unroll 4
+  for (int v = 0; v < kVectors; ++v) {
+    vmin[v] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    vmax[v] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    vsum[v] = _mm512_setzero_ps();
+  }
+  __mmask16 seen = 0;
+  for (int t = 0; t < n; ++t) {
+    const float* row = row0 + static_cast<size_t>(t) * stride;
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) {
+      const __m512 x = _mm512_loadu_ps(row + kLanes * v);
+      vmin[v] = _mm512_min_ps(vmin[v], x);
+      vmax[v] = _mm512_max_ps(vmax[v], x);
+      if constexpr (kMean) vsum[v] = _mm512_add_ps(vsum[v], _mm512_mul_ps(x, inv_n));
+      seen |= _mm512_fpclass_ps_mask(x, kNonFinite);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < kVectors; ++v) {
+    _mm512_storeu_ps(mn + kLanes * v, vmin[v]);
+    _mm512_storeu_ps(mx + kLanes * v, vmax[v]);
+    _mm512_storeu_ps(sm + kLanes * v, vsum[v]);
+  }
+  bad |= seen;
+}
+
+// Returns false, before quantizing any ends, when the page holds a NaN or an infinity.
+KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   const int channels = page.channels;
   const int full = channels / kLanes * kLanes;
   const int n = meta.chunk_len;
@@ -86,45 +127,27 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
   std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
   constexpr int kBlock = 4;  // vectors per block: the chunk's min / max / sum of 64 channels stay in registers
+  __mmask16 bad = 0;
   for (int k = 0; k < meta.num_chunks; ++k) {
     float* mn = &cmin_all[static_cast<size_t>(k) * channels];
     float* mx = &cmax_all[static_cast<size_t>(k) * channels];
     float* sm = &centre_all[static_cast<size_t>(k) * channels];
     const float* chunk = page.data + static_cast<size_t>(k) * n * page.stride();
     int c0 = 0;
+    const bool mean = centering == Centering::kMean;
     for (; c0 + kBlock * kLanes <= full; c0 += kBlock * kLanes) {
-      __m512 vmin[kBlock], vmax[kBlock], vsum[kBlock];
-      for (int v = 0; v < kBlock; ++v) {
-        vmin[v] = inf;
-        vmax[v] = ninf;
-        vsum[v] = zero;
-      }
-      for (int t = 0; t < n; ++t) {
-        const float* row = chunk + static_cast<size_t>(t) * page.stride() + c0;
-        for (int v = 0; v < kBlock; ++v) {
-          const __m512 x = _mm512_loadu_ps(row + kLanes * v);
-          vmin[v] = _mm512_min_ps(vmin[v], x);
-          vmax[v] = _mm512_max_ps(vmax[v], x);
-          if (centering == Centering::kMean) vsum[v] = _mm512_add_ps(vsum[v], _mm512_mul_ps(x, inv_n));
-        }
-      }
-      for (int v = 0; v < kBlock; ++v) {
-        _mm512_storeu_ps(mn + c0 + kLanes * v, vmin[v]);
-        _mm512_storeu_ps(mx + c0 + kLanes * v, vmax[v]);
-        _mm512_storeu_ps(sm + c0 + kLanes * v, vsum[v]);
+      if (mean) {
+        ChunkColumns<kBlock, true>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
+      } else {
+        ChunkColumns<kBlock, false>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
       }
     }
     for (; c0 < full; c0 += kLanes) {
-      __m512 vmin = inf, vmax = ninf, vsum = zero;
-      for (int t = 0; t < n; ++t) {
-        const __m512 x = _mm512_loadu_ps(chunk + static_cast<size_t>(t) * page.stride() + c0);
-        vmin = _mm512_min_ps(vmin, x);
-        vmax = _mm512_max_ps(vmax, x);
-        if (centering == Centering::kMean) vsum = _mm512_add_ps(vsum, _mm512_mul_ps(x, inv_n));
+      if (mean) {
+        ChunkColumns<1, true>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
+      } else {
+        ChunkColumns<1, false>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
       }
-      _mm512_storeu_ps(mn + c0, vmin);
-      _mm512_storeu_ps(mx + c0, vmax);
-      _mm512_storeu_ps(sm + c0, vsum);
     }
     for (int c0 = 0; c0 < full; c0 += kLanes) {
       const __m512 cmin = _mm512_loadu_ps(mn + c0), cmax = _mm512_loadu_ps(mx + c0);
@@ -132,6 +155,13 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
                                 ? _mm512_add_ps(_mm512_mul_ps(half_f, cmin), _mm512_mul_ps(half_f, cmax))
                                 : _mm512_loadu_ps(sm + c0);
       _mm512_storeu_ps(sm + c0, Clamp(centre, cmin, cmax));
+    }
+  }
+  if (bad) return false;
+  for (int t = 0; t < page.tokens && full < channels; ++t) {  // the channels the reference loops take
+    const float* row = page.data + static_cast<size_t>(t) * page.stride();
+    for (int c = full; c < channels; ++c) {
+      if (!std::isfinite(row[c])) return false;
     }
   }
   for (int c0 = 0; c0 < full; c0 += kLanes) {
@@ -146,11 +176,12 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
     _mm512_storeu_ps(meta.lo.data() + c0, lo);
     _mm512_storeu_ps(meta.hi.data() + c0, hi);
   }
-  std::vector<float> centre(channels), half(channels);
+  std::vector<float> centre(channels), half(channels), inv_half(channels);
   for (int c = 0; c < full; ++c) {
     const ChannelFrame f = MakeChannelFrame(meta.lo[c], meta.hi[c]);
     centre[c] = f.centre;
     half[c] = f.half;
+    inv_half[c] = f.half > 0.0f ? 1.0f / f.half : 0.0f;  // only the searches' starting points depend on it
   }
   for (int k = 0; k < meta.num_chunks; ++k) {
     for (int c0 = 0; c0 < full; c0 += kLanes) {
@@ -166,12 +197,14 @@ KVT_AVX512 void Stats(const PageView& page, Centering centering, LynxPageMeta& m
         tb = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(m, d), cmax), hi);
       }
       __m512i ql, qh;
-      QuantizeEnds(ta, tb, lo, hi, fc, fh, _mm512_cmp_ps_mask(fh, zero, _CMP_NEQ_OQ), ql, qh);
+      QuantizeEnds(ta, tb, lo, hi, fc, fh, _mm512_loadu_ps(&inv_half[c0]), _mm512_cmp_ps_mask(fh, zero, _CMP_NEQ_OQ),
+                   ql, qh);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_low[i]), _mm512_cvtepi32_epi16(ql));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_high[i]), _mm512_cvtepi32_epi16(qh));
     }
   }
   if (full < channels) RefStatsRange(page, centering, meta, full, channels);
+  return true;
 }
 
 // Up to 128 floats held in kRegs registers, looked up by index (< 16 * kRegs) with permutes, not gathers.
@@ -511,24 +544,33 @@ KVT_AVX512_VBMI bool ReconstructNibbles(const uint8_t* const* streams, int stage
     }
     return true;
   }
-  // Two streams: 256 signed entries, the upper half the negation of the lower; the magnitudes as byte planes,
-  // the sign (code bit 7) xored into float bit 31.
-  std::array<uint32_t, 128> magnitude;
-  std::memcpy(magnitude.data(), table, sizeof(magnitude));
-  const BytePlaneTable lookup(magnitude.data(), 128, 0);
-  const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-  // Word j = s1[j] | s0[j] << 8 from [s1 bytes | s0 bytes].
-  const __m512i interleave = _mm512_set_epi8(
-      63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18,
-      49, 17, 48, 16, 47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
-      34, 2, 33, 1, 32, 0);
-  const __m512i keep = _mm512_set1_epi16(static_cast<int16_t>(0xF00F)), mid = _mm512_set1_epi16(0x0F00);
-  __m512i bcast[4];  // code byte 16 g + i to all four bytes of lane i
-  for (int g = 0; g < 4; ++g) {
-    alignas(64) uint8_t idx[64];
-    for (int i = 0; i < 64; ++i) idx[i] = static_cast<uint8_t>(16 * g + i / 4);
-    bcast[g] = _mm512_load_si512(idx);
+  // Two streams: 256 signed entries, the upper half the negation of the lower. The magnitudes as byte planes,
+  // looked up 64 codes at a time (one byte permute per plane), the sign (code bit 7) xored into plane 3, then the
+  // planes interleaved into floats by unpacking bytes and words. Those unpacks leave lane L of float vector v
+  // holding the code bytes at 16 L + 4 v .. + 3, so the codes are loaded in that (4 x 4 transposed) order.
+  alignas(64) uint8_t planes[4][128];
+  for (int i = 0; i < 128; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &table[i], 4);
+    for (int j = 0; j < 4; ++j) planes[j][i] = static_cast<uint8_t>(bits >> (8 * j));
   }
+  __m512i plane_lo[4], plane_hi[4];
+  for (int j = 0; j < 4; ++j) {
+    plane_lo[j] = _mm512_load_si512(planes[j]);
+    plane_hi[j] = _mm512_load_si512(planes[j] + 64);
+  }
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Word P = s1[j] | s0[j] << 8 from [s1 bytes | s0 bytes], j the code pair that byte 2 P must hold: code byte
+  // b = 16 L + 4 v + i holds channel 16 v + 4 L + i.
+  alignas(64) uint8_t order[64];
+  for (int p = 0; p < 32; ++p) {
+    const int b = 2 * p;
+    const int channel = 16 * ((b % 16) / 4) + 4 * (b / 16) + b % 4;
+    order[2 * p] = static_cast<uint8_t>(channel / 2);
+    order[2 * p + 1] = static_cast<uint8_t>(32 + channel / 2);
+  }
+  const __m512i interleave = _mm512_load_si512(order);
+  const __m512i keep = _mm512_set1_epi16(static_cast<int16_t>(0xF00F)), mid = _mm512_set1_epi16(0x0F00);
   for (int t = 0; t < meta.tokens; ++t) {
     const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
     const uint8_t* s0 = streams[0] + t * half_row;
@@ -540,12 +582,20 @@ KVT_AVX512_VBMI bool ReconstructNibbles(const uint8_t* const* streams, int stage
       const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(in_bytes, s1 + c0 / 2)),
                                            _mm256_maskz_loadu_epi8(in_bytes, s0 + c0 / 2), 1);
       const __m512i w = _mm512_permutexvar_epi8(interleave, z);
-      // Word j = code 2j | code 2j + 1 << 8: nibbles (s1 lo, s0 lo, s1 hi, s0 hi) from (s1 lo, s1 hi, s0 lo, s0 hi).
+      // Word P = code 2j | code 2j + 1 << 8: nibbles (s1 lo, s0 lo, s1 hi, s0 hi) from (s1 lo, s1 hi, s0 lo, s0 hi).
       const __m512i codes = Select(mid, _mm512_slli_epi16(w, 4), Select(keep, w, _mm512_srli_epi16(w, 4)));
+      const __m512i b0 = _mm512_permutex2var_epi8(plane_lo[0], codes, plane_hi[0]);
+      const __m512i b1 = _mm512_permutex2var_epi8(plane_lo[1], codes, plane_hi[1]);
+      const __m512i b2 = _mm512_permutex2var_epi8(plane_lo[2], codes, plane_hi[2]);
+      const __m512i b3 = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(plane_lo[3], codes, plane_hi[3]), codes,
+                                                   sign, 0x78);  // a ^ (b & c)
+      const __m512i lo01 = _mm512_unpacklo_epi8(b0, b1), hi01 = _mm512_unpackhi_epi8(b0, b1);
+      const __m512i lo23 = _mm512_unpacklo_epi8(b2, b3), hi23 = _mm512_unpackhi_epi8(b2, b3);
+      const __m512i vals[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                               _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
       for (int v = 0; v < vectors; ++v) {
         const int cv = c0 + kLanes * v;
-        const __m512i idx = _mm512_permutexvar_epi8(bcast[v], codes);
-        const __m512 val = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(lookup(idx), idx, sign, 0x78));  // a ^ (b & c)
+        const __m512 val = _mm512_castsi512_ps(vals[v]);
         const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + cv),
                                        _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + cv), val));
         _mm512_storeu_ps(row + cv, Clamp(y, _mm512_loadu_ps(meta.lo.data() + cv), _mm512_loadu_ps(meta.hi.data() + cv)));
@@ -614,12 +664,21 @@ KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, con
 KVT_AVX512 void Derive(LynxPageMeta& meta) {
   const int channels = meta.channels;
   const int full = channels / kLanes * kLanes;
-  for (int c = 0; c < channels; ++c) meta.frames[c] = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+  // MakeChannelFrame 8 channels at a time: the same double operations, rounded once to float.
   std::vector<float> centre(channels), half(channels);
-  for (int c = 0; c < channels; ++c) {
-    centre[c] = meta.frames[c].centre;
-    half[c] = meta.frames[c].half;
+  int f = 0;
+  for (; f + 8 <= channels; f += 8) {
+    const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(&meta.lo[f])), hi = _mm512_cvtps_pd(_mm256_loadu_ps(&meta.hi[f]));
+    const __m512d half_d = _mm512_set1_pd(0.5);
+    _mm256_storeu_ps(&centre[f], _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_add_pd(lo, hi), half_d)));
+    _mm256_storeu_ps(&half[f], _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(hi, lo), half_d)));
   }
+  for (; f < channels; ++f) {
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[f], meta.hi[f]);
+    centre[f] = frame.centre;
+    half[f] = frame.half;
+  }
+  for (f = 0; f < channels; ++f) meta.frames[f] = ChannelFrame{meta.lo[f], meta.hi[f], centre[f], half[f]};
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), half_f = _mm512_set1_ps(0.5f);
   const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int k = 0; k < meta.num_chunks; ++k) {
@@ -674,6 +733,28 @@ KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint1
   return RefEndPairs(index + i, n - i, q_low + i, q_high + i);
 }
 
+// UnpackEndPairs, 16 fields (46 bytes) at a time: field i is the low 23 bits of the 64-bit window of the two
+// 32-bit words it straddles, words (23 i) / 32 and the next, shifted right by (23 i) % 32.
+KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, uint32_t* index) {
+  const __m512i word = _mm512_setr_epi32(0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 9, 10, 10);
+  const __m512i shift = _mm512_setr_epi32(0, 23, 14, 5, 28, 19, 10, 1, 24, 15, 6, 29, 20, 11, 2, 25);
+  const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
+  const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
+  const __m512i field = _mm512_set1_epi32((1 << kEndPairBits) - 1);
+  const size_t bytes = EndPairBytes(n);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const size_t at = i / kLanes * (kLanes * kEndPairBits / 8);
+    const size_t avail = bytes - at;  // >= 46; words past the fields' bytes are not read
+    const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi8(load, in + at);
+    const __m512i low = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word, v), shift);
+    const __m512i high = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
+    _mm512_storeu_si512(index + i, _mm512_and_si512(_mm512_or_si512(low, high), field));
+  }
+  if (i < n) UnpackEndPairs(in + i / kLanes * (kLanes * kEndPairBits / 8), n - i, index + i);
+}
+
 KVT_AVX512 bool AllFinite(const PageView& page) {
   const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   const int full = page.channels / kLanes * kLanes;
@@ -697,7 +778,8 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 }  // namespace
 
 const LynxKernels& Avx512LynxKernels() {
-  static const LynxKernels k{Stats, Codes, Reconstruct, AllFinite, Derive, EndPairs, CodesNibbles, ReconstructNibbles};
+  static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
+                             EndPairs, UnpackEnds, CodesNibbles, ReconstructNibbles};
   return k;
 }
 

@@ -109,8 +109,12 @@ void RefReconstructRange(const uint8_t* prefix, const LynxPageMeta& meta, const 
 
 namespace {
 
-void RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+bool RefAllFinite(const PageView& page);
+
+bool RefStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  if (!RefAllFinite(page)) return false;
   RefStatsRange(page, centering, meta, 0, page.channels);
+  return true;
 }
 void RefCodes(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* codes) {
   RefCodesRange(page, meta, tables, codes, 0, page.channels);
@@ -232,8 +236,8 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 }
 
 const LynxKernels& ReferenceLynxKernels() {
-  static const LynxKernels k{RefStats,    RefCodes,    RefReconstruct, RefAllFinite,
-                            DeriveLynxMeta, RefEndPairs, nullptr,        nullptr};
+  static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
+                             RefEndPairs, UnpackEndPairs, nullptr, nullptr};
   return k;
 }
 

@@ -114,6 +114,18 @@ static_assert(kMaxEndPairIndex < (1u << kEndPairBits));
 // (q - 2047.0f) / 2047.0f (f32 subtract, correctly rounded f32 division) for q in 0..kEndGridMax, precomputed.
 const float* EndOffsetTable();
 
+// The same offset without a division, for vector paths: y = n * r (r = float(1 / 2047)), then one correction
+// y + (n - y * 2047) * r, both fused multiply-adds (the residual n - y * 2047 is exact). Equals
+// EndOffsetTable()[q] for every q in 0..kEndGridMax (checked exhaustively by lynx_math_test); a vector path that
+// does these three IEEE operations lane by lane therefore gets the correctly rounded quotient.
+inline float EndOffsetByReciprocal(int q) {
+  constexpr float kInv2047 = 1.0f / 2047.0f;
+  const float n = static_cast<float>(q) - 2047.0f;
+  const float y = n * kInv2047;
+  const float residual = std::fmaf(-y, 2047.0f, n);
+  return std::fmaf(residual, kInv2047, y);
+}
+
 // Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
 //   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
 // Non-decreasing in q.

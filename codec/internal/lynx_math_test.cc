@@ -1,6 +1,7 @@
 #include "codec/internal/lynx_math.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -182,6 +183,20 @@ TEST(LynxMathTest, EndGridHasLoCentreAndHiExactlyAndIsMonotone) {
   ChunkCentreAndWidth(flat, q_low, q_high, mu, sigma);
   EXPECT_EQ(mu, 5.0f);
   EXPECT_EQ(sigma, 0.0f);
+}
+
+TEST(LynxMathTest, DivisionFreeEndOffsetEqualsTheDividedOffsetAtEveryGridPoint) {
+  const float* table = EndOffsetTable();
+  for (int q = 0; q <= kEndGridMax; ++q) {
+    const float fast = EndOffsetByReciprocal(q);
+    ASSERT_EQ(std::memcmp(&fast, &table[q], 4), 0) << "q " << q << ": " << fast << " vs " << table[q];
+  }
+  // The test can fail: the uncorrected product is not the quotient everywhere.
+  int off_by_product = 0;
+  for (int q = 0; q <= kEndGridMax; ++q) {
+    off_by_product += (static_cast<float>(q) - 2047.0f) * (1.0f / 2047.0f) != table[q];
+  }
+  EXPECT_GT(off_by_product, 0);
 }
 
 TEST(LynxMathTest, EndPairIndexRoundTripsEveryPairAndRejectsIndicesPastTheGrid) {
