@@ -77,6 +77,27 @@ TEST_P(CodecImplTest, EveryStandardSchemeDecodesARealisticPageWithinItsErrorBoun
   }
 }
 
+TEST_P(CodecImplTest, LynxAnchorTableCountsMatchTheReferenceOnLargeAndTinyPages) {
+  // A 1024-channel, 1024-token page folds the fused encoder's pair counts mid-page; 9 / 5 / 1-token pages end on a
+  // sampled token.
+  const std::vector<TestPage> pages = {RealisticPage(1024, 1024, 5), RealisticPage(9, 208, 6),
+                                       RealisticPage(5, 64, 7), RealisticPage(1, 16, 8)};
+  for (const std::string name : {"lynx", "lynx-a2r2r4", "lynx4"}) {
+    for (const TestPage& page : pages) {
+      SCOPED_TRACE(name + " on " + page.name);
+      CodecOptions ref;
+      ref.impl = CodecImpl::kReference;
+      CodecOptions impl = ref;
+      impl.impl = GetParam();
+      absl::StatusOr<EncodedPage> a = EncodePage(MustParse(name), ref, page.view());
+      absl::StatusOr<EncodedPage> b = EncodePage(MustParse(name), impl, page.view());
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(a->bytes, b->bytes);
+    }
+  }
+}
+
 TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
   std::vector<TestPage> pages = AdversarialPages();
   pages.push_back(RealisticPage(256, 1024, 2));

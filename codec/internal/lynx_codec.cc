@@ -144,13 +144,15 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   const size_t chunk_values = meta.q_low.size();
   const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
   uint8_t* s0 = streams[0];
-  CodeScratch codes(n);
-  // The fused kernel writes the packed streams and only the sampled tokens' code bytes (all the histogram reads).
+  // The fused kernel writes the packed streams and counts the sampled tokens' code bytes itself (no code bytes).
   std::array<uint8_t*, kMaxStreams> code_streams = streams;
   code_streams[0] = s0 + o.codes;
+  std::array<uint32_t, 256> byte_count{};
   const bool packed = kernels.codes_nibbles != nullptr && !scheme.spike_reserve &&
                       NibbleStages(scheme, scheme.num_streams()) &&
-                      kernels.codes_nibbles(page, meta, *tables, code_streams.data(), codes.data());
+                      kernels.codes_nibbles(page, meta, *tables, code_streams.data(),
+                                            scheme.num_streams() > 1 ? byte_count.data() : nullptr);
+  CodeScratch codes(packed ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
@@ -163,7 +165,13 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
   }
   if (scheme.num_streams() > 1) {
-    const std::vector<uint64_t> count = MagnitudeHistogram(codes.data(), meta, tables->max_code);
+    std::vector<uint64_t> count;
+    if (packed) {  // no spikes: the byte counts folded onto magnitudes, as MagnitudeHistogram does
+      count.assign(static_cast<size_t>(tables->max_code) + 1, 0);
+      for (int c = 0; c < 256; ++c) count[c & tables->max_code] += byte_count[c];
+    } else {
+      count = MagnitudeHistogram(codes.data(), meta, tables->max_code);
+    }
     uint8_t* out = s0 + o.tables;
     int known = 0;
     for (int s = 0; s + 1 < scheme.num_streams(); ++s) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "codec/internal/lynx_kernels.h"
@@ -53,8 +54,30 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
                                     __m512 inv_h, __mmask16 live, __m512i& q_low, __m512i& q_high) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   const __m512i top = _mm512_set1_epi32(kEndGridMax);
+  // Fast path: the guesses are almost always right (q_low = guess, q_high = guess + 1), so check both answers'
+  // defining conditions with four independent Ends at once instead of walking the latency-bound searches. A
+  // vector whose every live lane passes gets exactly the searches' answers (they do not depend on the start).
+  const __m512i g_low = GuessEnds(ta, fc, inv_h);
+  const __m512i c_high = _mm512_min_epi32(_mm512_add_epi32(GuessEnds(tb, fc, inv_h), one), top);
+  {
+    // q_low = g_low iff end(g_low) <= ta and (g_low == top or end(g_low + 1) > ta).
+    const __mmask16 low_ok =
+        _mm512_cmp_ps_mask(Ends(g_low, lo, hi, fc, fh), ta, _CMP_LE_OQ) &
+        (_mm512_cmpeq_epi32_mask(g_low, top) |
+         _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(g_low, one), lo, hi, fc, fh), ta, _CMP_GT_OQ));
+    // q_high = c_high iff c_high >= q_low, end(c_high) >= tb and (c_high == q_low or end(c_high - 1) < tb).
+    const __mmask16 high_ok =
+        _mm512_cmpge_epi32_mask(c_high, g_low) & _mm512_cmp_ps_mask(Ends(c_high, lo, hi, fc, fh), tb, _CMP_GE_OQ) &
+        (_mm512_cmpeq_epi32_mask(c_high, g_low) |
+         _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(c_high, one), lo, hi, fc, fh), tb, _CMP_LT_OQ));
+    if ((live & low_ok & high_ok) == live) {
+      q_low = _mm512_maskz_mov_epi32(live, g_low);
+      q_high = _mm512_maskz_mov_epi32(live, c_high);
+      return;
+    }
+  }
   // q_low: the largest q with end(q) <= ta.
-  __m512i q = GuessEnds(ta, fc, inv_h);
+  __m512i q = g_low;
   for (__mmask16 m = live; m;) {
     m = live & _mm512_cmpgt_epi32_mask(q, zero) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), ta, _CMP_GT_OQ);
     q = _mm512_mask_sub_epi32(q, m, q, one);
@@ -125,7 +148,9 @@ KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& m
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
-  std::vector<float> cmin_all(chunk_values), cmax_all(chunk_values), centre_all(chunk_values);
+  // Every entry read below is written first (channels past `full` go to RefStatsRange): no zero-filling.
+  const std::unique_ptr<float[]> cmin_all(new float[chunk_values]), cmax_all(new float[chunk_values]),
+      centre_all(new float[chunk_values]);
   constexpr int kBlock = 4;  // vectors per block: the chunk's min / max / sum of 64 channels stay in registers
   __mmask16 bad = 0;
   for (int k = 0; k < meta.num_chunks; ++k) {
@@ -441,8 +466,50 @@ KVT_AVX512_VBMI inline __m512i CodeBytes(const __m512i (&c)[4]) {
 // CodesNibbles for one guess and table form. 64 values per step (the last step of a row may hold 16, 32 or 48).
 template <bool kPoly, bool kSmall>
 KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
-                                      uint8_t* const* streams, uint8_t* sampled_codes) {
+                                      uint8_t* const* streams, uint32_t* byte_count) {
   const int channels = page.channels;
+  // The sampled rows' codes are counted in pairs: a vector turns each two neighbouring code bytes into one
+  // 14-bit index (their low 7 bits each) stored into row_buf, and during the next row (long after those stores
+  // committed) scalar code bumps one 16-bit counter per pair, half the increments of a byte histogram. The pair
+  // table is folded onto byte_count before a counter could overflow. byte_count == nullptr: no counting.
+  const bool counting = byte_count != nullptr;
+  std::vector<uint16_t> row_buf(counting ? static_cast<size_t>(channels) / 2 + 32 : 0);
+  std::vector<uint16_t> pair_count(counting ? size_t{1} << 14 : 0);
+  bool pending = false;
+  size_t pairs_in_table = 0;
+  const __m512i pair_high = _mm512_set1_epi16(0x3F80), pair_mask = _mm512_set1_epi16(0x3FFF);
+  auto fold_pairs = [&]() {
+    uint32_t column[128] = {};
+    for (int hi = 0; hi < 128; ++hi) {
+      const uint16_t* row_counts = pair_count.data() + 128 * hi;
+      uint32_t sum = 0;
+      for (int lo = 0; lo < 128; ++lo) {
+        sum += row_counts[lo];
+        column[lo] += row_counts[lo];
+      }
+      byte_count[hi] += sum;
+    }
+    for (int lo = 0; lo < 128; ++lo) byte_count[lo] += column[lo];
+    pairs_in_table = 0;
+  };
+  auto count_pairs = [&](const uint16_t* p, int n) {
+    int i = 0;
+    uint16_t* table = pair_count.data();
+    for (; i + 4 <= n; i += 4) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      ++table[w & 0xFFFF];
+      ++table[(w >> 16) & 0xFFFF];
+      ++table[(w >> 32) & 0xFFFF];
+      ++table[w >> 48];
+    }
+    for (; i < n; ++i) ++table[p[i]];
+  };
+  // The pair indices of 64 code bytes: (b[2j] & 0x7F) | (b[2j + 1] & 0x7F) << 7 in 16-bit word j.
+  auto pair_indices = [&](__m512i b) KVT_AVX512_VBMI {
+    return _mm512_and_si512(Select(pair_high, _mm512_srli_epi16(b, 1), b), pair_mask);
+  };
+
   const bool two_streams = tables.bits == 8;
   uint8_t* const lo_stream = two_streams ? streams[1] : streams[0];  // the code's low nibbles
   uint8_t* const hi_stream = streams[0];                              // its high nibbles, when bits == 8
@@ -458,7 +525,14 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
     const float* mu = meta.mu.data() + k;
     const float* inv = meta.inv_sigma.data() + k;
     const size_t out = static_cast<size_t>(t) * channels / 2;
-    uint8_t* sampled = t % kAnchorSampleStride == 0 ? sampled_codes + static_cast<size_t>(t) * channels : nullptr;
+    const bool sampled = counting && t % kAnchorSampleStride == 0;
+    const bool count_now = pending;
+    pending = sampled;
+    if (count_now) pairs_in_table += static_cast<size_t>(channels) / 2;
+    if (sampled && pairs_in_table + static_cast<size_t>(channels) / 2 > 0xFFFF) {
+      fold_pairs();
+      std::fill(pair_count.begin(), pair_count.end(), uint16_t{0});
+    }
     for (int c0 = 0; c0 < channels; c0 += 64) {
       const int vectors = std::min(4, (channels - c0) / kLanes);
       auto code = [&](int v) KVT_AVX512_VBMI {
@@ -487,30 +561,36 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_stream + out + c0 / 2),
                               _mm512_extracti64x4_epi64(packed, 1));
         }
-        if (sampled != nullptr) _mm512_storeu_si512(sampled + c0, b);
+        if (count_now) count_pairs(row_buf.data() + c0 / 2, 32);
+        if (sampled) _mm512_storeu_si512(row_buf.data() + c0 / 2, pair_indices(b));
       } else {
         const __mmask32 bytes = (1u << (8 * vectors)) - 1;
         _mm256_mask_storeu_epi8(lo_stream + out + c0 / 2, bytes, _mm512_castsi512_si256(packed));
         if (two_streams) {
           _mm256_mask_storeu_epi8(hi_stream + out + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
         }
-        if (sampled != nullptr) _mm512_mask_storeu_epi8(sampled + c0, (1ull << (16 * vectors)) - 1, b);
+        if (count_now) count_pairs(row_buf.data() + c0 / 2, 8 * vectors);
+        if (sampled) _mm512_mask_storeu_epi8(row_buf.data() + c0 / 2, (1ull << (16 * vectors)) - 1, pair_indices(b));
       }
     }
   }
+  if (!counting) return;
+  if (pending) count_pairs(row_buf.data(), channels / 2);  // the last row was sampled
+  fold_pairs();
 }
 
 KVT_AVX512_VBMI bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
-                                  uint8_t* const* streams, uint8_t* sampled_codes) {
+                                  uint8_t* const* streams, uint32_t* byte_count) {
   if (!VbmiAvailable() || meta.spikes || page.channels % kLanes != 0) return false;
   if (tables.bits != 4 && tables.bits != 8) return false;
+  if (byte_count != nullptr && page.channels / 2 > 0xFFFF) return false;  // a row's pairs could overflow a counter
   const bool small = tables.max_code < 16;
   if (tables.poly_guess_ok) {
-    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams, sampled_codes)
-          : CodesNibblesImpl<true, false>(page, meta, tables, streams, sampled_codes);
+    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams, byte_count)
+          : CodesNibblesImpl<true, false>(page, meta, tables, streams, byte_count);
   } else if (tables.log_guess_ok) {
-    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams, sampled_codes)
-          : CodesNibblesImpl<false, false>(page, meta, tables, streams, sampled_codes);
+    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams, byte_count)
+          : CodesNibblesImpl<false, false>(page, meta, tables, streams, byte_count);
   } else {
     return false;
   }

@@ -199,10 +199,23 @@ const float* EndOffsetTable() {
 }
 
 void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
+  constexpr uint64_t kField = (uint64_t{1} << kEndPairBits) - 1;
+  size_t i = 0, o = 0;
+  // Groups of 8 fields (184 bits, exactly 23 bytes) as three independent 64-bit words: no serial bit counter.
+  for (; i + 8 <= n; i += 8, o += 23) {
+    const uint32_t* f = index + i;
+    const uint64_t f2 = f[2] & kField, f5 = f[5] & kField;
+    const uint64_t w0 = (f[0] & kField) | (f[1] & kField) << 23 | f2 << 46;
+    const uint64_t w1 = f2 >> 18 | (f[3] & kField) << 5 | (f[4] & kField) << 28 | f5 << 51;
+    const uint64_t w2 = f5 >> 13 | (f[6] & kField) << 10 | (f[7] & kField) << 33;
+    std::memcpy(out + o, &w0, 8);
+    std::memcpy(out + o + 8, &w1, 8);
+    std::memcpy(out + o + 16, &w2, 7);  // little-endian: its low 7 bytes
+  }
+  // The rest from the byte boundary the groups end on, as the same LSB-first stream.
   uint64_t acc = 0;  // pending bits, LSB first
   int bits = 0;
-  size_t o = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (; i < n; ++i) {
     acc |= static_cast<uint64_t>(index[i] & ((1u << kEndPairBits) - 1)) << bits;
     bits += kEndPairBits;
     if (bits >= 32) {
