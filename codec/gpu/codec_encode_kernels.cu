@@ -67,26 +67,6 @@ __device__ __forceinline__ uint32_t CodeOf(float x, float a0, float a1, const fl
   }
 }
 
-// Stores the low 8 * w bits of v at p (aligned to w bytes when w is a power of two).
-__device__ __forceinline__ void StoreFields(uint8_t* p, unsigned long long v, int w) {
-  switch (w) {
-    case 1:
-      *p = static_cast<uint8_t>(v);
-      return;
-    case 2:
-      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-      return;
-    case 4:
-      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
-      return;
-    case 8:
-      *reinterpret_cast<unsigned long long*>(p) = v;
-      return;
-    default:
-      for (int b = 0; b < w; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
-  }
-}
-
 struct EncodeParams {
   KvGeometry src;
   PageShape shape;

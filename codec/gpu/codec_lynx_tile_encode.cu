@@ -261,26 +261,6 @@ struct TypeTag {
 // Stream layouts with their own code: every other scheme takes kAnyStreams.
 enum class Streams { kAnyStreams, kOne8, kOne4, kTwo4 };
 
-// Stores the low 8 * w bits of v at p (aligned to w bytes when w is a power of two).
-__device__ __forceinline__ void StoreFields(uint8_t* p, unsigned long long v, int w) {
-  switch (w) {
-    case 1:
-      *p = static_cast<uint8_t>(v);
-      return;
-    case 2:
-      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-      return;
-    case 4:
-      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
-      return;
-    case 8:
-      *reinterpret_cast<unsigned long long*>(p) = v;
-      return;
-    default:
-      for (int b = 0; b < w; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
-  }
-}
-
 // Blocks per SM the register budget aims at: bf16 fits 64 registers (32 warps an SM); fp16's conversions and
 // fp32's wider tile need more.
 template <typename T>
