@@ -1,0 +1,370 @@
+// AVX-512 VBMI fused 4-bit lynx paths (lynx_kernels_avx512_vbmi.h): byte permutes across two registers and
+// multishift, 64 values per step. Compiled for the target with function attributes and only taken when the CPU
+// reports VBMI, so the binary still runs on x86-64-v2.
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own undefined-vector helpers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "codec/internal/lynx_kernels_avx512_vbmi.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "codec/internal/lynx_avx512_common.h"
+
+namespace kvt::codec::internal {
+namespace {
+
+using avx512::Clamp;
+using avx512::GuessCode;
+using avx512::kLanes;
+
+// ---- Fused 4-bit paths (AVX-512 VBMI: byte permutes across two registers, multishift) -------------------------
+
+#define KVT_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
+
+bool VbmiAvailable() {
+  static const bool available = __builtin_cpu_supports("avx512vbmi");
+  return available;
+}
+
+// Up to 128 32-bit entries as four 128-byte planes (byte j of every entry), two registers each. A lookup takes
+// the index replicated into all four bytes of its lane (vpermi2b reads 7 index bits, so bit 7 is ignored) and
+// costs four byte permutes, each filling one byte of every lane.
+struct BytePlaneTable {
+  __m512i lo[4], hi[4];
+
+  KVT_AVX512_VBMI BytePlaneTable(const uint32_t* entries, int n, uint32_t fill) {
+    alignas(64) uint8_t planes[4][128];
+    for (int i = 0; i < 128; ++i) {
+      const uint32_t v = i < n ? entries[i] : fill;
+      for (int j = 0; j < 4; ++j) planes[j][i] = static_cast<uint8_t>(v >> (8 * j));
+    }
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm512_load_si512(planes[j]);
+      hi[j] = _mm512_load_si512(planes[j] + 64);
+    }
+  }
+
+  KVT_AVX512_VBMI __m512i operator()(__m512i index4) const {
+    __m512i r = _mm512_mask2_permutex2var_epi8(lo[0], index4, 0x1111111111111111ull, hi[0]);
+    r = _mm512_mask2_permutex2var_epi8(lo[1], r, 0x2222222222222222ull, hi[1]);  // byte 1's index is intact
+    r = _mm512_mask2_permutex2var_epi8(lo[2], r, 0x4444444444444444ull, hi[2]);
+    return _mm512_mask2_permutex2var_epi8(lo[3], r, 0x8888888888888888ull, hi[3]);
+  }
+};
+
+// sel ? if1 : if0, bit by bit.
+KVT_AVX512 inline __m512i Select(__m512i sel, __m512i if1, __m512i if0) {
+  return _mm512_ternarylogic_epi32(sel, if1, if0, 0xCA);
+}
+
+// The magnitude code guess of CodesNibbles: kPoly the polynomial (tables.poly_guess_ok), else the log guess.
+template <bool kPoly>
+struct NibbleCoder {
+  __m512 c0, c1, c2, c3;        // polynomial
+  __m512 alpha, scale;          // log guess
+  __m512i max_code, sign_code, bcast, one;
+  __m512i small;                // kSmall: guess_high as one register
+  BytePlaneTable high;
+
+  KVT_AVX512_VBMI static std::array<uint32_t, 128> HighBits(const LynxTables& t) {
+    std::array<uint32_t, 128> bits{};
+    for (int f = 0; f <= t.max_code; ++f) std::memcpy(&bits[f], &t.guess_high[f], 4);
+    return bits;
+  }
+
+  KVT_AVX512_VBMI explicit NibbleCoder(const LynxTables& t)
+      : high(HighBits(t).data(), t.max_code + 1, 0x7F800000u) {
+    c0 = _mm512_set1_ps(t.guess_poly[0]);
+    c1 = _mm512_set1_ps(t.guess_poly[1]);
+    c2 = _mm512_set1_ps(t.guess_poly[2]);
+    c3 = _mm512_set1_ps(t.guess_poly[3]);
+    alpha = _mm512_set1_ps(t.alpha);
+    scale = _mm512_set1_ps(t.guess_scale);
+    max_code = _mm512_set1_epi32(t.max_code);
+    sign_code = _mm512_set1_epi32(1 << (t.bits - 1));
+    bcast = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);  // byte 0 of each dword to all four
+    one = _mm512_set1_epi32(1);
+    alignas(64) uint32_t first[16];
+    const std::array<uint32_t, 128> bits = HighBits(t);
+    for (int i = 0; i < 16; ++i) first[i] = i <= t.max_code ? bits[i] : 0x7F800000u;
+    small = _mm512_load_si512(first);
+  }
+
+  // The b-bit codes of 16 values (FinalValue, MagnitudeCode and the sign, lane by lane). Requires sigma > 0 or
+  // x == mu in every lane (true without spike reserving: every value lies in its chunk's interval), so that
+  // inv_sigma == 0 needs no special case: (x - mu) * 0 = 0.
+  template <bool kSmall>
+  KVT_AVX512_VBMI __m512i Code(__m512 x, __m512 mu, __m512 inv) const {
+    const __m512 xf = _mm512_mul_ps(_mm512_sub_ps(x, mu), inv);
+    const __mmask16 neg = _mm512_cmp_ps_mask(xf, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 a = _mm512_range_ps(xf, _mm512_set1_ps(1.0f), 0x0A);  // min(|xf|, 1), sign cleared
+    __m512i f;
+    if constexpr (kPoly) {
+      __m512 p = _mm512_fmadd_ps(a, c3, c2);
+      p = _mm512_fmadd_ps(a, p, c1);
+      p = _mm512_fmadd_ps(a, p, c0);
+      f = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, p)), max_code);
+    } else {
+      f = GuessCode(a, alpha, scale, max_code);
+    }
+    // a >= guess_high[f] compared as integers (both non-negative floats).
+    const __m512i th = kSmall ? _mm512_permutexvar_epi32(f, small) : high(_mm512_shuffle_epi8(f, bcast));
+    __m512i code = _mm512_mask_add_epi32(f, _mm512_cmpge_epu32_mask(_mm512_castps_si512(a), th), f, one);
+    return _mm512_mask_or_epi32(code, neg, code, sign_code);
+  }
+};
+
+// Four code vectors (64 values in lane order) -> their 64 code bytes in order.
+KVT_AVX512_VBMI inline __m512i CodeBytes(const __m512i (&c)[4]) {
+  const __m512i pick = _mm512_set_epi8(  // bytes 0, 4, .., 60 of the first operand, then of the second
+      124, 120, 116, 112, 108, 104, 100, 96, 92, 88, 84, 80, 76, 72, 68, 64, 60, 56, 52, 48, 44, 40, 36, 32, 28, 24,
+      20, 16, 12, 8, 4, 0, 124, 120, 116, 112, 108, 104, 100, 96, 92, 88, 84, 80, 76, 72, 68, 64, 60, 56, 52, 48, 44,
+      40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i b01 = _mm512_permutex2var_epi8(c[0], pick, c[1]);
+  const __m512i b23 = _mm512_permutex2var_epi8(c[2], pick, c[3]);
+  return _mm512_inserti64x4(b01, _mm512_castsi512_si256(b23), 1);
+}
+
+// CodesNibbles for one guess and table form. 64 values per step (the last step of a row may hold 16, 32 or 48).
+template <bool kPoly, bool kSmall>
+KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                                      uint8_t* const* streams, uint32_t* byte_count) {
+  const int channels = page.channels;
+  // The sampled rows' codes are counted in pairs: a vector turns each two neighbouring code bytes into one
+  // 14-bit index (their low 7 bits each) stored into row_buf, and during the next row (long after those stores
+  // committed) scalar code bumps one 16-bit counter per pair, half the increments of a byte histogram. The pair
+  // table is folded onto byte_count before a counter could overflow. byte_count == nullptr: no counting.
+  const bool counting = byte_count != nullptr;
+  std::vector<uint16_t> row_buf(counting ? static_cast<size_t>(channels) / 2 + 32 : 0);
+  std::vector<uint16_t> pair_count(counting ? size_t{1} << 14 : 0);
+  bool pending = false;
+  size_t pairs_in_table = 0;
+  const __m512i pair_high = _mm512_set1_epi16(0x3F80), pair_mask = _mm512_set1_epi16(0x3FFF);
+  auto fold_pairs = [&]() {
+    uint32_t column[128] = {};
+    for (int hi = 0; hi < 128; ++hi) {
+      const uint16_t* row_counts = pair_count.data() + 128 * hi;
+      uint32_t sum = 0;
+      for (int lo = 0; lo < 128; ++lo) {
+        sum += row_counts[lo];
+        column[lo] += row_counts[lo];
+      }
+      byte_count[hi] += sum;
+    }
+    for (int lo = 0; lo < 128; ++lo) byte_count[lo] += column[lo];
+    pairs_in_table = 0;
+  };
+  auto count_pairs = [&](const uint16_t* p, int n) {
+    int i = 0;
+    uint16_t* table = pair_count.data();
+    for (; i + 4 <= n; i += 4) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      ++table[w & 0xFFFF];
+      ++table[(w >> 16) & 0xFFFF];
+      ++table[(w >> 32) & 0xFFFF];
+      ++table[w >> 48];
+    }
+    for (; i < n; ++i) ++table[p[i]];
+  };
+  // The pair indices of 64 code bytes: (b[2j] & 0x7F) | (b[2j + 1] & 0x7F) << 7 in 16-bit word j.
+  auto pair_indices = [&](__m512i b) KVT_AVX512_VBMI {
+    return _mm512_and_si512(Select(pair_high, _mm512_srli_epi16(b, 1), b), pair_mask);
+  };
+
+  const bool two_streams = tables.bits == 8;
+  uint8_t* const lo_stream = two_streams ? streams[1] : streams[0];  // the code's low nibbles
+  uint8_t* const hi_stream = streams[0];                              // its high nibbles, when bits == 8
+  const NibbleCoder<kPoly> coder(tables);
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i even = _mm512_set_epi8(  // even bytes of the first operand, then even bytes of the second
+      126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92, 90, 88, 86, 84, 82, 80,
+      78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
+      22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int t = 0; t < page.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+    const float* row = page.data + static_cast<size_t>(t) * page.stride();
+    const float* mu = meta.mu.data() + k;
+    const float* inv = meta.inv_sigma.data() + k;
+    const size_t out = static_cast<size_t>(t) * channels / 2;
+    const bool sampled = counting && t % kAnchorSampleStride == 0;
+    const bool count_now = pending;
+    pending = sampled;
+    if (count_now) pairs_in_table += static_cast<size_t>(channels) / 2;
+    if (sampled && pairs_in_table + static_cast<size_t>(channels) / 2 > 0xFFFF) {
+      fold_pairs();
+      std::fill(pair_count.begin(), pair_count.end(), uint16_t{0});
+    }
+    for (int c0 = 0; c0 < channels; c0 += 64) {
+      const int vectors = std::min(4, (channels - c0) / kLanes);
+      auto code = [&](int v) KVT_AVX512_VBMI {
+        const int cv = c0 + kLanes * v;
+        return coder.template Code<kSmall>(_mm512_loadu_ps(row + cv), _mm512_loadu_ps(mu + cv),
+                                           _mm512_loadu_ps(inv + cv));
+      };
+      __m512i c[4];
+      if (vectors == 4) {  // spelled out so that the four vectors stay in registers
+        c[0] = code(0);
+        c[1] = code(1);
+        c[2] = code(2);
+        c[3] = code(3);
+      } else {
+        for (int v = 0; v < 4; ++v) c[v] = v < vectors ? code(v) : _mm512_setzero_si512();
+      }
+      const __m512i b = CodeBytes(c);
+      const __m512i w4 = _mm512_srli_epi16(b, 4);
+      // Per 16-bit word (codes 2j, 2j + 1): the low byte of lo is their low nibbles, of hi their high nibbles.
+      const __m512i lo = Select(nibble, b, w4);
+      const __m512i packed = _mm512_permutex2var_epi8(
+          lo, even, two_streams ? Select(nibble, w4, _mm512_srli_epi16(b, 8)) : lo);
+      if (vectors == 4) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo_stream + out + c0 / 2), _mm512_castsi512_si256(packed));
+        if (two_streams) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_stream + out + c0 / 2),
+                              _mm512_extracti64x4_epi64(packed, 1));
+        }
+        if (count_now) count_pairs(row_buf.data() + c0 / 2, 32);
+        if (sampled) _mm512_storeu_si512(row_buf.data() + c0 / 2, pair_indices(b));
+      } else {
+        const __mmask32 bytes = (1u << (8 * vectors)) - 1;
+        _mm256_mask_storeu_epi8(lo_stream + out + c0 / 2, bytes, _mm512_castsi512_si256(packed));
+        if (two_streams) {
+          _mm256_mask_storeu_epi8(hi_stream + out + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
+        }
+        if (count_now) count_pairs(row_buf.data() + c0 / 2, 8 * vectors);
+        if (sampled) _mm512_mask_storeu_epi8(row_buf.data() + c0 / 2, (1ull << (16 * vectors)) - 1, pair_indices(b));
+      }
+    }
+  }
+  if (!counting) return;
+  if (pending) count_pairs(row_buf.data(), channels / 2);  // the last row was sampled
+  fold_pairs();
+}
+
+KVT_AVX512_VBMI bool CodesNibblesVbmi(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                                      uint8_t* const* streams, uint32_t* byte_count) {
+  if (!VbmiAvailable() || meta.spikes || page.channels % kLanes != 0) return false;
+  if (tables.bits != 4 && tables.bits != 8) return false;
+  if (byte_count != nullptr && page.channels / 2 > 0xFFFF) return false;  // a row's pairs could overflow a counter
+  const bool small = tables.max_code < 16;
+  if (tables.poly_guess_ok) {
+    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams, byte_count)
+          : CodesNibblesImpl<true, false>(page, meta, tables, streams, byte_count);
+  } else if (tables.log_guess_ok) {
+    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams, byte_count)
+          : CodesNibblesImpl<false, false>(page, meta, tables, streams, byte_count);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Reconstruct (below) straight from one or two 4-bit streams. 64 values per step, as CodesNibbles.
+KVT_AVX512_VBMI bool ReconstructNibblesVbmi(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
+                                            const float* table, const MutablePageView& out) {
+  const int channels = meta.channels;
+  if (!VbmiAvailable() || channels % kLanes != 0 || stages < 1 || stages > 2) return false;
+  const size_t half_row = static_cast<size_t>(channels) / 2;
+  if (stages == 1) {
+    // 16 entries: one register, indexed by the low 4 bits of each lane. Byte j of the stream holds values 2j
+    // (low nibble) and 2j + 1 (high nibble): widen each byte to a qword, then pick bits 0.. and 4.. into the
+    // two dwords.
+    const __m512 signed_table = _mm512_loadu_ps(table);
+    const __m512i split = _mm512_set1_epi64(0x0000000400000000ll);
+    for (int t = 0; t < meta.tokens; ++t) {
+      const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+      const uint8_t* in = streams[0] + t * half_row;
+      float* row = out.data + static_cast<size_t>(t) * out.stride();
+      for (int c0 = 0; c0 < channels; c0 += kLanes) {
+        const __m512i bytes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c0 / 2)));
+        const __m512 v = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(split, bytes), signed_table);
+        const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + c0),
+                                       _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + c0), v));
+        _mm512_storeu_ps(row + c0,
+                         Clamp(y, _mm512_loadu_ps(meta.lo.data() + c0), _mm512_loadu_ps(meta.hi.data() + c0)));
+      }
+    }
+    return true;
+  }
+  // Two streams: 256 signed entries, the upper half the negation of the lower. The magnitudes as byte planes,
+  // looked up 64 codes at a time (one byte permute per plane), the sign (code bit 7) xored into plane 3, then the
+  // planes interleaved into floats by unpacking bytes and words. Those unpacks leave lane L of float vector v
+  // holding the code bytes at 16 L + 4 v .. + 3, so the codes are loaded in that (4 x 4 transposed) order.
+  alignas(64) uint8_t planes[4][128];
+  for (int i = 0; i < 128; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &table[i], 4);
+    for (int j = 0; j < 4; ++j) planes[j][i] = static_cast<uint8_t>(bits >> (8 * j));
+  }
+  __m512i plane_lo[4], plane_hi[4];
+  for (int j = 0; j < 4; ++j) {
+    plane_lo[j] = _mm512_load_si512(planes[j]);
+    plane_hi[j] = _mm512_load_si512(planes[j] + 64);
+  }
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Word P = s1[j] | s0[j] << 8 from [s1 bytes | s0 bytes], j the code pair that byte 2 P must hold: code byte
+  // b = 16 L + 4 v + i holds channel 16 v + 4 L + i.
+  alignas(64) uint8_t order[64];
+  for (int p = 0; p < 32; ++p) {
+    const int b = 2 * p;
+    const int channel = 16 * ((b % 16) / 4) + 4 * (b / 16) + b % 4;
+    order[2 * p] = static_cast<uint8_t>(channel / 2);
+    order[2 * p + 1] = static_cast<uint8_t>(32 + channel / 2);
+  }
+  const __m512i interleave = _mm512_load_si512(order);
+  const __m512i keep = _mm512_set1_epi16(static_cast<int16_t>(0xF00F)), mid = _mm512_set1_epi16(0x0F00);
+  for (int t = 0; t < meta.tokens; ++t) {
+    const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
+    const uint8_t* s0 = streams[0] + t * half_row;
+    const uint8_t* s1 = streams[1] + t * half_row;
+    float* row = out.data + static_cast<size_t>(t) * out.stride();
+    for (int c0 = 0; c0 < channels; c0 += 64) {
+      const int vectors = std::min(4, (channels - c0) / kLanes);
+      const __mmask32 in_bytes = vectors == 4 ? ~0u : (1u << (8 * vectors)) - 1;
+      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(in_bytes, s1 + c0 / 2)),
+                                           _mm256_maskz_loadu_epi8(in_bytes, s0 + c0 / 2), 1);
+      const __m512i w = _mm512_permutexvar_epi8(interleave, z);
+      // Word P = code 2j | code 2j + 1 << 8: nibbles (s1 lo, s0 lo, s1 hi, s0 hi) from (s1 lo, s1 hi, s0 lo, s0 hi).
+      const __m512i codes = Select(mid, _mm512_slli_epi16(w, 4), Select(keep, w, _mm512_srli_epi16(w, 4)));
+      const __m512i b0 = _mm512_permutex2var_epi8(plane_lo[0], codes, plane_hi[0]);
+      const __m512i b1 = _mm512_permutex2var_epi8(plane_lo[1], codes, plane_hi[1]);
+      const __m512i b2 = _mm512_permutex2var_epi8(plane_lo[2], codes, plane_hi[2]);
+      const __m512i b3 = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(plane_lo[3], codes, plane_hi[3]), codes,
+                                                   sign, 0x78);  // a ^ (b & c)
+      const __m512i lo01 = _mm512_unpacklo_epi8(b0, b1), hi01 = _mm512_unpackhi_epi8(b0, b1);
+      const __m512i lo23 = _mm512_unpacklo_epi8(b2, b3), hi23 = _mm512_unpackhi_epi8(b2, b3);
+      const __m512i vals[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                               _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+      for (int v = 0; v < vectors; ++v) {
+        const int cv = c0 + kLanes * v;
+        const __m512 val = _mm512_castsi512_ps(vals[v]);
+        const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + cv),
+                                       _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + cv), val));
+        _mm512_storeu_ps(row + cv, Clamp(y, _mm512_loadu_ps(meta.lo.data() + cv), _mm512_loadu_ps(meta.hi.data() + cv)));
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* const* streams,
+                  uint32_t* byte_count) {
+  return CodesNibblesVbmi(page, meta, tables, streams, byte_count);
+}
+
+bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,
+                        const MutablePageView& out) {
+  return ReconstructNibblesVbmi(streams, stages, meta, table, out);
+}
+
+}  // namespace kvt::codec::internal

@@ -1,0 +1,20 @@
+// The fused 4-bit lynx paths on AVX-512 VBMI (LynxKernels::codes_nibbles and reconstruct_nibbles): codes packed
+// straight into the 4-bit streams, and values rebuilt straight from them. Each returns false, doing nothing,
+// when the CPU lacks VBMI or the page does not suit it (the caller then takes the unfused path).
+#ifndef KVT_CODEC_INTERNAL_LYNX_KERNELS_AVX512_VBMI_H_
+#define KVT_CODEC_INTERNAL_LYNX_KERNELS_AVX512_VBMI_H_
+
+#include <cstdint>
+
+#include "codec/internal/lynx_kernels.h"
+
+namespace kvt::codec::internal {
+
+bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* const* streams,
+                  uint32_t* byte_count);
+bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,
+                        const MutablePageView& out);
+
+}  // namespace kvt::codec::internal
+
+#endif  // KVT_CODEC_INTERNAL_LYNX_KERNELS_AVX512_VBMI_H_
