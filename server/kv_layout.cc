@@ -79,4 +79,19 @@ absl::StatusOr<KvLayout> KvLayout::Create(const KvLayoutSpec& spec, uint64_t reg
   return KvLayout(spec, block_bytes);
 }
 
+KvLayoutSpec DenseLayoutSpec(uint32_t num_layers, uint32_t num_blocks, uint32_t block_tokens, uint32_t num_kv_heads,
+                             uint32_t head_dim, KvDType dtype, BlockOrder order) {
+  KvLayoutSpec s;
+  s.num_layers = num_layers;
+  s.num_blocks = num_blocks;
+  s.block_tokens = block_tokens;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.order = order;
+  s.kv_stride_bytes = uint64_t{num_blocks} * block_tokens * num_kv_heads * head_dim * DTypeBytes(dtype);
+  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
+  return s;
+}
+
 }  // namespace kvt::server

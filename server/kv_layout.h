@@ -38,6 +38,11 @@ inline constexpr uint32_t kMaxBlockTokens = 1024;
 inline constexpr uint32_t kMaxKvHeads = 1024;
 inline constexpr uint32_t kMaxHeadDim = 1024;
 
+// A layout with nothing between its tensors: layer l's K, then its V, each num_blocks blocks, packed; the whole
+// model's heads (head_begin 0, unsharded).
+KvLayoutSpec DenseLayoutSpec(uint32_t num_layers, uint32_t num_blocks, uint32_t block_tokens, uint32_t num_kv_heads,
+                             uint32_t head_dim, KvDType dtype = KvDType::kBf16, BlockOrder order = BlockOrder::kNhd);
+
 class KvLayout {
  public:
   // Validates `spec` against a region of `region_bytes`. INVALID_ARGUMENT naming the field for a zero or

@@ -14,7 +14,7 @@
 #include "server/float16.h"
 #include "server/kv_page_io.h"
 #include "server/proto_convert.h"
-#include "server/transfer_plan.h"
+#include "server/reference_transfer.h"
 
 namespace kvt::e2e {
 namespace {
@@ -28,16 +28,7 @@ v1::KvLayout KvCache::proto() const { return server::LayoutToProto(spec); }
 server::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
                                  uint32_t head_dim, server::KvDType dtype, server::BlockOrder order,
                                  uint32_t head_begin, uint32_t total_heads) {
-  server::KvLayoutSpec s;
-  s.num_layers = layers;
-  s.num_blocks = blocks;
-  s.block_tokens = block_tokens;
-  s.num_kv_heads = heads;
-  s.head_dim = head_dim;
-  s.dtype = dtype;
-  s.order = order;
-  s.kv_stride_bytes = uint64_t{blocks} * block_tokens * heads * head_dim * server::DTypeBytes(dtype);
-  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
+  server::KvLayoutSpec s = server::DenseLayoutSpec(layers, blocks, block_tokens, heads, head_dim, dtype, order);
   s.head_begin = head_begin;
   s.total_kv_heads = total_heads;
   return s;
@@ -78,31 +69,19 @@ absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, c
                                                            const std::vector<uint32_t>& blocks_dst,
                                                            uint64_t num_tokens, const std::string& scheme_name,
                                                            const std::vector<uint8_t>& dst_before, int stages) {
-  KVT_ASSIGN_OR_RETURN(codec::Scheme scheme, codec::ParseScheme(scheme_name));
   KVT_ASSIGN_OR_RETURN(server::KvLayout src_layout, server::KvLayout::Create(src.spec, src.memory->size()));
   KVT_ASSIGN_OR_RETURN(server::KvLayout dst_layout, server::KvLayout::Create(dst, dst_before.size()));
-  const uint32_t channels = src.spec.num_kv_heads * src.spec.head_dim;
-  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
-                       server::MakeTransferPlan(scheme, 32, src.spec.num_layers, num_tokens, 256, channels));
+  server::ReferenceTransfer t;
+  t.src_layout = &src_layout;
+  t.src = absl::MakeConstSpan(src.memory->data(), src.memory->size());
+  t.src_blocks = blocks_src;
+  t.dst_layout = &dst_layout;
+  t.dst_blocks = blocks_dst;
+  t.num_tokens = num_tokens;
+  KVT_ASSIGN_OR_RETURN(t.scheme, codec::ParseScheme(scheme_name));
+  t.stages = stages;
   std::vector<uint8_t> expected = dst_before;
-  codec::CodecOptions options;
-  for (const auto& layer : plan.layers) {
-    for (const server::PlannedPage& page : layer) {
-      std::vector<float> values(static_cast<size_t>(page.spec.tokens) * channels);
-      KVT_RETURN_IF_ERROR(server::GatherPage(src_layout, absl::MakeConstSpan(src.memory->data(), src.memory->size()),
-                                             blocks_src, page.spec, absl::MakeSpan(values)));
-      KVT_ASSIGN_OR_RETURN(codec::EncodedPage enc,
-                           codec::EncodePage(scheme, options,
-                                             {values.data(), static_cast<int>(page.spec.tokens),
-                                              static_cast<int>(channels)}));
-      std::vector<float> decoded(values.size());
-      KVT_RETURN_IF_ERROR(codec::DecodePage(
-          enc.bytes, stages == 0 ? scheme.num_streams() : stages,
-          {decoded.data(), static_cast<int>(page.spec.tokens), static_cast<int>(channels)}));
-      KVT_RETURN_IF_ERROR(server::ScatterPage(dst_layout, absl::MakeSpan(expected), blocks_dst, page.spec, decoded,
-                                              src.spec.head_begin, src.spec.num_kv_heads));
-    }
-  }
+  KVT_RETURN_IF_ERROR(server::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
   return expected;
 }
 

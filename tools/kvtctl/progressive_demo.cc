@@ -23,6 +23,7 @@
 #include "server/kv_layout.h"
 #include "server/kv_page_io.h"
 #include "server/proto_convert.h"
+#include "server/reference_transfer.h"
 #include "server/transfer_plan.h"
 #include "tools/kvtctl/daemon_process.h"
 
@@ -66,20 +67,6 @@ absl::Status StartCluster(const DemoOptions& o, Cluster* c) {
   co.socket = c->decode->client_socket();
   KVT_ASSIGN_OR_RETURN(c->decode_client, Client::Connect(co));
   return absl::OkStatus();
-}
-
-server::KvLayoutSpec Layout(int layers, uint32_t blocks, int kv_heads, int head_dim) {
-  server::KvLayoutSpec s;
-  s.num_layers = layers;
-  s.num_blocks = blocks;
-  s.block_tokens = kBlockTokens;
-  s.num_kv_heads = kv_heads;
-  s.head_dim = head_dim;
-  s.dtype = server::KvDType::kBf16;
-  s.order = server::BlockOrder::kNhd;
-  s.kv_stride_bytes = uint64_t{blocks} * kBlockTokens * kv_heads * head_dim * 2;
-  s.layer_stride_bytes = 2 * s.kv_stride_bytes;
-  return s;
 }
 
 // The demo engine's KV cache: a shared-memory segment, or (--gpu) device memory exported over CUDA IPC with a
@@ -159,21 +146,17 @@ absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<con
                                   const std::vector<uint32_t>& src_blocks, absl::Span<const uint8_t> dst,
                                   const std::vector<uint32_t>& dst_blocks, int tokens, const codec::Scheme& scheme,
                                   const std::vector<int>& layers) {
-  const uint32_t channels = layout.spec().num_kv_heads * layout.spec().head_dim;
-  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
-                       server::MakeTransferPlan(scheme, 32, layout.spec().num_layers, tokens, 256, channels));
+  server::ReferenceTransfer t;
+  t.src_layout = &layout;
+  t.src = src;
+  t.src_blocks = src_blocks;
+  t.dst_layout = &layout;
+  t.dst_blocks = dst_blocks;
+  t.num_tokens = tokens;
+  t.scheme = scheme;
+  t.layers = layers;
   std::vector<uint8_t> expected(dst.begin(), dst.end());
-  for (int l : layers) {
-    for (const server::PlannedPage& page : plan.layers[l]) {
-      std::vector<float> values(static_cast<size_t>(page.spec.tokens) * channels);
-      KVT_RETURN_IF_ERROR(server::GatherPage(layout, src, src_blocks, page.spec, absl::MakeSpan(values)));
-      const int t = static_cast<int>(page.spec.tokens), c = static_cast<int>(channels);
-      KVT_ASSIGN_OR_RETURN(codec::EncodedPage enc, codec::EncodePage(scheme, {}, {values.data(), t, c}));
-      KVT_RETURN_IF_ERROR(codec::DecodePage(enc.bytes, scheme.num_streams(), {values.data(), t, c}));
-      KVT_RETURN_IF_ERROR(server::ScatterPage(layout, absl::MakeSpan(expected), dst_blocks, page.spec, values,
-                                              layout.spec().head_begin, layout.spec().num_kv_heads));
-    }
-  }
+  KVT_RETURN_IF_ERROR(server::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
   return std::equal(expected.begin(), expected.end(), dst.begin());
 }
 
@@ -211,7 +194,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   report.head_dim = kv.model.head_dim;
   const int channels = kv.model.channels();
   const uint32_t blocks = static_cast<uint32_t>((o.tokens + kBlockTokens - 1) / kBlockTokens);
-  const server::KvLayoutSpec spec = Layout(report.layers, blocks, kv.model.kv_heads, kv.model.head_dim);
+  const server::KvLayoutSpec spec =
+      server::DenseLayoutSpec(report.layers, blocks, kBlockTokens, kv.model.kv_heads, kv.model.head_dim);
   const uint64_t region_bytes = spec.layer_stride_bytes * spec.num_layers;
   report.kv_bytes_bf16 = uint64_t{2} * report.layers * o.tokens * channels * 2;
 
