@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace kvt {
@@ -11,6 +12,13 @@ absl::Status WithContext(const grpc::Status& status, const char* call) {
   if (status.ok()) return absl::OkStatus();
   absl::Status s = FromGrpcStatus(status);
   return absl::Status(s.code(), absl::StrCat(call, ": ", s.message()));
+}
+
+// The status a FAILED event reports.
+absl::Status StatusOfFailure(const v1::TransferEvent& event) {
+  const int code = event.status_code();
+  return absl::Status(code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
+                      event.message());
 }
 
 }  // namespace
@@ -30,6 +38,14 @@ void Client::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
 }
 
+template <typename Request, typename Response>
+absl::Status Client::Call(grpc::Status (v1::KvtClient::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                          const Request& request, Response* response, const char* name) const {
+  grpc::ClientContext context;
+  Prepare(&context);
+  return WithContext((stub_.get()->*method)(&context, request, response), name);
+}
+
 absl::Status Client::RegisterRegion(const std::string& region_id, const v1::KvLayout& layout,
                                     const std::string& shm_name, uint64_t size_bytes) {
   v1::RegisterRegionRequest request;
@@ -38,9 +54,7 @@ absl::Status Client::RegisterRegion(const std::string& region_id, const v1::KvLa
   request.mutable_shm()->set_shm_name(shm_name);
   request.mutable_shm()->set_size_bytes(size_bytes);
   v1::RegisterRegionResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->RegisterRegion(&context, request, &response), "RegisterRegion");
+  return Call(&v1::KvtClient::Stub::RegisterRegion, request, &response, "RegisterRegion");
 }
 
 absl::Status Client::RegisterGpuRegion(const std::string& region_id, const v1::KvLayout& layout,
@@ -52,18 +66,14 @@ absl::Status Client::RegisterGpuRegion(const std::string& region_id, const v1::K
   request.mutable_cuda_ipc()->set_size_bytes(size_bytes);
   request.mutable_cuda_ipc()->set_device(device);
   v1::RegisterRegionResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->RegisterRegion(&context, request, &response), "RegisterRegion");
+  return Call(&v1::KvtClient::Stub::RegisterRegion, request, &response, "RegisterRegion");
 }
 
 absl::Status Client::UnregisterRegion(const std::string& region_id) {
   v1::UnregisterRegionRequest request;
   request.set_region_id(region_id);
   v1::UnregisterRegionResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->UnregisterRegion(&context, request, &response), "UnregisterRegion");
+  return Call(&v1::KvtClient::Stub::UnregisterRegion, request, &response, "UnregisterRegion");
 }
 
 absl::Status Client::Offer(const OfferSpec& spec) {
@@ -77,9 +87,7 @@ absl::Status Client::Offer(const OfferSpec& spec) {
   request.set_decode_daemon(spec.decode_daemon);
   request.set_deadline_ms(static_cast<uint32_t>(std::max<int64_t>(0, absl::ToInt64Milliseconds(spec.deadline))));
   v1::OfferResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->Offer(&context, request, &response), "Offer");
+  return Call(&v1::KvtClient::Stub::Offer, request, &response, "Offer");
 }
 
 absl::Status Client::Expect(const ExpectSpec& spec) {
@@ -92,28 +100,21 @@ absl::Status Client::Expect(const ExpectSpec& spec) {
   request.set_deadline_ms(static_cast<uint32_t>(std::max<int64_t>(0, absl::ToInt64Milliseconds(spec.deadline))));
   request.set_allow_anchor_only(spec.allow_anchor_only);
   v1::ExpectResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->Expect(&context, request, &response), "Expect");
+  return Call(&v1::KvtClient::Stub::Expect, request, &response, "Expect");
 }
 
 absl::Status Client::Cancel(const std::string& request_id) {
   v1::CancelRequest request;
   request.set_request_id(request_id);
   v1::CancelResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  return WithContext(stub_->Cancel(&context, request, &response), "Cancel");
+  return Call(&v1::KvtClient::Stub::Cancel, request, &response, "Cancel");
 }
 
 absl::StatusOr<v1::StatsResponse> Client::Stats(bool include_requests) {
   v1::StatsRequest request;
   request.set_include_requests(include_requests);
   v1::StatsResponse response;
-  grpc::ClientContext context;
-  Prepare(&context);
-  absl::Status s = WithContext(stub_->Stats(&context, request, &response), "Stats");
-  if (!s.ok()) return s;
+  KVT_RETURN_IF_ERROR(Call(&v1::KvtClient::Stub::Stats, request, &response, "Stats"));
   return response;
 }
 
@@ -136,10 +137,7 @@ absl::Status Client::Watch(const std::string& request_id,
       outcome = absl::OkStatus();
       terminal = true;
     } else if (event.kind() == v1::TransferEvent::FAILED) {
-      const int code = event.status_code();
-      outcome = absl::Status(code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code)
-                                                     : absl::StatusCode::kUnknown,
-                             event.message());
+      outcome = StatusOfFailure(event);
       terminal = true;
     }
     if (terminal) {
@@ -171,9 +169,7 @@ absl::Status Client::WaitForLayer(const std::string& request_id, uint32_t layer,
       result = absl::OkStatus();
       decided = true;
     } else if (event.kind() == v1::TransferEvent::FAILED) {
-      const int code = event.status_code();
-      result = absl::Status(code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
-                            event.message());
+      result = StatusOfFailure(event);
       decided = true;
     } else if (event.kind() == v1::TransferEvent::DONE) {
       result = absl::FailedPreconditionError(

@@ -91,6 +91,10 @@ class Client {
   Client(ClientOptions options, std::unique_ptr<v1::KvtClient::Stub> stub)
       : options_(std::move(options)), stub_(std::move(stub)) {}
   void Prepare(grpc::ClientContext* context) const;
+  // One unary call with the call deadline; errors carry `name`.
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (v1::KvtClient::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response, const char* name) const;
 
   const ClientOptions options_;
   const std::unique_ptr<v1::KvtClient::Stub> stub_;
