@@ -197,7 +197,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     size_t layers = 0;
     {
       kvt::MutexLock lock(&mu_);
-      anchor_complete = opened_ && layers_anchor_ == layers_.size();
+      anchor_complete = opened_ && record_->layers_anchor_ready.load() == layers_.size();
       layers = layers_.size();
     }
     if (args_.allow_anchor_only && anchor_complete) {
@@ -298,8 +298,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
         if (page.stages_decoded == 0) {
           if (++ls.pages_anchor == ls.pages.size()) {
             record_->events.Add(EventKind::kAnchorReady, layer);
-            record_->layers_anchor_ready.fetch_add(1);
-            if (++layers_anchor_ == layers_.size()) context_->metrics->AnchorLatency(absl::Now() - opened_at_);
+            if (record_->layers_anchor_ready.fetch_add(1) + 1 == layers_.size()) {
+              context_->metrics->AnchorLatency(absl::Now() - opened_at_);
+            }
           }
         }
         page.stages_decoded = stages;
@@ -307,8 +308,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
           std::vector<uint8_t>().swap(page.container);
           if (++ls.pages_full == ls.pages.size()) {
             record_->events.Add(EventKind::kFullReady, layer);
-            record_->layers_full_ready.fetch_add(1);
-            if (++layers_full_ == layers_.size()) {
+            if (record_->layers_full_ready.fetch_add(1) + 1 == layers_.size()) {
               context_->metrics->FullLatency(absl::Now() - opened_at_);
               done = true;
             }
@@ -381,8 +381,6 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   uint64_t first_transfer_id_ = 0;
   absl::Time opened_at_;
   std::vector<LayerState> layers_;  // the vector is sized by Accept; entries guarded by mu_
-  size_t layers_anchor_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t layers_full_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 DecodeSide::DecodeSide(DaemonContext* context) : context_(context) {

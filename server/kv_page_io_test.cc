@@ -1,5 +1,6 @@
 #include "server/kv_page_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +33,17 @@ KvLayoutSpec SmallSpec(KvDType dtype, BlockOrder order) {
 }
 
 uint64_t RegionBytes(const KvLayoutSpec& s) { return s.layer_stride_bytes * s.num_layers; }
+
+// One layer's pages: K pages, then V pages, of `page_tokens` tokens (whole 4-token blocks here), the last shorter.
+std::vector<PageSpec> PagesOfLayer(uint32_t layer, uint32_t tokens, uint32_t page_tokens) {
+  std::vector<PageSpec> pages;
+  for (uint32_t kind = 0; kind < 2; ++kind) {
+    for (uint32_t first = 0; first < tokens; first += page_tokens) {
+      pages.push_back({layer, kind, first, std::min(page_tokens, tokens - first)});
+    }
+  }
+  return pages;
+}
 
 KvLayout MakeLayout(const KvLayoutSpec& s) {
   absl::StatusOr<KvLayout> layout = KvLayout::Create(s, RegionBytes(s));
@@ -130,7 +142,7 @@ constexpr uint32_t KvPageIoTest::kBlocks[5];
 
 TEST_P(KvPageIoTest, GatherReadsWhatWasWrittenAtHandComputedOffsets) {
   WriteRequestByHand(region_);
-  const std::vector<PageSpec> pages = PlanLayerPages(1, kTokens, PageTokensFor(layout_, 8));
+  const std::vector<PageSpec> pages = PagesOfLayer(1, kTokens, 8);
   ASSERT_EQ(pages.size(), 6u);
   EXPECT_EQ(pages[2].tokens, 2u);  // the short last page
   for (const PageSpec& page : pages) {
@@ -150,7 +162,7 @@ TEST_P(KvPageIoTest, GatherOfAPageNotAlignedToBlocksReadsAcrossThem) {
 
 TEST_P(KvPageIoTest, ScatterWritesExactlyTheHandComputedBytesAndGatherReadsThemBack) {
   for (uint32_t layer = 0; layer < spec_.num_layers; ++layer) {
-    for (const PageSpec& page : PlanLayerPages(layer, kTokens, 8)) {
+    for (const PageSpec& page : PagesOfLayer(layer, kTokens, 8)) {
       const std::vector<float> values = ExpectedPage(page);
       ASSERT_TRUE(ScatterPage(layout_, absl::MakeSpan(region_), kBlocks, page, values, 0, 3).ok());
     }
@@ -158,7 +170,7 @@ TEST_P(KvPageIoTest, ScatterWritesExactlyTheHandComputedBytesAndGatherReadsThemB
   std::vector<uint8_t> want(region_.size(), kSentinel);
   WriteRequestByHand(want);
   EXPECT_EQ(region_, want);  // every value in place, and not one other byte touched
-  for (const PageSpec& page : PlanLayerPages(1, kTokens, 8)) {
+  for (const PageSpec& page : PagesOfLayer(1, kTokens, 8)) {
     std::vector<float> out(page.tokens * 15);
     ASSERT_TRUE(GatherPage(layout_, region_, kBlocks, page, absl::MakeSpan(out)).ok());
     EXPECT_EQ(out, ExpectedPage(page));

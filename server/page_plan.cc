@@ -6,20 +6,6 @@
 
 namespace kvt::server {
 
-std::vector<PageSpec> PlanLayerPages(uint32_t layer, uint64_t num_tokens, uint32_t page_tokens) {
-  std::vector<PageSpec> pages;
-  if (page_tokens == 0 || num_tokens > kMaxRequestTokens) return pages;
-  const uint64_t per_kind = (num_tokens + page_tokens - 1) / page_tokens;
-  pages.reserve(2 * per_kind);
-  for (uint32_t kind = 0; kind < 2; ++kind) {
-    for (uint64_t first = 0; first < num_tokens; first += page_tokens) {
-      const uint64_t tokens = std::min<uint64_t>(page_tokens, num_tokens - first);
-      pages.push_back(PageSpec{layer, kind, static_cast<uint32_t>(first), static_cast<uint32_t>(tokens)});
-    }
-  }
-  return pages;
-}
-
 absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids,
                                 uint64_t num_tokens) {
   const KvLayoutSpec& spec = layout.spec();
@@ -55,11 +41,6 @@ absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_
                      second - block_ids.begin(), "]); a request's blocks must be distinct"));
   }
   return absl::OkStatus();
-}
-
-uint32_t PageTokensFor(const KvLayout& layout, uint32_t target_tokens) {
-  const uint32_t block = layout.spec().block_tokens;
-  return std::max(block, target_tokens / block * block);
 }
 
 }  // namespace kvt::server

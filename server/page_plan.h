@@ -1,9 +1,7 @@
-// How a request's KV cache splits into codec pages (DESIGN.md 4.1): which pages a layer has, how long they
-// are, and whether a request's engine blocks can hold its tokens. Pure functions; thread-safe.
+// A request's pages (DESIGN.md 4.1) as the page readers take them, and whether a request's engine blocks can
+// hold its tokens. The page plan itself is server/transfer_plan.h. Pure functions; thread-safe.
 //
 //   KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, block_ids, num_tokens));   // once per request
-//   const uint32_t page_tokens = PageTokensFor(layout);
-//   for (const PageSpec& page : PlanLayerPages(layer, num_tokens, page_tokens)) GatherPage(..., page, ...);
 #ifndef KVT_SERVER_PAGE_PLAN_H_
 #define KVT_SERVER_PAGE_PLAN_H_
 
@@ -32,11 +30,6 @@ struct PageSpec {
   }
 };
 
-// The pages of one layer of a `num_tokens`-token request: K pages first, then V pages, each `page_tokens`
-// long except a shorter last one; 2 * ceil(num_tokens / page_tokens) pages. Requires page_tokens > 0 and
-// num_tokens <= kMaxRequestTokens (CheckRequestBlocks ensures the latter); returns no pages otherwise.
-std::vector<PageSpec> PlanLayerPages(uint32_t layer, uint64_t num_tokens, uint32_t page_tokens);
-
 // Checks that `block_ids` (engine block numbers in token order) can hold a `num_tokens`-token request in
 // `layout`: INVALID_ARGUMENT, saying which rule and what is allowed, when num_tokens is 0 or above
 // kMaxRequestTokens, block_ids is empty, block_ids.size() != ceil(num_tokens / block_tokens) (too few blocks
@@ -44,10 +37,6 @@ std::vector<PageSpec> PlanLayerPages(uint32_t layer, uint64_t num_tokens, uint32
 // does not use), an id is >= num_blocks, or an id repeats. O(n log n) in the number of blocks.
 absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids,
                                 uint64_t num_tokens);
-
-// Page length in tokens for `layout`: the largest multiple of block_tokens that is <= target_tokens, and at
-// least block_tokens (pages are whole engine blocks).
-uint32_t PageTokensFor(const KvLayout& layout, uint32_t target_tokens = 256);
 
 }  // namespace kvt::server
 

@@ -28,50 +28,6 @@ bool Mentions(const absl::Status& s, absl::string_view text) {
   return s.message().find(text) != absl::string_view::npos;
 }
 
-TEST(PlanLayerPages, KPagesComeFirstThenVPagesWithAShortLastPage) {
-  const std::vector<PageSpec> pages = PlanLayerPages(3, 600, 256);
-  const std::vector<PageSpec> want = {{3, 0, 0, 256}, {3, 0, 256, 256}, {3, 0, 512, 88},
-                                      {3, 1, 0, 256}, {3, 1, 256, 256}, {3, 1, 512, 88}};
-  EXPECT_EQ(pages, want);
-}
-
-TEST(PlanLayerPages, TokensThatFillWholePagesHaveNoShortPage) {
-  const std::vector<PageSpec> want = {{0, 0, 0, 16}, {0, 0, 16, 16}, {0, 1, 0, 16}, {0, 1, 16, 16}};
-  EXPECT_EQ(PlanLayerPages(0, 32, 16), want);
-}
-
-TEST(PlanLayerPages, ARequestShorterThanAPageIsOnePagePerKind) {
-  const std::vector<PageSpec> want = {{1, 0, 0, 5}, {1, 1, 0, 5}};
-  EXPECT_EQ(PlanLayerPages(1, 5, 256), want);
-}
-
-TEST(PlanLayerPages, ZeroTokensZeroPageTokensOrTooManyTokensGiveNoPages) {
-  EXPECT_TRUE(PlanLayerPages(0, 0, 256).empty());
-  EXPECT_TRUE(PlanLayerPages(0, 100, 0).empty());
-  EXPECT_TRUE(PlanLayerPages(0, kMaxRequestTokens + 1, 256).empty());
-}
-
-TEST(PlanLayerPages, TheLargestRequestEndsExactlyAtItsLastToken) {
-  const std::vector<PageSpec> pages = PlanLayerPages(0, kMaxRequestTokens, 1u << 31);
-  ASSERT_EQ(pages.size(), 4u);
-  EXPECT_EQ(pages[1].first_token, 1u << 31);
-  EXPECT_EQ(uint64_t{pages[1].first_token} + pages[1].tokens, kMaxRequestTokens);
-}
-
-TEST(PageTokensFor, IsTheLargestWholeNumberOfBlocksWithinTheTarget) {
-  EXPECT_EQ(PageTokensFor(MakeLayout(16)), 256u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(24)), 240u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(1)), 256u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(16), 100), 96u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(16), 1024), 1024u);
-}
-
-TEST(PageTokensFor, IsAtLeastOneBlock) {
-  EXPECT_EQ(PageTokensFor(MakeLayout(512)), 512u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(16), 0), 16u);
-  EXPECT_EQ(PageTokensFor(MakeLayout(16), 15), 16u);
-}
-
 TEST(CheckRequestBlocks, AcceptsExactlyEnoughDistinctBlocksInAnyOrder) {
   const KvLayout layout = MakeLayout(16);
   const std::vector<uint32_t> ids = {7, 0, 9, 3};

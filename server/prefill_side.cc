@@ -18,6 +18,19 @@
 #include "server/transfer_plan.h"
 
 namespace kvt::server {
+namespace {
+
+absl::Status CheckReadyLayers(const std::vector<uint32_t>& ready_layers, uint32_t num_layers) {
+  for (uint32_t l : ready_layers) {
+    if (l >= num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("ready layer %d >= the region's num_layers %d", l, num_layers));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 class PrefillSide::OutboundRequest {
  public:
@@ -51,6 +64,7 @@ class PrefillSide::OutboundRequest {
           "\" must repeat the first one's region, blocks, num_tokens, scheme and decode_daemon; only ready_layers "
           "may change"));
     }
+    KVT_RETURN_IF_ERROR(CheckReadyLayers(args.ready_layers, static_cast<uint32_t>(plan_.layers.size())));
     AddReadyLayers(args.ready_layers);
     return absl::OkStatus();
   }
@@ -338,24 +352,12 @@ absl::Status PrefillSide::Offer(const OfferArgs& args) {
   ReapLocked();
   auto live = requests_.find(args.request_id);
   if (live != requests_.end()) {
-    KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
-    const uint32_t layers = region->layout().spec().num_layers;
-    for (uint32_t l : args.ready_layers) {
-      if (l >= layers) {
-        return absl::InvalidArgumentError(absl::StrFormat("ready layer %d >= num_layers %d", l, layers));
-      }
-    }
     return live->second->AddLayers(args);
   }
   KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
   const KvLayout& layout = region->layout();
   KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, args.block_ids, args.num_tokens));
-  for (uint32_t l : args.ready_layers) {
-    if (l >= layout.spec().num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("ready layer %d >= the region's num_layers %d", l, layout.spec().num_layers));
-    }
-  }
+  KVT_RETURN_IF_ERROR(CheckReadyLayers(args.ready_layers, layout.spec().num_layers));
   KVT_ASSIGN_OR_RETURN(TransferPlan plan,
                        MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
                                         args.num_tokens, context_->options->page_tokens,
