@@ -116,4 +116,27 @@ absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream s) {
 }
 absl::Status Synchronize(CudaStream s) { return FromCuda(cudaStreamSynchronize(S(s)), "cudaStreamSynchronize"); }
 
+absl::StatusOr<bool> StreamIdle(CudaStream s) {
+  const cudaError_t e = cudaStreamQuery(S(s));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  absl::Status status = FromCuda(e, "cudaStreamQuery");
+  if (!status.ok()) return status;
+  return true;
+}
+
+absl::StatusOr<int> MultiprocessorCount() {
+  int device = 0;
+  if (absl::Status s = FromCuda(cudaGetDevice(&device), "cudaGetDevice"); !s.ok()) return s;
+  int count = 0;
+  if (absl::Status s = FromCuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+                                "cudaDeviceGetAttribute");
+      !s.ok()) {
+    return s;
+  }
+  return count;
+}
+
 }  // namespace kvt::codec::gpu

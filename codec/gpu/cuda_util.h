@@ -75,6 +75,10 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes, CudaStream str
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
 absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream stream = {});
 absl::Status Synchronize(CudaStream stream = {});
+// Whether everything enqueued on `stream` has finished (cudaStreamQuery), without waiting.
+absl::StatusOr<bool> StreamIdle(CudaStream stream);
+// The current device's streaming multiprocessors.
+absl::StatusOr<int> MultiprocessorCount();
 
 }  // namespace kvt::codec::gpu
 
