@@ -1,0 +1,312 @@
+// The CUDA peer-memory AllReduce against the CPU reference: one forked process per rank (CUDA cannot be used
+// in a child forked after the parent touched it, so the parent never does), each mapping the others' GPU
+// workspaces through CUDA IPC. Every case's output must be bitwise WireCommunicator's on the same fp32 values
+// (for bf16/fp16: that result rounded to the type) on every rank. Ranks share GPUs when there are fewer GPUs
+// than ranks. Every test skips when no CUDA device is present (CI).
+#include "transport/collective/cuda_communicator.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "codec/gpu/cuda_util.h"
+#include "codec/internal/float_formats.h"
+#include "gtest/gtest.h"
+#include "transport/collective/all_reduce.h"
+#include "transport/collective/all_reduce_testing.h"
+#include "transport/collective/in_process_wire.h"
+#include "transport/collective/multi_process_testing.h"
+#include "transport/collective/tcp_wire.h"
+
+namespace kvt::collective {
+namespace {
+
+namespace ff = ::kvt::codec::internal;
+
+// Counted in a child, so the test process itself never initialises CUDA before it forks the ranks.
+int CudaDevices() {
+  static const int count = [] {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      absl::StatusOr<int> n = codec::gpu::CudaDeviceCount();
+      _exit(n.ok() ? std::min(*n, 100) : 0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+    return WEXITSTATUS(status);
+  }();
+  return count;
+}
+
+#define SKIP_WITHOUT_CUDA() \
+  if (CudaDevices() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
+
+constexpr size_t kWorkspace = 96 << 10;  // small, so that several cases run in more than one round
+
+struct Case {
+  std::string name;
+  DataType type;
+  size_t values;
+  AllReduceOptions options;
+  bool device_api = true;  // false: the host-span AllReduce
+  bool in_place = false;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {"fp32 8/8 host, 3 chunks", DataType::kFloat32, 10007, {.chunk_bytes = 4 * 4096}, false},
+      {"fp32 4/4", DataType::kFloat32, 10007, {.step1_bits = 4, .step2_bits = 4, .chunk_bytes = 4 * 4096}},
+      {"fp32 4/8 (INT6)", DataType::kFloat32, 10007, {.step1_bits = 4, .step2_bits = 8}},
+      {"fp32 5/6 spikes g64", DataType::kFloat32, 10007,
+       {.step1_bits = 5, .step2_bits = 6, .group_size = 64, .spike_reserve = true, .chunk_bytes = 4 * 3001}},
+      {"fp32 2/3 spikes g32", DataType::kFloat32, 9001,
+       {.step1_bits = 2, .step2_bits = 3, .group_size = 32, .spike_reserve = true}},
+      {"fp32 7/7 g8", DataType::kFloat32, 4099, {.step1_bits = 7, .step2_bits = 7, .group_size = 8}},
+      {"fp32 3/3 g256", DataType::kFloat32, 10007, {.step1_bits = 3, .step2_bits = 3, .group_size = 256}},
+      {"fp32 raw, rounds", DataType::kFloat32, 10007, {.step1_bits = 0, .step2_bits = 0, .chunk_bytes = 4 * 2048}},
+      {"fp32 4/raw", DataType::kFloat32, 10007, {.step1_bits = 4, .step2_bits = 0, .chunk_bytes = 4 * 4096}},
+      {"bf16 4/4 in place", DataType::kBfloat16, 65539, {.step1_bits = 4, .step2_bits = 4}, true, true},
+      {"bf16 2/2 spikes", DataType::kBfloat16, 40000,
+       {.step1_bits = 2, .step2_bits = 2, .spike_reserve = true}},
+      {"bf16 raw, rounds", DataType::kBfloat16, 65539, {.step1_bits = 0, .step2_bits = 0, .chunk_bytes = 4 * 8192}},
+      {"fp16 8/8", DataType::kFloat16, 30011, {.step1_bits = 8, .step2_bits = 8}},
+      {"tiny (fewer values than ranks)", DataType::kFloat32, 2, {.step1_bits = 4, .step2_bits = 8}},
+  };
+}
+
+// Rounds x to the type and back (the values a bf16/fp16 buffer holds).
+float RoundTo(DataType type, float x) {
+  switch (type) {
+    case DataType::kBfloat16:
+      return ff::Bf16ToFloat(ff::FloatToBf16(x));
+    case DataType::kFloat16:
+      return ff::F16ToFloat(ff::FloatToF16(x, ff::F16Round::kNearestEven));
+    case DataType::kFloat32:
+      break;
+  }
+  return x;
+}
+
+std::vector<float> InputOf(const Case& c, int rank, size_t index) {
+  std::vector<float> x = RandomWithOutliers(c.values, 9000 + 31 * index + rank);
+  if (c.type == DataType::kFloat16) {
+    for (float& v : x) v *= 0.01f;  // keep sums inside fp16's range
+  }
+  for (float& v : x) v = RoundTo(c.type, v);
+  return x;
+}
+
+// The element bytes of `x` in `type`.
+std::vector<uint8_t> Encode(DataType type, const std::vector<float>& x) {
+  if (type == DataType::kFloat32) {
+    std::vector<uint8_t> bytes(x.size() * 4);
+    std::memcpy(bytes.data(), x.data(), bytes.size());
+    return bytes;
+  }
+  std::vector<uint8_t> bytes(x.size() * 2);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t h = type == DataType::kBfloat16 ? ff::FloatToBf16(x[i]) : ff::FloatToF16(x[i], ff::F16Round::kNearestEven);
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  }
+  return bytes;
+}
+
+std::vector<float> Decode(DataType type, const std::vector<uint8_t>& bytes) {
+  if (type == DataType::kFloat32) {
+    std::vector<float> x(bytes.size() / 4);
+    std::memcpy(x.data(), bytes.data(), bytes.size());
+    return x;
+  }
+  std::vector<float> x(bytes.size() / 2);
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 2 * i, 2);
+    x[i] = type == DataType::kBfloat16 ? ff::Bf16ToFloat(h) : ff::F16ToFloat(h);
+  }
+  return x;
+}
+
+// WireCommunicator over `world` threads on the case's inputs, rounded to the case's type.
+std::vector<float> Reference(const Case& c, size_t index, int world) {
+  auto hub = std::make_shared<InProcessHub>(world);
+  std::vector<std::vector<float>> outs(world, std::vector<float>(c.values));
+  std::vector<absl::Status> statuses(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<WireCommunicator>> comm = WireCommunicator::Create(hub->Wire(r));
+      if (!comm.ok()) {
+        statuses[r] = comm.status();
+        return;
+      }
+      const std::vector<float> in = InputOf(c, r, index);
+      statuses[r] = (*comm)->AllReduce(in, absl::MakeSpan(outs[r]), c.options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << c.name << ": reference failed: " << s;
+  for (float& v : outs[0]) v = RoundTo(c.type, v);
+  return outs[0];
+}
+
+// Runs one case on this rank's communicator; the output as floats.
+absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c, size_t index) {
+  const std::vector<float> in = InputOf(c, comm.rank(), index);
+  if (!c.device_api) {
+    std::vector<float> out(in.size());
+    absl::Status s = comm.AllReduce(in, absl::MakeSpan(out), c.options);
+    if (!s.ok()) return s;
+    return out;
+  }
+  const std::vector<uint8_t> bytes = Encode(c.type, in);
+  absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_in = codec::gpu::DeviceBuffer::Create(bytes.size());
+  if (!d_in.ok()) return d_in.status();
+  absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_out = codec::gpu::DeviceBuffer::Create(bytes.size());
+  if (!d_out.ok()) return d_out.status();
+  absl::Status s = codec::gpu::CopyToDevice((*d_in)->get(), bytes.data(), bytes.size());
+  if (!s.ok()) return s;
+  void* out = c.in_place ? (*d_in)->get() : (*d_out)->get();
+  s = comm.AllReduceAsync((*d_in)->get(), out, c.values, c.type, c.options);
+  if (!s.ok()) return s;
+  s = comm.Synchronize(nullptr, absl::Now() + absl::Seconds(60));
+  if (!s.ok()) return s;
+  std::vector<uint8_t> got(bytes.size());
+  s = codec::gpu::CopyToHost(got.data(), out, got.size());
+  if (!s.ok()) return s;
+  return Decode(c.type, got);
+}
+
+absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& self, size_t workspace) {
+  absl::StatusOr<std::unique_ptr<TcpWire>> wire = TcpWire::Create(
+      {.rank = self.rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(30)}, std::move(self.listener));
+  if (!wire.ok()) return wire.status();
+  return CudaCommunicator::Create(*std::move(wire), {.workspace_bytes = workspace});
+}
+
+class CudaAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
+  SKIP_WITHOUT_CUDA();
+  const int world = GetParam();
+  const std::vector<Case> cases = Cases();
+  ForkedRun run = RunForked(world, absl::Seconds(240), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, kWorkspace);
+    if (!comm.ok()) {
+      self.records.Write(comm.status(), {});
+      return 2;
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      absl::StatusOr<std::vector<float>> out = RunCase(**comm, cases[i], i);
+      self.records.Write(out.status(), out.ok() ? *out : std::vector<float>{});
+    }
+    return 0;
+  });
+  for (const absl::Status& exit : run.exits) ASSERT_TRUE(exit.ok()) << exit;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<float> want = Reference(cases[i], i, world);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_GT(run.records[r].size(), i) << "rank " << r << " stopped before case " << cases[i].name;
+      const Record& got = run.records[r][i];
+      ASSERT_EQ(got.code, absl::StatusCode::kOk) << cases[i].name << " on rank " << r;
+      ASSERT_EQ(got.values.size(), want.size()) << cases[i].name;
+      size_t differ = 0, first = 0;
+      for (size_t k = 0; k < want.size(); ++k) {
+        if (std::memcmp(&got.values[k], &want[k], 4) != 0 && differ++ == 0) first = k;
+      }
+      EXPECT_EQ(differ, 0u) << cases[i].name << " on rank " << r << ": " << differ << " values differ, first at "
+                            << first << ": got " << got.values[first] << ", want " << want[first];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CudaAllReduceTest, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("World", info.param); });
+
+// The failure paths, on three ranks: a NaN on one rank fails the call on every rank (and the group stays in
+// step), a rank that disagrees on the count is detected, and a silent rank gives DEADLINE_EXCEEDED.
+TEST(CudaAllReduceFailureTest, BadInputDisagreementAndSilence) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kWorld = 3;
+  const AllReduceOptions options{.step1_bits = 4, .step2_bits = 8, .timeout = absl::Seconds(2)};
+  ForkedRun run = RunForked(kWorld, absl::Seconds(120), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, size_t{1} << 20);
+    if (!comm.ok()) {
+      self.records.Write(comm.status(), {});
+      return 2;
+    }
+    CudaCommunicator& c = **comm;
+    std::vector<float> in = RandomWithOutliers(5000, 77 + self.rank);
+    std::vector<float> out(in.size());
+    // 0: bad options, refused before anything runs.
+    AllReduceOptions odd = options;
+    odd.group_size = 100;
+    self.records.Write(c.AllReduce(in, absl::MakeSpan(out), odd), {});
+    // 1: rank 1 has a NaN at index 1234.
+    if (self.rank == 1) in[1234] = std::numeric_limits<float>::quiet_NaN();
+    self.records.Write(c.AllReduce(in, absl::MakeSpan(out), options), {});
+    in[1234] = 1.0f;
+    // 2: the next call works.
+    absl::Status s = c.AllReduce(in, absl::MakeSpan(out), options);
+    self.records.Write(s, out);
+    // 3: rank 2 passes one value more.
+    const size_t n = self.rank == 2 ? in.size() : in.size() - 1;
+    self.records.Write(c.AllReduce(absl::MakeConstSpan(in).first(n), absl::MakeSpan(out).first(n), options), {});
+    // 4: rank 2 stays silent; the others give up after options.timeout.
+    if (self.rank != 2) {
+      const absl::Time start = absl::Now();
+      s = c.AllReduce(in, absl::MakeSpan(out), options);
+      self.records.Write(s, {}, absl::Now() - start);
+    }
+    return 0;
+  });
+  for (const absl::Status& exit : run.exits) ASSERT_TRUE(exit.ok()) << exit;
+  for (int r = 0; r < kWorld; ++r) {
+    const std::vector<Record>& got = run.records[r];
+    ASSERT_GE(got.size(), 4u) << "rank " << r;
+    EXPECT_EQ(got[0].code, absl::StatusCode::kInvalidArgument) << "rank " << r;
+    EXPECT_EQ(got[1].code, absl::StatusCode::kInvalidArgument) << "rank " << r << ": NaN on rank 1";
+    EXPECT_EQ(got[2].code, absl::StatusCode::kOk) << "rank " << r << ": the call after the NaN";
+    EXPECT_EQ(got[3].code, absl::StatusCode::kFailedPrecondition) << "rank " << r << ": counts disagree";
+    if (r != 2) {
+      ASSERT_EQ(got.size(), 5u) << "rank " << r;
+      EXPECT_EQ(got[4].code, absl::StatusCode::kDeadlineExceeded) << "rank " << r;
+      EXPECT_LT(got[4].elapsed, absl::Seconds(15)) << "rank " << r;
+    }
+  }
+  // The recovered call agrees bitwise across ranks.
+  ASSERT_EQ(run.records[0][2].values.size(), 5000u);
+  for (int r = 1; r < kWorld; ++r) {
+    EXPECT_EQ(0, std::memcmp(run.records[0][2].values.data(), run.records[r][2].values.data(), 5000 * 4)) << r;
+  }
+}
+
+TEST(CudaAllReduceFailureTest, WorldOfOneCopiesThrough) {
+  SKIP_WITHOUT_CUDA();
+  ForkedRun run = RunForked(1, absl::Seconds(60), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, size_t{1} << 20);
+    if (!comm.ok()) {
+      self.records.Write(comm.status(), {});
+      return 2;
+    }
+    const std::vector<float> in = RandomWithOutliers(1000, 5);
+    std::vector<float> out(in.size());
+    self.records.Write((*comm)->AllReduce(in, absl::MakeSpan(out), {.step1_bits = 0, .step2_bits = 0}), out);
+    return 0;
+  });
+  ASSERT_TRUE(run.exits[0].ok()) << run.exits[0];
+  ASSERT_EQ(run.records[0].size(), 1u);
+  ASSERT_EQ(run.records[0][0].code, absl::StatusCode::kOk);
+  EXPECT_EQ(run.records[0][0].values, RandomWithOutliers(1000, 5));
+}
+
+}  // namespace
+}  // namespace kvt::collective
