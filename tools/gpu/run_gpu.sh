@@ -16,6 +16,7 @@
 # docs/BENCHMARKS.md ("Codec on the GPU") records what this printed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/gpu/carry_libs.sh
 
 TARGETS=(//codec/gpu:codec_cuda_test //codec/gpu:gpu_codec_benchmark)
 
@@ -31,13 +32,7 @@ prepare() {
     cp -f "${out}/codec/gpu/${bin}" .gpu/bin/
     chmod u+w ".gpu/bin/${bin}"
   done
-  # Every resolved library except the C runtime and libstdc++/libgcc, which the GPU machine's newer Ubuntu has.
-  ldd .gpu/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
-      *) cp -fL "$lib" .gpu/lib/ ;;
-    esac
-  done
+  copy_needed_libs .gpu/lib .gpu/bin/*
   echo "prepared: $(ls .gpu/bin | tr '\n' ' ')+ $(ls .gpu/lib | wc -l) libraries, $(du -sh .gpu | cut -f1)"
 }
 
@@ -45,11 +40,7 @@ device() {
   local out="${OUT:-.gpu/out}"
   mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if ldd .gpu/bin/* | grep -q "not found"; then
-    ldd .gpu/bin/* | grep "not found"
-    echo "missing libraries: run 'tools/gpu/run_gpu.sh prepare' on the build machine" >&2
-    exit 1
-  fi
+  check_libs tools/gpu/run_gpu.sh .gpu/bin/*
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true; } | tee "$out/device.txt"
   local rc=0
   SECONDS=0

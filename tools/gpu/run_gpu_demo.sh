@@ -12,6 +12,7 @@
 # KVT_DEMO_ARGS adds flags to both demos (e.g. "--rate-gbps 5 --tokens 8192").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/gpu/carry_libs.sh
 DIR=.gpu-demo
 
 prepare() {
@@ -27,12 +28,7 @@ prepare() {
   # demo runs on loopback).
   cp -fL /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so.0"
   ln -sf libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so"
-  ldd "$DIR"/bin/* "$DIR"/lib/ucx/*.so.0 | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
-      *) cp -fL "$lib" "$DIR/lib/" ;;
-    esac
-  done
+  copy_needed_libs "$DIR/lib" "$DIR"/bin/* "$DIR"/lib/ucx/*.so.0
   echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
 }
 
@@ -41,11 +37,7 @@ device() {
   mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export UCX_MODULE_DIR="$PWD/$DIR/lib/ucx"
-  if ldd "$DIR"/bin/* | grep -q "not found"; then
-    ldd "$DIR"/bin/* | grep "not found"
-    echo "missing libraries: run 'tools/gpu/run_gpu_demo.sh prepare' on the build machine" >&2
-    exit 1
-  fi
+  check_libs tools/gpu/run_gpu_demo.sh "$DIR"/bin/*
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true; } | tee "$out/device.txt"
   echo "cores: $(nproc)" | tee -a "$out/device.txt"
   local rc=0

@@ -1,0 +1,26 @@
+# Sourced by the tools/gpu/run_*.sh scripts: what a binary built here needs to run on a GPU machine that has no
+# Bazel and no network.
+
+# copy_needed_libs DEST FILE...: copies every shared library the files resolve to, except the C runtime and
+# libstdc++/libgcc (the GPU machine's newer Ubuntu has them), into DEST.
+copy_needed_libs() {
+  local dest="$1"
+  shift
+  ldd "$@" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+      *) cp -fL "$lib" "$dest/" ;;
+    esac
+  done
+}
+
+# check_libs SCRIPT FILE...: fails, naming them, when a file's libraries are missing here.
+check_libs() {
+  local script="$1"
+  shift
+  if ldd "$@" | grep -q "not found"; then
+    ldd "$@" | grep "not found"
+    echo "missing libraries: run '$script prepare' on the build machine" >&2
+    return 1
+  fi
+}
