@@ -1,10 +1,12 @@
 #include "transport/collective/all_reduce_testing.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "transport/collective/all_reduce.h"
+#include "transport/collective/quantizer.h"
 
 namespace kvt::collective {
 namespace {
@@ -80,7 +82,7 @@ std::vector<double> AllReduceErrorBound(const std::vector<std::vector<float>>& i
           const GroupStats x = Stats(inputs[r].data() + begin, len, options.spike_reserve);
           magnitude += x.max_abs;
           if (options.step1_bits != 0) {
-            e1 += x.range / ((1 << options.step1_bits) - 1) / 2 + u * x.max_abs;
+            e1 += x.range / ((1 << options.step1_bits) - 1) * (0.5 + kQuantizerCodeSlack) + u * x.max_abs;
           }
         }
         const double accumulate = world * u * (magnitude + e1);
@@ -90,7 +92,7 @@ std::vector<double> AllReduceErrorBound(const std::vector<std::vector<float>>& i
           // which value is its spike is not known here, so the whole range counts.
           const GroupStats s = Stats(exact.data() + begin, len, /*spike_reserve=*/false);
           const double s2 = (s.range + 2 * (e1 + accumulate)) / ((1 << options.step2_bits) - 1);
-          e2 = s2 / 2 + u * (s.max_abs + e1 + accumulate);
+          e2 = s2 * (0.5 + kQuantizerCodeSlack) + u * (s.max_abs + e1 + accumulate);
         }
         for (size_t i = begin; i < begin + len; ++i) bound[i] = e1 + accumulate + e2;
       }

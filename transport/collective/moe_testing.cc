@@ -1,10 +1,12 @@
 #include "transport/collective/moe_testing.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "transport/collective/all_reduce_testing.h"
+#include "transport/collective/quantizer.h"
 
 namespace kvt::collective {
 
@@ -98,7 +100,7 @@ std::vector<double> CombineErrorBound(const MoeRankData& data, const DispatchOpt
             break;
           }
           case DispatchQuant::kInt:
-            e_q[i] = (hi - lo) / ((1 << options.bits) - 1) / 2 + u * max_abs;
+            e_q[i] = (hi - lo) / ((1 << options.bits) - 1) * (0.5 + kQuantizerCodeSlack) + u * max_abs;
             break;
         }
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 
@@ -123,15 +124,24 @@ absl::Status GroupQuantizer::Quantize(absl::Span<const float> in, absl::Span<uin
     }
     header.min = lo;
     // In double, so that hi - lo cannot overflow; the fp32 scale is what both sides use.
-    header.scale = static_cast<float>((static_cast<double>(hi) - lo) / max_code);
-    const double inverse = header.scale > 0.0f ? 1.0 / header.scale : 0.0;
+    const double range = static_cast<double>(hi) - lo;
+    header.scale = static_cast<float>(range / max_code);
+    // fp32 (x - lo) * inv, unless the range overflows fp32 or the scale is so small that its inverse does.
+    const float inverse = header.scale > 0.0f ? 1.0f / header.scale : 0.0f;
+    const bool in_fp32 = range <= std::numeric_limits<float>::max() && std::isfinite(inverse);
+    const double inverse_wide = header.scale > 0.0f ? 1.0 / header.scale : 0.0;
 
     for (size_t i = begin; i < end; ++i) {
       uint32_t code = 0;
       if (i != spike) {
-        // nearbyint rounds half to even in the default floating-point environment.
-        const double t = std::nearbyint((static_cast<double>(in[i]) - lo) * inverse);
-        code = t <= 0.0 ? 0 : (t >= max_code ? max_code : static_cast<uint32_t>(t));
+        // Clamped, then rounded half to even (nearbyint in the default floating-point environment).
+        if (in_fp32) {
+          const float t = (in[i] - lo) * inverse;
+          code = t <= 0.0f ? 0 : (t >= max_code ? max_code : static_cast<uint32_t>(std::nearbyint(t)));
+        } else {
+          const double t = (static_cast<double>(in[i]) - lo) * inverse_wide;
+          code = t <= 0.0 ? 0 : (t >= max_code ? max_code : static_cast<uint32_t>(std::nearbyint(t)));
+        }
       }
       for (int p = 0; p < plane_count; ++p) {
         const Plane<uint8_t>& plane = planes[p];
@@ -170,8 +180,8 @@ absl::Status GroupQuantizer::Dequantize(absl::Span<const uint8_t> in, absl::Span
     const uint8_t* h = headers + g * HeaderSize();
     std::memcpy(&header.min, h, 4);
     std::memcpy(&header.scale, h + 4, 4);
-    const double lo = header.min;
-    const double scale = header.scale;
+    const float lo = header.min;
+    const float scale = header.scale;
     for (size_t i = begin; i < end; ++i) {
       uint32_t code = 0;
       for (int p = 0; p < plane_count; ++p) {
@@ -180,8 +190,8 @@ absl::Status GroupQuantizer::Dequantize(absl::Span<const uint8_t> in, absl::Span
         const uint32_t part = (plane.bytes[bit / 8] >> (bit % 8)) & ((1u << plane.width) - 1);
         code |= part << plane.shift;
       }
-      // code * scale is exact in double (8 + 24 bits), so the result does not depend on FMA contraction.
-      out[i] = static_cast<float>(lo + code * scale);
+      // One rounding: the same result wherever fmaf is IEEE (CUDA's __fmaf_rn included).
+      out[i] = std::fma(static_cast<float>(code), scale, lo);
     }
     if (options_.spike_reserve) {
       std::memcpy(&header.spike, h + 8, 4);

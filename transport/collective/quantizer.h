@@ -1,7 +1,9 @@
 // Group-wise asymmetric integer quantization of float32 for the collective module's wire (Flash
 // Communication). Every `group_size` consecutive values share an fp32 minimum and scale; each value becomes
-// an unsigned code of `bits` (2..8) bits, q = round_half_even((x - min) / scale), and dequantizes to min + q
-// * scale, so the error per value is at most scale / 2 (plus fp32 rounding of the result). Codes are stored
+// an unsigned code of `bits` (2..8) bits, q = round_half_even((x - min) * inv) with inv = fp32(1 / scale), and
+// dequantizes to fmaf(q, scale, min). The arithmetic is fp32, one rounding per operation, so a GPU computes the
+// same bytes cheaply; groups whose range or inverse scale fp32 cannot hold fall back to double. The error per
+// value is at most scale * (1/2 + kQuantizerCodeSlack) plus the fp32 rounding of the result. Codes are stored
 // by bit splitting into planes of 8, 4, 2 and 1 bits: 8 = 8, 7 = 4+2+1, 6 = 4+2, 5 = 4+1, 4 = 4, 3 = 2+1, 2 =
 // 2, the high bits in the widest plane, so a width costs exactly `bits` bits per value and every plane is a
 // plain byte-aligned array.
@@ -26,6 +28,10 @@
 #include "absl/types/span.h"
 
 namespace kvt::collective {
+
+// How far past half a code step the fp32 quantizer's rounding of (x - min) * inv can move a value's code: three
+// roundings of at most 2^-24 relative each, on a quotient of at most 255.
+inline constexpr double kQuantizerCodeSlack = 0x1p-14;
 
 struct QuantizerOptions {
   // Code width in bits, 2..8.

@@ -32,7 +32,7 @@ double GroupBound(absl::Span<const float> group, int bits, bool spike_reserve) {
     any = true;
   }
   const double scale = (hi - lo) / ((1 << bits) - 1);
-  return scale / 2 * (1 + 1e-6) + std::ldexp(max_abs, -23);
+  return scale * (0.5 + kQuantizerCodeSlack) * (1 + 1e-6) + std::ldexp(max_abs, -23);
 }
 
 std::vector<float> RandomWithOutliers(size_t n, uint32_t seed) {
