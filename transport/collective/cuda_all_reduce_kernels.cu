@@ -1,12 +1,15 @@
 // The CUDA two-step AllReduce kernels (cuda_all_reduce_kernels.h). Each quantization group of G values (G a
-// power of two, 8..256) is handled by a team of G / 8 threads, 8 consecutive values per thread, so every thread
-// owns whole bytes of every bit plane (8 values x w bits = w bytes). The arithmetic is GroupQuantizer's
-// (quantizer.cc) operation for operation, in the same precision, so the bytes are the CPU reference's.
+// power of two, 16..256) is handled by a team of G / 16 threads, 16 consecutive values per thread, so every
+// thread owns whole bytes of every bit plane (16 values x w bits = 2w bytes) and the per-group work (reductions,
+// scale, addressing) is spread over 16 values. The arithmetic is GroupQuantizer's (quantizer.cc) operation for
+// operation, in fp32 with one rounding each (rounding to a code by a magic-number add, not a conversion
+// instruction), so the bytes are the CPU reference's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -18,6 +21,8 @@ namespace kvt::collective::internal {
 namespace {
 
 constexpr int kThreads = 256;
+// Values per thread: whole bytes of every plane (16 x w bits = 2w bytes), and per-group work spread over 16.
+constexpr int kPerThread = 16;
 
 // ---- memory-model helpers -------------------------------------------------------------------------------
 
@@ -57,13 +62,13 @@ struct Elem<__half> {
   static __device__ __forceinline__ __half FromFloat(float x) { return __float2half_rn(x); }
 };
 
-// Reads `valid` (0..8) elements; 16-byte vector loads when the run is whole and aligned.
+// Reads `valid` (0..kPerThread) elements; 16-byte vector loads when the run is whole and aligned.
 template <typename T>
-__device__ __forceinline__ void LoadElements(const T* src, int valid, float v[8]) {
-  if (valid == 8 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-    constexpr int kPerVector = 16 / sizeof(T);
+__device__ __forceinline__ void LoadElements(const T* src, int valid, float v[kPerThread]) {
+  constexpr int kPerVector = 16 / sizeof(T);
+  if (valid == kPerThread && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
 #pragma unroll
-    for (int k = 0; k < 8 / kPerVector; ++k) {
+    for (int k = 0; k < kPerThread / kPerVector; ++k) {
       const uint4 raw = reinterpret_cast<const uint4*>(src)[k];
       const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
@@ -72,15 +77,15 @@ __device__ __forceinline__ void LoadElements(const T* src, int valid, float v[8]
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = i < valid ? Elem<T>::ToFloat(src[i]) : 0.0f;
+  for (int i = 0; i < kPerThread; ++i) v[i] = i < valid ? Elem<T>::ToFloat(src[i]) : 0.0f;
 }
 
 template <typename T>
-__device__ __forceinline__ void StoreElements(T* dst, int valid, const float v[8]) {
-  if (valid == 8 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    constexpr int kPerVector = 16 / sizeof(T);
+__device__ __forceinline__ void StoreElements(T* dst, int valid, const float v[kPerThread]) {
+  constexpr int kPerVector = 16 / sizeof(T);
+  if (valid == kPerThread && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
 #pragma unroll
-    for (int k = 0; k < 8 / kPerVector; ++k) {
+    for (int k = 0; k < kPerThread / kPerVector; ++k) {
       uint4 raw;
       T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
@@ -89,10 +94,69 @@ __device__ __forceinline__ void StoreElements(T* dst, int valid, const float v[8
     }
     return;
   }
-  for (int i = 0; i < valid; ++i) dst[i] = Elem<T>::FromFloat(v[i]);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    if (i < valid) dst[i] = Elem<T>::FromFloat(v[i]);
+  }
 }
 
-// Stores the low `n` (0..8) bytes of `bits` at `dst`, as one store when aligned.
+// Stores the first `n` (0..16) bytes of words[] at `dst`, as one store when whole and aligned.
+__device__ __forceinline__ void StoreWords(uint8_t* dst, const uint32_t words[4], int n, int whole) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (n == whole) {
+    if (n == 16 && (a & 15) == 0) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+      return;
+    }
+    if (n == 8 && (a & 7) == 0) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+      return;
+    }
+    if (n == 4 && (a & 3) == 0) {
+      *reinterpret_cast<uint32_t*>(dst) = words[0];
+      return;
+    }
+    if (n == 2 && (a & 1) == 0) {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(words[0]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {  // unrolled, so words[] stays in registers
+    if (i < n) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+  }
+}
+
+__device__ __forceinline__ void LoadWords(const uint8_t* src, uint32_t words[4], int n, int whole) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  words[0] = words[1] = words[2] = words[3] = 0;
+  if (n == whole) {
+    if (n == 16 && (a & 15) == 0) {
+      const uint4 w = *reinterpret_cast<const uint4*>(src);
+      words[0] = w.x, words[1] = w.y, words[2] = w.z, words[3] = w.w;
+      return;
+    }
+    if (n == 8 && (a & 7) == 0) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+      words[0] = w.x, words[1] = w.y;
+      return;
+    }
+    if (n == 4 && (a & 3) == 0) {
+      words[0] = *reinterpret_cast<const uint32_t*>(src);
+      return;
+    }
+    if (n == 2 && (a & 1) == 0) {
+      words[0] = *reinterpret_cast<const uint16_t*>(src);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if (i < n) words[i / 4] |= static_cast<uint32_t>(src[i]) << (8 * (i % 4));
+  }
+}
+
+// Stores the low `n` (0..8) bytes of `bits` at `dst` (headers), as one store when aligned.
 __device__ __forceinline__ void StoreBytes(uint8_t* dst, uint64_t bits, int n) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
   if (n == 8 && (a & 7) == 0) {
@@ -215,23 +279,24 @@ __device__ __forceinline__ GroupPlace<kBits> PlaceGroup(int header_bytes, uint64
 
 struct TeamInfo {
   int t;          // thread index within the team
-  int size;       // threads per team (G / 8)
+  int size;       // threads per team (G / kPerThread)
   unsigned mask;  // the team's lanes
 };
 
 __device__ __forceinline__ TeamInfo MakeTeam(int group_size) {
   TeamInfo team;
-  team.size = group_size / 8;
+  team.size = group_size / kPerThread;
   const int lane = threadIdx.x & 31;
   team.t = lane & (team.size - 1);
   team.mask = team.size == 32 ? 0xffffffffu : (((1u << team.size) - 1u) << (lane & ~(team.size - 1)));
   return team;
 }
 
-// The encoded form of one thread's 8 values: w bytes per plane, plus the group header (same on every lane).
+// The encoded form of one thread's kPerThread values: 2w bytes per plane (in words, little-endian), plus the
+// group header (the same on every lane of the team).
 template <int kBits>
 struct Piece {
-  uint64_t bits[Planes<kBits>::kArray];
+  uint32_t words[Planes<kBits>::kArray][4];
   float min, scale, spike;
   uint32_t spike_index;
 };
@@ -239,21 +304,34 @@ struct Piece {
 // The first index (within the group) among this team's non-spike values equal to zero, and that value's sign:
 // GroupQuantizer keeps the first of equal minima (or maxima), and only zeros compare equal without being the
 // same bits.
-__device__ __forceinline__ float FirstZero(const float v[8], int valid, int t, int spike_local, const TeamInfo& team) {
+__device__ __forceinline__ float FirstZero(const float v[kPerThread], int valid, int t, int spike_local,
+                                           const TeamInfo& team) {
   int key = INT_MAX;
 #pragma unroll
-  for (int i = 7; i >= 0; --i) {
-    if (i < valid && t * 8 + i != spike_local && v[i] == 0.0f) key = (t * 8 + i) * 2 + (signbit(v[i]) ? 1 : 0);
+  for (int i = kPerThread - 1; i >= 0; --i) {
+    const int index = t * kPerThread + i;
+    if (i < valid && index != spike_local && v[i] == 0.0f) key = index * 2 + (signbit(v[i]) ? 1 : 0);
   }
   for (int o = team.size / 2; o > 0; o >>= 1) key = min(key, __shfl_xor_sync(team.mask, key, o, team.size));
   return (key & 1) ? -0.0f : 0.0f;
 }
 
+// round_half_even(t) for 0 <= t < 2^22: adding 1.5 * 2^23 leaves a float whose unit is 1, rounded to nearest even
+// by the add itself; cheaper than a conversion instruction and the same result as nearbyintf.
+__device__ __forceinline__ uint32_t RoundToCode(float t) {
+  return __float_as_uint(__fadd_rn(t, 12582912.0f)) - 0x4B400000u;
+}
+
+// float(code) for code < 2^23, without a conversion instruction.
+__device__ __forceinline__ float CodeToFloat(uint32_t code) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | code), 8388608.0f);
+}
+
 // Quantizes the team's group (values v[0, valid) of each thread) as GroupQuantizer::Quantize does. Sets *bad
 // when a value is not finite.
 template <int kBits>
-__device__ __forceinline__ Piece<kBits> EncodeGroup(bool spike, const float v[8], int valid, const TeamInfo& team,
-                                                    bool* bad) {
+__device__ __forceinline__ Piece<kBits> EncodeGroup(bool spike, const float v[kPerThread], int valid,
+                                                    const TeamInfo& team, bool* bad) {
   Piece<kBits> piece;
   const int t = team.t;
   int spike_local = INT_MAX;  // the spike's index within the group, or none
@@ -264,11 +342,11 @@ __device__ __forceinline__ Piece<kBits> EncodeGroup(bool spike, const float v[8]
     int best_index = INT_MAX;
     float best_value = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kPerThread; ++i) {
       const float a = fabsf(v[i]);
       if (i < valid && a > best) {
         best = a;
-        best_index = t * 8 + i;
+        best_index = t * kPerThread + i;
         best_value = v[i];
       }
     }
@@ -287,16 +365,18 @@ __device__ __forceinline__ Piece<kBits> EncodeGroup(bool spike, const float v[8]
     piece.spike = best_value;
   }
   float lo = INFINITY, hi = -INFINITY;
+  bool any_bad = false;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kPerThread; ++i) {
     if (i < valid) {
-      if (!isfinite(v[i])) *bad = true;
-      if (t * 8 + i != spike_local) {
+      any_bad |= !(fabsf(v[i]) <= FLT_MAX);
+      if (t * kPerThread + i != spike_local) {
         lo = fminf(lo, v[i]);
         hi = fmaxf(hi, v[i]);
       }
     }
   }
+  if (any_bad) *bad = true;
   for (int o = team.size / 2; o > 0; o >>= 1) {
     lo = fminf(lo, __shfl_xor_sync(team.mask, lo, o, team.size));
     hi = fmaxf(hi, __shfl_xor_sync(team.mask, hi, o, team.size));
@@ -310,24 +390,36 @@ __device__ __forceinline__ Piece<kBits> EncodeGroup(bool spike, const float v[8]
   }
   constexpr uint32_t kMaxCode = (1u << kBits) - 1u;
   piece.min = lo;
-  piece.scale = __double2float_rn(__ddiv_rn(__dsub_rn(static_cast<double>(hi), static_cast<double>(lo)),
-                                            static_cast<double>(kMaxCode)));
-  const double inverse = piece.scale > 0.0f ? __ddiv_rn(1.0, static_cast<double>(piece.scale)) : 0.0;
-  const double lo_d = static_cast<double>(lo);
+  const double range = __dsub_rn(static_cast<double>(hi), static_cast<double>(lo));
+  piece.scale = __double2float_rn(__ddiv_rn(range, static_cast<double>(kMaxCode)));
+  const float inverse = piece.scale > 0.0f ? __fdiv_rn(1.0f, piece.scale) : 0.0f;
+  uint32_t codes[kPerThread];
+  if (range <= static_cast<double>(FLT_MAX) && isfinite(inverse)) {  // fp32, as GroupQuantizer
 #pragma unroll
-  for (int p = 0; p < Planes<kBits>::kCount; ++p) piece.bits[p] = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    uint32_t code = 0;
-    if (i < valid && t * 8 + i != spike_local && isfinite(v[i])) {
-      const double q = rint(__dmul_rn(__dsub_rn(static_cast<double>(v[i]), lo_d), inverse));
-      code = q <= 0.0 ? 0u : (q >= static_cast<double>(kMaxCode) ? kMaxCode : static_cast<uint32_t>(q));
+    for (int i = 0; i < kPerThread; ++i) {
+      const float q = __fmul_rn(__fsub_rn(v[i], lo), inverse);
+      codes[i] = q <= 0.0f ? 0u : (q >= static_cast<float>(kMaxCode) ? kMaxCode : RoundToCode(q));
     }
+  } else {  // a range or inverse beyond fp32: GroupQuantizer's double fallback
+    const double inverse_wide = piece.scale > 0.0f ? __ddiv_rn(1.0, static_cast<double>(piece.scale)) : 0.0;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const double q = __dmul_rn(__dsub_rn(static_cast<double>(v[i]), static_cast<double>(lo)), inverse_wide);
+      codes[i] = q <= 0.0 ? 0u : (q >= static_cast<double>(kMaxCode) ? kMaxCode : static_cast<uint32_t>(rint(q)));
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < Planes<kBits>::kCount; ++p) {
+    piece.words[p][0] = piece.words[p][1] = piece.words[p][2] = piece.words[p][3] = 0;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const uint32_t code = (i < valid && t * kPerThread + i != spike_local && !any_bad) ? codes[i] : 0u;
 #pragma unroll
     for (int p = 0; p < Planes<kBits>::kCount; ++p) {
       const int w = PlaneWidthOf(kBits, p);
       const uint32_t part = (code >> PlaneShiftOf(kBits, p)) & ((1u << w) - 1u);
-      piece.bits[p] |= static_cast<uint64_t>(part) << (i * w);
+      piece.words[p][(i * w) / 32] |= part << ((i * w) % 32);
     }
   }
   return piece;
@@ -353,56 +445,58 @@ __device__ __forceinline__ void StorePiece(bool spike, const Piece<kBits>& piece
                  8);
     }
   }
-  const uint64_t byte_unit = group_first / 8 + t;  // this thread's 8-value unit within the shard
+  const uint64_t unit = group_first / kPerThread + t;  // this thread's run of kPerThread values in the shard
 #pragma unroll
   for (int p = 0; p < Planes<kBits>::kCount; ++p) {
-    const int w = PlaneWidthOf(kBits, p);
-    const uint64_t at = byte_unit * w;
+    const int whole = 2 * PlaneWidthOf(kBits, p);  // bytes of kPerThread codes
+    const uint64_t at = unit * whole;
     if (at < place.plane_bytes[p]) {
-      const int n = static_cast<int>(min(static_cast<uint64_t>(w), place.plane_bytes[p] - at));
-      StoreBytes(slot + place.plane_base[p] + at, piece.bits[p], n);
+      const int n = static_cast<int>(min(static_cast<uint64_t>(whole), place.plane_bytes[p] - at));
+      StoreWords(slot + place.plane_base[p] + at, piece.words[p], n, whole);
     }
   }
 }
 
 // Decodes this thread's values of a group from the slot, as GroupQuantizer::Dequantize does.
-template <int kBits>
+// With kAccumulate, adds the decoded values to v (fp32, in order) instead of storing them.
+template <int kBits, bool kAccumulate = false>
 __device__ __forceinline__ void DecodeGroup(bool spike, const GroupPlace<kBits>& place, uint64_t group_first,
-                                            int valid, int t, const uint8_t* slot, float v[8]) {
+                                            int valid, int t, const uint8_t* slot, float v[kPerThread]) {
   const uint64_t head = LoadBytes(slot + place.header, 8);
-  const double lo = static_cast<double>(__uint_as_float(static_cast<uint32_t>(head)));
-  const double scale = static_cast<double>(__uint_as_float(static_cast<uint32_t>(head >> 32)));
-  uint64_t bits[Planes<kBits>::kArray];
-  const uint64_t byte_unit = group_first / 8 + t;
+  const float lo = __uint_as_float(static_cast<uint32_t>(head));
+  const float scale = __uint_as_float(static_cast<uint32_t>(head >> 32));
+  uint32_t words[Planes<kBits>::kArray][4];
+  const uint64_t unit = group_first / kPerThread + t;
 #pragma unroll
   for (int p = 0; p < Planes<kBits>::kCount; ++p) {
-    const int w = PlaneWidthOf(kBits, p);
-    const uint64_t at = byte_unit * w;
-    bits[p] = 0;
-    if (at < place.plane_bytes[p]) {
-      const int n = static_cast<int>(min(static_cast<uint64_t>(w), place.plane_bytes[p] - at));
-      bits[p] = LoadBytes(slot + place.plane_base[p] + at, n);
-    }
+    const int whole = 2 * PlaneWidthOf(kBits, p);
+    const uint64_t at = unit * whole;
+    const int n = at < place.plane_bytes[p] ? static_cast<int>(min(static_cast<uint64_t>(whole), place.plane_bytes[p] - at)) : 0;
+    LoadWords(slot + place.plane_base[p] + at, words[p], n, whole);
   }
+  uint32_t codes[kPerThread];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kPerThread; ++i) {
     uint32_t code = 0;
 #pragma unroll
     for (int p = 0; p < Planes<kBits>::kCount; ++p) {
       const int w = PlaneWidthOf(kBits, p);
-      code |= static_cast<uint32_t>((bits[p] >> (i * w)) & ((1u << w) - 1u)) << PlaneShiftOf(kBits, p);
+      code |= ((words[p][(i * w) / 32] >> ((i * w) % 32)) & ((1u << w) - 1u)) << PlaneShiftOf(kBits, p);
     }
-    // code * scale is exact in double, as in the reference.
-    v[i] = i < valid ? __double2float_rn(__dadd_rn(lo, __dmul_rn(static_cast<double>(code), scale))) : 0.0f;
+    codes[i] = code;
   }
+  int index = -1;
+  float spike_value = 0.0f;
   if (spike) {
     const uint64_t word = LoadBytes(slot + place.header + 8, 8);
-    const int index = static_cast<int>(word >> 32) - t * 8;
-    const float value = __uint_as_float(static_cast<uint32_t>(word));
+    index = static_cast<int>(word >> 32) - t * kPerThread;
+    spike_value = __uint_as_float(static_cast<uint32_t>(word));
+  }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (i == index && i < valid) v[i] = value;
-    }
+  for (int i = 0; i < kPerThread; ++i) {
+    float x = i < valid ? __fmaf_rn(CodeToFloat(codes[i]), scale, lo) : 0.0f;
+    if (i == index && i < valid) x = spike_value;
+    v[i] = kAccumulate ? __fadd_rn(v[i], x) : x;
   }
 }
 
@@ -518,8 +612,8 @@ __device__ __forceinline__ uint32_t TotalUnits(const RoundParams& p) {
 }
 
 __device__ __forceinline__ int ValidIn(uint64_t shard_values, uint64_t group_first, int t) {
-  const int64_t left = static_cast<int64_t>(shard_values) - static_cast<int64_t>(group_first) - t * 8;
-  return left <= 0 ? 0 : (left >= 8 ? 8 : static_cast<int>(left));
+  const int64_t left = static_cast<int64_t>(shard_values) - static_cast<int64_t>(group_first) - t * kPerThread;
+  return left <= 0 ? 0 : (left >= kPerThread ? kPerThread : static_cast<int>(left));
 }
 
 // The grid-stride walk over units, in whole warps so that every team of a warp is converged for its shuffles.
@@ -551,18 +645,18 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
     const uint64_t full_enc1 = ShardOfClass(p.full, at.j).enc1;
     const uint64_t first = static_cast<uint64_t>(at.g) * group;
     const int valid = ValidIn(shard.size, first, team.t);
-    const uint64_t value_index = at.kk * p.chunk_values + shard.begin + first + team.t * 8;
-    float v[8];
+    const uint64_t value_index = at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread;
+    float v[kPerThread];
     LoadElements(in + value_index, valid, v);
     uint8_t* slot = p.step1_area[at.j] + at.kk * p.world * full_enc1 + p.rank * shard.enc1;
     if constexpr (kBits == 0) {  // raw elements pass through unchecked, as WireCommunicator's memcpy does
-      StoreElements(reinterpret_cast<T*>(slot) + first + team.t * 8, valid, v);
+      StoreElements(reinterpret_cast<T*>(slot) + first + team.t * kPerThread, valid, v);
     } else {
       bool group_bad = false;
       const Piece<kBits> piece = EncodeGroup<kBits>(spike, v, valid, team, &group_bad);
       if (group_bad) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < kPerThread; ++i) {
           if (i < valid && !isfinite(v[i]) && first_bad == ~0ull) first_bad = p.call_offset + value_index + i;
         }
       }
@@ -577,21 +671,26 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) ReduceScatterPushKernel(const T* __restrict__ in,
+__global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* __restrict__ in,
                                                                     const __grid_constant__ RoundParams p) {
   WithBits(p.step1.bits, [&](auto bits) { ScatterBody<T, decltype(bits)::value>(in, p); });
   ArriveAndSignal(p, 0);
 }
 
 // Decodes rank r's step-1 encoding of this unit.
-template <typename T, int kBits>
+// Decodes rank r's step-1 encoding of this unit into d, or with kAccumulate adds it to d.
+template <typename T, int kBits, bool kAccumulate>
 __device__ __forceinline__ void DecodeStep1(const RoundParams& p, const uint8_t* slot, const Shard& shard, uint32_t g,
-                                            uint64_t first, int valid, int t, float d[8]) {
+                                            uint64_t first, int valid, int t, float d[kPerThread]) {
   if constexpr (kBits == 0) {
-    LoadElements(reinterpret_cast<const T*>(slot) + first + t * 8, valid, d);
+    float e[kPerThread];
+    LoadElements(reinterpret_cast<const T*>(slot) + first + t * kPerThread, valid, e);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) d[i] = kAccumulate ? __fadd_rn(d[i], e[i]) : e[i];
   } else {
-    DecodeGroup<kBits>(p.step1.spike, PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, g), first,
-                       valid, t, slot, d);
+    DecodeGroup<kBits, kAccumulate>(p.step1.spike,
+                                    PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, g), first,
+                                    valid, t, slot, d);
   }
 }
 
@@ -614,13 +713,10 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
     const uint64_t first = static_cast<uint64_t>(g) * group;
     const int valid = ValidIn(shard.size, first, team.t);
     const uint8_t* slots = p.step1_area[p.rank] + kk * p.world * full_mine.enc1;
-    float sum[8];
-    DecodeStep1<T, kBits1>(p, slots, shard, g, first, valid, team.t, sum);
+    float sum[kPerThread];  // in rank order 0..N-1, as WireCommunicator
+    DecodeStep1<T, kBits1, false>(p, slots, shard, g, first, valid, team.t, sum);
     for (int r = 1; r < p.world; ++r) {
-      float d[8];
-      DecodeStep1<T, kBits1>(p, slots + r * shard.enc1, shard, g, first, valid, team.t, d);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum[i] = __fadd_rn(sum[i], d[i]);
+      DecodeStep1<T, kBits1, true>(p, slots + r * shard.enc1, shard, g, first, valid, team.t, sum);
     }
     const uint64_t step2_offset = kk * step2_stride + Step2Prefix(is_last ? p.last : p.full, p.rank);
     WithBits(p.step2.bits, [&](auto bits2) {
@@ -628,16 +724,16 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
       if constexpr (kBits2 == 0) {
         for (int r = 0; r < p.world; ++r) {
           const int dst = (p.rank + 1 + r) % p.world;
-          StoreElements(reinterpret_cast<T*>(p.step2_area[dst] + step2_offset) + first + team.t * 8, valid, sum);
+          StoreElements(reinterpret_cast<T*>(p.step2_area[dst] + step2_offset) + first + team.t * kPerThread, valid, sum);
         }
       } else {
         bool group_bad = false;
         const Piece<kBits2> piece = EncodeGroup<kBits2>(p.step2.spike, sum, valid, team, &group_bad);
         if (group_bad) {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
+          for (int i = 0; i < kPerThread; ++i) {
             if (i < valid && !isfinite(sum[i]) && first_bad == ~0ull) {
-              first_bad = p.call_offset + kk * p.chunk_values + shard.begin + first + team.t * 8 + i;
+              first_bad = p.call_offset + kk * p.chunk_values + shard.begin + first + team.t * kPerThread + i;
             }
           }
         }
@@ -657,7 +753,7 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) ReduceGatherPushKernel(const __grid_constant__ RoundParams p) {
+__global__ void __launch_bounds__(kThreads, 2) ReduceGatherPushKernel(const __grid_constant__ RoundParams p) {
   if (WaitForPeers(p, 0)) {
     WithBits(p.step1.bits, [&](auto bits) { ReduceBody<T, decltype(bits)::value>(p); });
   }
@@ -678,14 +774,14 @@ __device__ __forceinline__ void GatherBody(T* __restrict__ out, const RoundParam
     const uint64_t first = static_cast<uint64_t>(at.g) * group;
     const int valid = ValidIn(shard.size, first, team.t);
     const uint8_t* slot = p.step2_area[p.rank] + at.kk * step2_stride + Step2Prefix(cls, at.j);
-    float v[8];
+    float v[kPerThread];
     if constexpr (kBits == 0) {
-      LoadElements(reinterpret_cast<const T*>(slot) + first + team.t * 8, valid, v);
+      LoadElements(reinterpret_cast<const T*>(slot) + first + team.t * kPerThread, valid, v);
     } else {
       DecodeGroup<kBits>(p.step2.spike, PlaceGroup<kBits>(p.step2.header_bytes, shard.size, shard.groups, at.g), first,
                          valid, team.t, slot, v);
     }
-    StoreElements(out + at.kk * p.chunk_values + shard.begin + first + team.t * 8, valid, v);
+    StoreElements(out + at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread, valid, v);
   }
 }
 

@@ -193,7 +193,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
       float iters_f = static_cast<float>(std::clamp(target_s * 1e3 / std::max(*once, 1e-3f), 5.0, 2000.0));
       float agreed = 0;
       BENCH_CHECK(kvt.AllReduce(absl::MakeSpan(&iters_f, 1), absl::MakeSpan(&agreed, 1),
-                                {.step1_bits = 0, .step2_bits = 0, .group_size = 8}));
+                                {.step1_bits = 0, .step2_bits = 0, .group_size = 16}));
       const int iters = static_cast<int>(agreed / world);
       BENCH_CHECK((*timer)->Start(CudaStream{stream}));
       for (int i = 0; i < iters; ++i) BENCH_CHECK(run_once(mode, count));

@@ -64,10 +64,10 @@ absl::StatusOr<StepFormat> MakeFormat(int bits, const AllReduceOptions& options)
 absl::Status ValidateCudaOptions(const AllReduceOptions& options) {
   KVT_RETURN_IF_ERROR(ValidateAllReduceOptions(options));
   const int g = options.group_size;
-  if (g < 8 || g > 256 || (g & (g - 1)) != 0) {
+  if (g < 16 || g > 256 || (g & (g - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the CUDA AllReduce needs group_size to be a power of two from 8 to 256 (one group per team of group_size/8 "
-        "threads), got %d",
+        "the CUDA AllReduce needs group_size to be a power of two from 16 to 256 (one group per team of "
+        "group_size/16 threads), got %d",
         g));
   }
   return absl::OkStatus();

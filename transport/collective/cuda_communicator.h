@@ -81,7 +81,7 @@ class CudaCommunicator : public Communicator {
   // Device buffers of `count` values of `type` on this rank's GPU; `out` may be `in`. Enqueues the kernels on
   // `stream` (a cudaStream_t; null: this communicator's own stream) and returns; what the GPU finds (bad input,
   // a peer's error, a timeout, a disagreeing rank) comes back from the next Synchronize. INVALID_ARGUMENT here
-  // for bad options (group_size must be a power of two from 8 to 256) or null buffers.
+  // for bad options (group_size must be a power of two from 16 to 256) or null buffers.
   absl::Status AllReduceAsync(const void* in, void* out, size_t count, DataType type,
                               const AllReduceOptions& options, void* stream = nullptr);
 

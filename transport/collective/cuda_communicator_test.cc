@@ -59,6 +59,7 @@ struct Case {
   AllReduceOptions options;
   bool device_api = true;  // false: the host-span AllReduce
   bool in_place = false;
+  float input_scale = 1.0f;  // 1e-42: subnormal groups, whose inverse scale overflows fp32
 };
 
 std::vector<Case> Cases() {
@@ -70,7 +71,9 @@ std::vector<Case> Cases() {
        {.step1_bits = 5, .step2_bits = 6, .group_size = 64, .spike_reserve = true, .chunk_bytes = 4 * 3001}},
       {"fp32 2/3 spikes g32", DataType::kFloat32, 9001,
        {.step1_bits = 2, .step2_bits = 3, .group_size = 32, .spike_reserve = true}},
-      {"fp32 7/7 g8", DataType::kFloat32, 4099, {.step1_bits = 7, .step2_bits = 7, .group_size = 8}},
+      {"fp32 7/7 g16", DataType::kFloat32, 4099, {.step1_bits = 7, .step2_bits = 7, .group_size = 16}},
+      {"fp32 subnormal (double fallback), g16", DataType::kFloat32, 3001,
+       {.step1_bits = 4, .step2_bits = 4, .group_size = 16}, true, false, 1e-42f},
       {"fp32 3/3 g256", DataType::kFloat32, 10007, {.step1_bits = 3, .step2_bits = 3, .group_size = 256}},
       {"fp32 raw, rounds", DataType::kFloat32, 10007, {.step1_bits = 0, .step2_bits = 0, .chunk_bytes = 4 * 2048}},
       {"fp32 4/raw", DataType::kFloat32, 10007, {.step1_bits = 4, .step2_bits = 0, .chunk_bytes = 4 * 4096}},
@@ -101,6 +104,7 @@ std::vector<float> InputOf(const Case& c, int rank, size_t index) {
   if (c.type == DataType::kFloat16) {
     for (float& v : x) v *= 0.01f;  // keep sums inside fp16's range
   }
+  for (float& v : x) v *= c.input_scale;
   for (float& v : x) v = RoundTo(c.type, v);
   return x;
 }
