@@ -31,6 +31,9 @@ absl::Status FromCuda(cudaError_t e, const char* what) {
 }  // namespace
 
 absl::Status UseCudaDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return absl::OkStatus();  // the per-call case
+  cudaGetLastError();
   int count = 0;
   absl::Status s = FromCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (!s.ok()) return s;

@@ -1,5 +1,9 @@
 // CUDA runtime wrappers (cuda_util.h): the one place outside the kernels that sees cudaError_t.
 #include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/cuda_util.h"
@@ -38,6 +42,17 @@ absl::StatusOr<int> CudaDeviceCount() {
     return FromCuda(e, "cudaGetDeviceCount");
   }
   return n;
+}
+
+int CudaDeviceCountInChild() {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    absl::StatusOr<int> n = CudaDeviceCount();
+    _exit(n.ok() ? std::min(*n, 100) : 0);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
 }
 
 absl::StatusOr<std::string> CudaDeviceDescription() {

@@ -21,6 +21,10 @@ struct CudaStream {
 
 // The number of CUDA devices, or the runtime's error (no driver, no device, driver too old) as a Status.
 absl::StatusOr<int> CudaDeviceCount();
+// CudaDeviceCount asked in a forked child, so this process itself never initialises CUDA: a process that forks
+// its ranks (one per GPU) must not, since a child forked after CUDA was initialised cannot use it. 0 when the child
+// finds no device or no driver, or cannot be forked.
+int CudaDeviceCountInChild();
 // "NVIDIA H100 80GB HBM3, 132 SMs, 50 MiB L2, driver 13000, runtime 13000" for device 0.
 absl::StatusOr<std::string> CudaDeviceDescription();
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "transport/collective/call_tag.h"
 #include "transport/collective/quantizer.h"
 
 namespace kvt::collective {
@@ -45,22 +46,13 @@ class ShardCodec {
   std::optional<GroupQuantizer> quantizer_;
 };
 
-uint64_t Mix(uint64_t hash, uint64_t value) {
-  hash ^= value + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-  return hash * 0xff51afd7ed558ccdull;
-}
-
 // The tag every message of one step of one chunk of one call carries.
 uint64_t MessageTag(uint64_t call, size_t chunk, int step, size_t n, const AllReduceOptions& options) {
-  uint64_t tag = 0x6b7674636f6c6cull;
-  for (uint64_t v :
-       {call, static_cast<uint64_t>(chunk), static_cast<uint64_t>(step), static_cast<uint64_t>(n),
-        static_cast<uint64_t>(options.step1_bits), static_cast<uint64_t>(options.step2_bits),
-        static_cast<uint64_t>(options.group_size), static_cast<uint64_t>(options.spike_reserve),
-        static_cast<uint64_t>(options.chunk_bytes)}) {
-    tag = Mix(tag, v);
-  }
-  return tag;
+  return CallTag(0x6b7674636f6c6cull,
+                 {call, static_cast<uint64_t>(chunk), static_cast<uint64_t>(step), static_cast<uint64_t>(n),
+                  static_cast<uint64_t>(options.step1_bits), static_cast<uint64_t>(options.step2_bits),
+                  static_cast<uint64_t>(options.group_size), static_cast<uint64_t>(options.spike_reserve),
+                  static_cast<uint64_t>(options.chunk_bytes)});
 }
 
 void WriteTag(uint64_t tag, std::vector<uint8_t>& message) { std::memcpy(message.data(), &tag, kTagBytes); }

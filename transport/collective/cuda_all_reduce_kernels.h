@@ -31,15 +31,13 @@ enum class ElementType : uint8_t { kFloat32, kBfloat16, kFloat16 };
 
 size_t ElementBytes(ElementType type);
 
-// How one step's shards are encoded.
+// How one step's shards are encoded. The planes follow from `bits` (GroupQuantizer's PlaneWidths); the kernels
+// lay them out at compile time.
 struct StepFormat {
   int bits = 0;  // 0: raw elements (step 1: the input type; step 2: the output type); else 2..8
   int group_size = 128;
   bool spike = false;
   int header_bytes = 0;  // 0 (raw), 8, or 16 with spikes
-  int plane_count = 0;
-  int plane_width[3] = {};
-  int plane_shift[3] = {};
 };
 
 // A chunk's shard geometry and encoded sizes. All chunks of a round but the last are identical.

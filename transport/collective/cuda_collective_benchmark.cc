@@ -7,14 +7,10 @@
 //   cuda_collective_benchmark --nccl_lib=/path/libnccl.so.2 [--world=N] [--sizes_mib=1,4,...] [--modes=...]
 //
 // The parent never touches CUDA (a child forked after that could not use it); it counts GPUs in a child.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,17 +80,6 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, bool with_
     modes.push_back(mode);
   }
   return modes;
-}
-
-int CountGpusInChild() {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    absl::StatusOr<int> n = codec::gpu::CudaDeviceCount();
-    _exit(n.ok() ? std::min(*n, 100) : 0);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
-  return WEXITSTATUS(status);
 }
 
 // Rank r's activations: RandomWithOutliers (N(0.3, 1.5), 0.1% of values x100) rounded to bf16.
@@ -188,8 +173,8 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
       BENCH_CHECK((*timer)->Stop(CudaStream{stream}));
       auto once = (*timer)->ElapsedMs();
       BENCH_CHECK(once.status());
-      // Every rank must run the same number of iterations: derive it from a shared rule on rank-local time
-      // rounded coarsely, then take the maximum over ranks through a tiny AllReduce.
+      // Every rank must run the same number of iterations: each proposes one from its own time, and all take
+      // the mean of the proposals (a one-value unquantized AllReduce, identical on every rank).
       float iters_f = static_cast<float>(std::clamp(target_s * 1e3 / std::max(*once, 1e-3f), 5.0, 2000.0));
       float agreed = 0;
       BENCH_CHECK(kvt.AllReduce(absl::MakeSpan(&iters_f, 1), absl::MakeSpan(&agreed, 1),
@@ -230,7 +215,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const int gpus = CountGpusInChild();
+  const int gpus = codec::gpu::CudaDeviceCountInChild();
   if (gpus == 0) {
     std::fprintf(stderr, "no CUDA device here: this benchmark needs GPUs (tools/gpu/run_gpu_collectives.sh)\n");
     return 1;

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "codec/gpu/cuda_util.h"
 #include "common/status_macros.h"
 #include "transport/collective/all_reduce.h"
+#include "transport/collective/call_tag.h"
 #include "transport/collective/cuda_all_reduce_kernels.h"
-#include "transport/collective/quantizer.h"
 
 namespace kvt::collective {
 namespace {
@@ -45,19 +44,12 @@ ElementType ToElementType(DataType type) {
   return ElementType::kFloat32;
 }
 
-absl::StatusOr<StepFormat> MakeFormat(int bits, const AllReduceOptions& options) {
+StepFormat MakeFormat(int bits, const AllReduceOptions& options) {
   StepFormat f;
   f.bits = bits;
   f.group_size = options.group_size;
   f.spike = bits != 0 && options.spike_reserve;
-  if (bits == 0) return f;
-  f.header_bytes = f.spike ? 16 : 8;
-  f.plane_count = PlaneWidths(bits, f.plane_width);
-  int remaining = bits;
-  for (int p = 0; p < f.plane_count; ++p) {
-    remaining -= f.plane_width[p];
-    f.plane_shift[p] = remaining;
-  }
+  f.header_bytes = bits == 0 ? 0 : (f.spike ? 16 : 8);
   return f;
 }
 
@@ -73,20 +65,12 @@ absl::Status ValidateCudaOptions(const AllReduceOptions& options) {
   return absl::OkStatus();
 }
 
-uint64_t Mix(uint64_t hash, uint64_t value) {
-  hash ^= value + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-  return hash * 0xff51afd7ed558ccdull;
-}
-
-uint64_t CallTag(uint64_t call, size_t count, DataType type, const AllReduceOptions& o) {
-  uint64_t h = 0x6b76745f61727475ull;
-  for (uint64_t v : {call, static_cast<uint64_t>(count), static_cast<uint64_t>(type),
-                     static_cast<uint64_t>(o.step1_bits), static_cast<uint64_t>(o.step2_bits),
-                     static_cast<uint64_t>(o.group_size), static_cast<uint64_t>(o.spike_reserve),
-                     static_cast<uint64_t>(o.chunk_bytes)}) {
-    h = Mix(h, v);
-  }
-  return h;
+uint64_t TagOfCall(uint64_t call, size_t count, DataType type, const AllReduceOptions& o) {
+  return CallTag(0x6b76745f61727475ull,
+                 {call, static_cast<uint64_t>(count), static_cast<uint64_t>(type),
+                  static_cast<uint64_t>(o.step1_bits), static_cast<uint64_t>(o.step2_bits),
+                  static_cast<uint64_t>(o.group_size), static_cast<uint64_t>(o.spike_reserve),
+                  static_cast<uint64_t>(o.chunk_bytes)});
 }
 
 DeviceStatus CleanStatus() {
@@ -209,8 +193,8 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   }
   KVT_RETURN_IF_ERROR(UseCudaDevice(device_));
   timeout_ = options.timeout;
-  KVT_ASSIGN_OR_RETURN(const StepFormat step1, MakeFormat(options.step1_bits, options));
-  KVT_ASSIGN_OR_RETURN(const StepFormat step2, MakeFormat(options.step2_bits, options));
+  const StepFormat step1 = MakeFormat(options.step1_bits, options);
+  const StepFormat step2 = MakeFormat(options.step2_bits, options);
   const ElementType element = ToElementType(type);
   const size_t element_bytes = internal::ElementBytes(element);
   const uint64_t chunk_values = options.chunk_bytes / sizeof(float);
@@ -243,7 +227,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   p.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.timeout));
   p.status = static_cast<DeviceStatus*>(status_->get());
   p.sms = sm_count_;
-  p.call_tag = CallTag(calls_++, count, type, options);
+  p.call_tag = TagOfCall(calls_++, count, type, options);
   void* const s = stream != nullptr ? stream : own_stream_->get().handle;
   for (uint64_t first_chunk = 0; first_chunk < total_chunks; first_chunk += chunks_per_round) {
     p.chunks = std::min(chunks_per_round, total_chunks - first_chunk);

@@ -5,9 +5,6 @@
 // than ranks. Every test skips when no CUDA device is present (CI).
 #include "transport/collective/cuda_communicator.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,23 +29,8 @@ namespace {
 
 namespace ff = ::kvt::codec::internal;
 
-// Counted in a child, so the test process itself never initialises CUDA before it forks the ranks.
-int CudaDevices() {
-  static const int count = [] {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      absl::StatusOr<int> n = codec::gpu::CudaDeviceCount();
-      _exit(n.ok() ? std::min(*n, 100) : 0);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
-    return WEXITSTATUS(status);
-  }();
-  return count;
-}
-
 #define SKIP_WITHOUT_CUDA() \
-  if (CudaDevices() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
+  if (codec::gpu::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
 
 constexpr size_t kWorkspace = 96 << 10;  // small, so that several cases run in more than one round
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "transport/collective/call_tag.h"
 #include "transport/collective/fp8.h"
 #include "transport/collective/quantizer.h"
 
@@ -17,29 +18,19 @@ constexpr size_t kTagBytes = 8;
 
 enum class Step : uint64_t { kDispatchCount = 1, kDispatchTokens = 2, kCombine = 3 };
 
-uint64_t Mix(uint64_t hash, uint64_t value) {
-  hash ^= value + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-  return hash * 0xff51afd7ed558ccdull;
-}
-
 // The tag of every message of one step of one Dispatch (and its Combines): the sequence number and every
 // parameter the ranks must agree on.
 uint64_t MessageTag(Step step, uint64_t sequence, const DispatchInput& input,
                     const DispatchOptions& options) {
-  uint64_t tag = 0x6b76746d6f65ull;
-  for (uint64_t v :
-       {static_cast<uint64_t>(step), sequence, static_cast<uint64_t>(input.hidden),
-        static_cast<uint64_t>(input.topk), static_cast<uint64_t>(input.num_experts),
-        static_cast<uint64_t>(options.quant), static_cast<uint64_t>(options.bits),
-        static_cast<uint64_t>(options.group_size), static_cast<uint64_t>(options.spike_reserve)}) {
-    tag = Mix(tag, v);
-  }
-  return tag;
+  return CallTag(0x6b76746d6f65ull,
+                 {static_cast<uint64_t>(step), sequence, static_cast<uint64_t>(input.hidden),
+                  static_cast<uint64_t>(input.topk), static_cast<uint64_t>(input.num_experts),
+                  static_cast<uint64_t>(options.quant), static_cast<uint64_t>(options.bits),
+                  static_cast<uint64_t>(options.group_size), static_cast<uint64_t>(options.spike_reserve)});
 }
 
 uint64_t CombineTag(uint64_t sequence, int hidden) {
-  return Mix(Mix(Mix(0x6b76746d6f65ull, static_cast<uint64_t>(Step::kCombine)), sequence),
-             static_cast<uint64_t>(hidden));
+  return CallTag(0x6b76746d6f65ull, {static_cast<uint64_t>(Step::kCombine), sequence, static_cast<uint64_t>(hidden)});
 }
 
 void WriteTag(uint64_t tag, std::vector<uint8_t>& message) { std::memcpy(message.data(), &tag, kTagBytes); }
