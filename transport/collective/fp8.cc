@@ -87,9 +87,12 @@ absl::Status Fp8GroupQuantize(absl::Span<const float> in, int group_size, absl::
     }
     float scale = amax / kFp8E4m3Max;
     if (amax > 0.0f && scale == 0.0f) scale = std::numeric_limits<float>::denorm_min();
-    // A subnormal scale can round far down; step it up until the largest value fits, so that saturation
-    // never cuts a value of the group.
-    while (amax > 0.0f && amax / scale > kFp8E4m3Max) scale = std::nextafter(scale, 1.0f);
+    // The division can round down (far down for a subnormal scale); step the scale up until the largest value
+    // fits, so that saturation never cuts a value of the group. Up means toward +infinity: stepping toward 1
+    // (as this once did) moves a scale above 1 down and never ends, e.g. for max|x| = 448.039062.
+    while (amax > 0.0f && amax / scale > kFp8E4m3Max) {
+      scale = std::nextafter(scale, std::numeric_limits<float>::infinity());
+    }
     std::memcpy(out.data() + g * sizeof(float), &scale, sizeof(scale));
     for (size_t i = begin; i < end; ++i) codes[i] = scale == 0.0f ? 0 : EncodeFp8E4m3(in[i] / scale);
   }

@@ -30,8 +30,8 @@ float DecodeFp8E4m3(uint8_t code);
 // (little-endian), then n E4M3 codes.
 size_t Fp8GroupPackedSize(size_t n, int group_size);
 
-// Per group: scale = fp32(max|x| / 448) (0 for a group of zeros; when that is subnormal, moved up to the
-// first float with max|x| / scale <= 448), code = EncodeFp8E4m3(fp32(x / scale)), and Fp8GroupDequantize
+// Per group: scale = fp32(max|x| / 448) (0 for a group of zeros), moved up to the first float with
+// fp32(max|x| / scale) <= 448 when the division rounded down, code = EncodeFp8E4m3(fp32(x / scale)), and Fp8GroupDequantize
 // gives fp32(code value * scale). The error per value is at most 2^-4 |x| + 2^-10 scale, plus fp32 rounding
 // (docs/COLLECTIVES.md). INVALID_ARGUMENT for a NaN or infinite input (naming its index), a group_size
 // outside 1..65536 or an `out` of the wrong size.

@@ -143,6 +143,23 @@ TEST(Fp8Test, ZerosAndTinyGroupsComeBackWithoutOverflow) {
   for (size_t i = 2; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], std::fabs(x[i]) / 8) << i;
 }
 
+// fp32(448.039062 / 448) rounds down, so 448.039062 / scale > 448: the scale must step up. Stepping toward 1
+// (the first version) moved this scale above 1 down forever and hung Dispatch on both backends.
+TEST(Fp8Test, AScaleAboveOneThatRoundedDownStepsUpAndTheGroupFits) {
+  const float amax = 0x1.c00ap+8f;  // 448.039062
+  ASSERT_GT(amax / (amax / kFp8E4m3Max), kFp8E4m3Max) << "the case this test needs";
+  const std::vector<float> x = {amax, -1.0f, 0.5f, -amax};
+  std::vector<uint8_t> packed(Fp8GroupPackedSize(x.size(), 4));
+  ASSERT_TRUE(Fp8GroupQuantize(x, 4, absl::MakeSpan(packed)).ok());
+  float scale;
+  std::memcpy(&scale, packed.data(), sizeof(scale));
+  EXPECT_GT(scale, amax / kFp8E4m3Max);
+  EXPECT_LE(amax / scale, kFp8E4m3Max);
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(Fp8GroupDequantize(packed, 4, absl::MakeSpan(y)).ok());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], std::fabs(x[i]) / 16 + scale) << i;
+}
+
 TEST(Fp8Test, NonFiniteInputsAndWrongSizesAreRejected) {
   std::vector<float> x = {1.0f, std::numeric_limits<float>::infinity()};
   std::vector<uint8_t> packed(Fp8GroupPackedSize(2, 128));
