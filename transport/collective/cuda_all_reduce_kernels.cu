@@ -7,32 +7,14 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "absl/strings/str_cat.h"
 #include "transport/collective/cuda_all_reduce_kernels.h"
 #include "transport/collective/cuda_group_codec.cuh"
+#include "transport/collective/cuda_peer_signals.cuh"
 
 namespace kvt::collective::internal {
 namespace {
 
 constexpr int kThreads = 256;
-
-// ---- memory-model helpers -------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint64_t LoadAcquireSys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void StoreReleaseSys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ uint64_t GlobalTimerNs() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // ---- AllReduce geometry ---------------------------------------------------------------------------------
 
@@ -64,71 +46,17 @@ __host__ __device__ __forceinline__ uint64_t Step2Stride(const ChunkClass& full,
 
 // ---- signals --------------------------------------------------------------------------------------------
 
-// Called by every block when its work is done: the last block to arrive signals step `step` (0 or 1) to every
-// rank with this round's epoch and the error bits so far.
-__device__ void ArriveAndSignal(const RoundParams& p, int step) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence_system();  // this block's stores, peer memory included, before the arrival
-  const unsigned prev = atomicAdd(&p.status->arrivals, 1u);
-  if (prev != gridDim.x - 1) return;
-  p.status->arrivals = 0;
-  __threadfence_system();
-  const unsigned errors = atomicOr(&p.status->errors, 0u);
-  uint64_t value = p.epoch * 4;
-  if (errors & (kBadInput | kBadSum | kPeerBadData | kMismatch)) value |= kSignalBadData;
-  if (errors & (kTimedOut | kPeerTimedOut)) value |= kSignalTimedOut;
-  for (int r = 0; r < p.world; ++r) {
-    StoreReleaseSys(p.flags[r] + (2 + step) * p.world + p.rank, p.call_tag);  // ordered before the flag
-    StoreReleaseSys(p.flags[r] + step * p.world + p.rank, value);
-  }
+// Step `step` (0 or 1) of a round: its flags and tags in every rank's flag area (FlagWords).
+__device__ __forceinline__ SignalSpec StepSignal(const RoundParams& p, int step) {
+  return SignalSpec{p.flags,     p.world, p.rank,       static_cast<uint32_t>(step * p.world),
+                    static_cast<uint32_t>((2 + step) * p.world), p.epoch, p.call_tag, p.timeout_ns, p.status};
 }
 
-// Every block waits until all ranks signalled step `step` of this round. False (in every thread) when one timed
-// out or signalled an error; the block then skips its work. An error bit does not cut the wait short: every
-// rank's signal of this round must be seen, or a rank could run ahead into the next call and overwrite a tag
-// that a slower peer has yet to check. Only a timeout (after which the group is out of step) stops early.
-__device__ bool WaitForPeers(const RoundParams& p, int step) {
-  __shared__ int ok;
-  if (threadIdx.x == 0) {
-    bool good = true;
-    const uint64_t* flags = p.flags[p.rank] + step * p.world;
-    const uint64_t want = p.epoch * 4;
-    const uint64_t start = GlobalTimerNs();
-    for (int r = 0; r < p.world; ++r) {
-      uint64_t v;
-      bool timed_out = false;
-      while ((v = LoadAcquireSys(flags + r)) < want) {
-        if (GlobalTimerNs() - start > p.timeout_ns) {
-          timed_out = true;
-          break;
-        }
-        __nanosleep(64);
-      }
-      if (timed_out) {
-        atomicOr(&p.status->errors, static_cast<unsigned>(kTimedOut));
-        atomicMin(&p.status->peer, r);
-        good = false;
-        break;
-      }
-      if (LoadAcquireSys(p.flags[p.rank] + (2 + step) * p.world + r) != p.call_tag) {
-        atomicOr(&p.status->errors, static_cast<unsigned>(kMismatch));
-        atomicMin(&p.status->peer, r);
-        good = false;
-      }
-      if (v & (kSignalBadData | kSignalTimedOut)) {
-        atomicOr(&p.status->errors,
-                 static_cast<unsigned>((v & kSignalBadData ? kPeerBadData : 0) | (v & kSignalTimedOut ? kPeerTimedOut : 0)));
-        atomicMin(&p.status->reporter, r);
-        good = false;
-        if (v & kSignalTimedOut) break;  // the group is out of step already: waiting on is pointless
-      }
-    }
-    ok = good ? 1 : 0;
-  }
-  __syncthreads();
-  return ok != 0;
+__device__ __forceinline__ void ArriveAndSignal(const RoundParams& p, int step) {
+  ArriveAndSignal(StepSignal(p, step));
 }
+
+__device__ __forceinline__ bool WaitForPeers(const RoundParams& p, int step) { return WaitForPeers(StepSignal(p, step)); }
 
 // ---- unit locations -------------------------------------------------------------------------------------
 
@@ -351,12 +279,6 @@ __global__ void __launch_bounds__(kThreads) GatherDecodeKernel(T* __restrict__ o
                                                                const __grid_constant__ RoundParams p) {
   if (!WaitForPeers(p, 1)) return;
   WithBits(p.step2.bits, [&](auto bits) { GatherBody<T, decltype(bits)::value>(out, p); });
-}
-
-absl::Status LaunchError(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 // Blocks of `kernel` that fit on one SM at kThreads threads (at least 1), measured once per kernel.

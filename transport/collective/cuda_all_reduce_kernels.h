@@ -22,10 +22,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "transport/collective/cuda_peer_signals.h"
 
 namespace kvt::collective::internal {
-
-inline constexpr int kMaxCudaWorld = 16;
 
 enum class ElementType : uint8_t { kFloat32, kBfloat16, kFloat16 };
 
@@ -50,29 +49,6 @@ struct ChunkClass {
   // Encoded shard sizes rounded up to 16 bytes (every slot starts 16-aligned).
   uint64_t enc1_big = 0, enc1_small = 0, enc2_big = 0, enc2_small = 0;
 };
-
-// Device status of a communicator, zeroed at creation; the host reads and clears it after a stream finishes.
-struct DeviceStatus {
-  unsigned long long first_bad_input;  // smallest index (in the call) of a non-finite input; ~0 if none
-  unsigned long long first_bad_sum;    // smallest index of a non-finite reduced sum before a quantized step
-  unsigned int errors;                 // DeviceError bits
-  int peer;                            // the lowest rank seen timing out or disagreeing; kMaxCudaWorld if none
-  unsigned int arrivals;               // blocks of the running kernel that finished (reset by the last one)
-  int reporter;                        // the lowest rank that signalled an error bit; kMaxCudaWorld if none
-};
-
-enum DeviceError : unsigned int {
-  kBadInput = 1,      // a non-finite input value here
-  kBadSum = 2,        // a non-finite reduced sum here, before a quantized step 2
-  kPeerBadData = 4,   // another rank signalled bad data
-  kTimedOut = 8,      // a wait for `peer` ran past timeout_ns
-  kPeerTimedOut = 16,  // another rank signalled that it timed out
-  kMismatch = 32       // `peer` signalled a different call tag: the ranks disagree on the call
-};
-
-// Flag error bits carried in a signal.
-inline constexpr uint64_t kSignalBadData = 1;
-inline constexpr uint64_t kSignalTimedOut = 2;
 
 // Everything one round's kernels need, passed by value.
 struct RoundParams {

@@ -24,6 +24,7 @@
 #include "codec/gpu/cuda_util.h"
 #include "codec/internal/float_formats.h"
 #include "transport/collective/all_reduce_testing.h"
+#include "common/cuda_ipc.h"
 #include "transport/collective/cuda_communicator.h"
 #include "transport/collective/multi_process_testing.h"
 #include "transport/collective/nccl_library.h"
@@ -114,19 +115,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
     auto lib = NcclLibrary::Load(nccl_path);
     BENCH_CHECK(lib.status());
     nccl = *std::move(lib);
-    NcclId id{};
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    if (self.rank == 0) {
-      auto made = nccl->NewId();
-      BENCH_CHECK(made.status());
-      id = *made;
-      for (int r = 1; r < world; ++r) {
-        BENCH_CHECK((*wire)->Send(r, absl::MakeSpan(reinterpret_cast<uint8_t*>(&id), sizeof(id)), deadline));
-      }
-    } else {
-      BENCH_CHECK((*wire)->Receive(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(&id), sizeof(id)), deadline));
-    }
-    auto comm = nccl->InitRank(world, id, self.rank);
+    auto comm = nccl->InitOverWire(**wire, absl::Now() + absl::Seconds(60));
     BENCH_CHECK(comm.status());
     nccl_comm = *std::move(comm);
   }

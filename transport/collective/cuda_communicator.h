@@ -34,14 +34,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/cuda_ipc.h"
 #include "transport/collective/collective_wire.h"
 #include "transport/collective/communicator.h"
 
 namespace kvt::codec::gpu {
 class DeviceBuffer;
-class OwnedCudaStream;
 }  // namespace kvt::codec::gpu
+
+namespace kvt::collective::internal {
+class CudaPeerGroup;
+}  // namespace kvt::collective::internal
 
 namespace kvt::collective {
 
@@ -69,9 +71,9 @@ class CudaCommunicator : public Communicator {
   CudaCommunicator(const CudaCommunicator&) = delete;
   CudaCommunicator& operator=(const CudaCommunicator&) = delete;
 
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-  int device() const { return device_; }
+  int rank() const override;
+  int world_size() const override;
+  int device() const;
 
   // Host fp32 buffers: copies `in` to the GPU, runs AllReduceAsync on this communicator's stream, copies the
   // result back and waits (Synchronize with options.timeout plus 10 s). Errors as Communicator::AllReduce.
@@ -79,7 +81,8 @@ class CudaCommunicator : public Communicator {
                          const AllReduceOptions& options) override;
 
   // Device buffers of `count` values of `type` on this rank's GPU; `out` may be `in`. Enqueues the kernels on
-  // `stream` (a cudaStream_t; null: this communicator's own stream) and returns; what the GPU finds (bad input,
+  // `stream` (a cudaStream_t; null: this communicator's own, a non-blocking stream that does not wait for the
+  // legacy default stream: order your copies before the call) and returns; what the GPU finds (bad input,
   // a peer's error, a timeout, a disagreeing rank) comes back from the next Synchronize. INVALID_ARGUMENT here
   // for bad options (group_size must be a power of two from 16 to 256) or null buffers.
   absl::Status AllReduceAsync(const void* in, void* out, size_t count, DataType type,
@@ -97,23 +100,12 @@ class CudaCommunicator : public Communicator {
 
  private:
   CudaCommunicator() = default;
-  absl::Status Bootstrap(const CudaCommunicatorOptions& options);
 
-  std::unique_ptr<CollectiveWire> bootstrap_;
-  int rank_ = 0;
-  int world_ = 1;
-  int device_ = 0;
-  int sm_count_ = 0;
-  size_t workspace_bytes_ = 0;
+  std::unique_ptr<internal::CudaPeerGroup> group_;  // flags, then the step-1 and step-2 areas
+  std::unique_ptr<codec::gpu::DeviceBuffer> staging_;  // for the host AllReduce
   uint64_t calls_ = 0;
   uint64_t epoch_ = 0;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
-  std::unique_ptr<codec::gpu::OwnedCudaStream> own_stream_;
-  std::unique_ptr<codec::gpu::DeviceBuffer> workspace_;  // flags, tags, step areas; exported
-  std::unique_ptr<codec::gpu::DeviceBuffer> status_;     // internal::DeviceStatus
-  std::unique_ptr<codec::gpu::DeviceBuffer> staging_;    // for the host AllReduce
-  std::vector<std::unique_ptr<IpcMapping>> peers_;      // by rank; null for this rank
-  std::vector<uint8_t*> bases_;                         // every rank's workspace as mapped here
 };
 
 }  // namespace kvt::collective

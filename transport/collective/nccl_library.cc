@@ -78,6 +78,22 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclLibrary::InitRank(int world, const
   return std::unique_ptr<NcclComm>(new NcclComm(this, comm));
 }
 
+absl::StatusOr<std::unique_ptr<NcclComm>> NcclLibrary::InitOverWire(CollectiveWire& wire, absl::Time deadline) const {
+  NcclId id{};
+  const auto bytes = absl::MakeSpan(reinterpret_cast<uint8_t*>(&id), sizeof(id));
+  if (wire.rank() == 0) {
+    absl::StatusOr<NcclId> made = NewId();
+    if (!made.ok()) return made.status();
+    id = *made;
+    for (int r = 1; r < wire.world_size(); ++r) {
+      if (absl::Status s = wire.Send(r, bytes, deadline); !s.ok()) return s;
+    }
+  } else if (absl::Status s = wire.Receive(0, bytes, deadline); !s.ok()) {
+    return s;
+  }
+  return InitRank(wire.world_size(), id, wire.rank());
+}
+
 NcclComm::~NcclComm() { lib_->comm_destroy_(comm_); }
 
 absl::Status NcclComm::AllReduce(const void* in, void* out, size_t count, NcclType type, void* stream) {

@@ -17,6 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/collective/collective_wire.h"
 
 namespace kvt::collective {
 
@@ -61,6 +63,8 @@ class NcclLibrary {
   absl::StatusOr<NcclId> NewId() const;
   // Collective over the `world` ranks that share `id`; uses the current CUDA device.
   absl::StatusOr<std::unique_ptr<NcclComm>> InitRank(int world, const NcclId& id, int rank) const;
+  // Collective over `wire`'s group: rank 0 makes the id and sends it to the others over the wire.
+  absl::StatusOr<std::unique_ptr<NcclComm>> InitOverWire(CollectiveWire& wire, absl::Time deadline) const;
 
  private:
   friend class NcclComm;

@@ -1,0 +1,125 @@
+// Device side of the signals between the ranks of the CUDA backend (cuda_peer_signals.h): system-scope
+// release/acquire on 64-bit flags in peer memory, the grid-wide "last block signals" arrival, and a bounded
+// wait for every rank's signal. Shared by the AllReduce and the MoE kernels; include it in one .cu file each.
+#ifndef KVT_TRANSPORT_COLLECTIVE_CUDA_PEER_SIGNALS_CUH_
+#define KVT_TRANSPORT_COLLECTIVE_CUDA_PEER_SIGNALS_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "transport/collective/cuda_peer_signals.h"
+
+namespace kvt::collective::internal {
+
+__device__ __forceinline__ uint64_t LoadAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void StoreReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One kind of signal: where it lives in every rank's flag area (`value_word`: world u64 values, one per
+// sender; `tag_word`: the senders' call tags), and the call it belongs to.
+struct SignalSpec {
+  uint64_t* const* flags;  // [world]: every rank's flag area as mapped here
+  int world, rank;
+  uint32_t value_word, tag_word;
+  uint64_t epoch, call_tag, timeout_ns;
+  DeviceStatus* status;  // this rank's
+  // When not null: counts[r] is stored into rank r's word `count_word + rank` before the signal (how many rows
+  // this rank sent it).
+  const int32_t* counts = nullptr;
+  uint32_t count_word = 0;
+};
+
+// Called by every block of the grid when its work is done: the last block to arrive signals every rank with
+// this call's epoch and the error bits seen so far, after every block's stores (peer memory included).
+__device__ inline void ArriveAndSignal(const SignalSpec& s) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence_system();  // this block's stores, peer memory included, before the arrival
+  const unsigned prev = atomicAdd(&s.status->arrivals, 1u);
+  if (prev != gridDim.x - 1) return;
+  s.status->arrivals = 0;
+  __threadfence_system();
+  const unsigned errors = atomicOr(&s.status->errors, 0u);
+  uint64_t value = s.epoch * 4;
+  if (errors & kBadDataErrors) value |= kSignalBadData;
+  if (errors & (kTimedOut | kPeerTimedOut)) value |= kSignalTimedOut;
+  for (int r = 0; r < s.world; ++r) {
+    if (s.counts != nullptr) {
+      StoreReleaseSys(s.flags[r] + s.count_word + s.rank, static_cast<uint64_t>(static_cast<uint32_t>(__ldcg(s.counts + r))));
+    }
+    StoreReleaseSys(s.flags[r] + s.tag_word + s.rank, s.call_tag);  // ordered before the flag
+    StoreReleaseSys(s.flags[r] + s.value_word + s.rank, value);
+  }
+}
+
+// Every block waits until all ranks signalled this call. False (in every thread) when one timed out or
+// signalled an error; the block then skips its work. An error bit does not cut the wait short: every rank's
+// signal of this call must be seen, or a rank could run ahead into the next call and overwrite a tag that a
+// slower peer has yet to check. Only a timeout (after which the group is out of step) stops early.
+__device__ inline bool WaitForPeers(const SignalSpec& s) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    bool good = true;
+    const uint64_t* flags = s.flags[s.rank] + s.value_word;
+    const uint64_t want = s.epoch * 4;
+    const uint64_t start = GlobalTimerNs();
+    for (int r = 0; r < s.world; ++r) {
+      uint64_t v;
+      bool timed_out = false;
+      while ((v = LoadAcquireSys(flags + r)) < want) {
+        if (GlobalTimerNs() - start > s.timeout_ns) {
+          timed_out = true;
+          break;
+        }
+        __nanosleep(64);
+      }
+      if (timed_out) {
+        atomicOr(&s.status->errors, static_cast<unsigned>(kTimedOut));
+        atomicMin(&s.status->peer, r);
+        good = false;
+        break;
+      }
+      if (LoadAcquireSys(s.flags[s.rank] + s.tag_word + r) != s.call_tag) {
+        atomicOr(&s.status->errors, static_cast<unsigned>(kMismatch));
+        atomicMin(&s.status->peer, r);
+        good = false;
+      }
+      if (v & (kSignalBadData | kSignalTimedOut)) {
+        atomicOr(&s.status->errors, static_cast<unsigned>((v & kSignalBadData ? kPeerBadData : 0) |
+                                                          (v & kSignalTimedOut ? kPeerTimedOut : 0)));
+        atomicMin(&s.status->reporter, r);
+        good = false;
+        if (v & kSignalTimedOut) break;  // the group is out of step already: waiting on is pointless
+      }
+    }
+    ok = good ? 1 : 0;
+  }
+  __syncthreads();
+  return ok != 0;
+}
+
+// The last launch's error as INTERNAL, naming `what`; OK when the launch went through.
+inline absl::Status LaunchError(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+}  // namespace kvt::collective::internal
+
+#endif  // KVT_TRANSPORT_COLLECTIVE_CUDA_PEER_SIGNALS_CUH_
