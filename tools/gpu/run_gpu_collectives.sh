@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The collective module's CUDA backend on a machine with several GPUs (issue 6): its tests (world sizes 2-4,
-# bitwise against the CPU reference; failures), then the AllReduce benchmark beside NCCL.
+# The collective module's CUDA backend on a machine with several GPUs (issue 6): its tests (AllReduce and MoE
+# Dispatch/Combine, world sizes 2-4, bitwise against the CPU reference; failures), then the AllReduce benchmark
+# and the MoE benchmark beside NCCL.
 #
 #   tools/gpu/run_gpu_collectives.sh prepare   # here: bazel build -c opt the test and the benchmark, copy them
 #                                              # and the shared libraries they need into .gpu-coll/ (git-ignored)
@@ -8,7 +9,9 @@
 #
 # With the device tool: run "tools/gpu/run_gpu_collectives.sh prepare" here, then
 #   run(kind="nvidia-h200-x4", carry=[".gpu-coll"], command="bash tools/gpu/run_gpu_collectives.sh device")
-# KVT_BENCH_ARGS adds benchmark flags (e.g. "--sizes_mib=64 --modes=4"); KVT_SKIP_TESTS=1 skips the tests.
+# KVT_BENCH_ARGS adds AllReduce benchmark flags (e.g. "--sizes_mib=64 --modes=4"), KVT_MOE_ARGS MoE benchmark
+# flags (e.g. "--worlds=2,4"); KVT_TEST_FILTER a gtest filter; KVT_SKIP_TESTS=1 skips the tests,
+# KVT_SKIP_ALL_REDUCE=1 the AllReduce benchmark.
 # NCCL comes from the machine (its PyTorch's nvidia-nccl wheel, else the system's libnccl.so.2); NVLink
 # multicast stays off (NCCL_NVLS_ENABLE=0), as the machines require.
 set -euo pipefail
@@ -17,13 +20,13 @@ source tools/gpu/carry_libs.sh
 DIR=.gpu-coll
 
 prepare() {
-  bazel build -c opt //transport/collective:cuda_communicator_test //transport/collective:cuda_collective_benchmark
+  local targets=(cuda_communicator_test cuda_expert_all_to_all_test cuda_collective_benchmark cuda_moe_benchmark)
+  bazel build -c opt "${targets[@]/#/\/\/transport\/collective:}"
   local out
   out="$(bazel info -c opt bazel-bin 2>/dev/null)"
   rm -rf "$DIR/bin" "$DIR/lib"
   mkdir -p "$DIR/bin" "$DIR/lib"
-  cp -f "$out/transport/collective/cuda_communicator_test" "$out/transport/collective/cuda_collective_benchmark" \
-    "$DIR/bin/"
+  cp -f "${targets[@]/#/$out\/transport\/collective\/}" "$DIR/bin/"
   chmod u+w "$DIR"/bin/*
   strip "$DIR"/bin/*
   copy_needed_libs "$DIR/lib" "$DIR"/bin/*
@@ -48,17 +51,24 @@ device() {
   local rc=0
   SECONDS=0
   if [ "${KVT_SKIP_TESTS:-0}" != 1 ]; then
-    "$DIR/bin/cuda_communicator_test" 2>&1 | tee "$out/cuda_communicator_test.log" \
-      | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|^\[==========\]|Failure|Expected|Which is|differ" | head -60 || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    local t
+    for t in cuda_communicator_test cuda_expert_all_to_all_test; do
+      "$DIR/bin/$t" --gtest_filter="${KVT_TEST_FILTER:-*}" 2>&1 | tee "$out/$t.log" \
+        | grep -E "^\[ +(FAILED|SKIPPED|PASSED) +\]|^\[==========\]|Failure|Expected|Which is|differ" | head -60 || true
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    done
     echo "tests: ${SECONDS}s"
   fi
   local nccl
   nccl="$(find_nccl)"
   echo "NCCL: ${nccl:-none found}"
+  if [ "${KVT_SKIP_ALL_REDUCE:-0}" != 1 ]; then
+    # shellcheck disable=SC2086
+    "$DIR/bin/cuda_collective_benchmark" --nccl_lib="${nccl}" ${KVT_BENCH_ARGS:-} 2>&1 \
+      | tee "$out/cuda_collective_benchmark.log" || rc=1
+  fi
   # shellcheck disable=SC2086
-  "$DIR/bin/cuda_collective_benchmark" --nccl_lib="${nccl}" ${KVT_BENCH_ARGS:-} 2>&1 \
-    | tee "$out/cuda_collective_benchmark.log" || rc=1
+  "$DIR/bin/cuda_moe_benchmark" --nccl_lib="${nccl}" ${KVT_MOE_ARGS:-} 2>&1 | tee "$out/cuda_moe_benchmark.log" || rc=1
   echo "device: ${SECONDS}s in all"
   return $rc
 }
@@ -66,5 +76,5 @@ device() {
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -159,6 +159,8 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
   absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_out = codec::gpu::DeviceBuffer::Create(bytes.size());
   if (!d_out.ok()) return d_out.status();
   absl::Status s = codec::gpu::CopyToDevice((*d_in)->get(), bytes.data(), bytes.size());
+  // The copy is asynchronous on the default stream, which the communicator's stream does not wait for.
+  if (s.ok()) s = codec::gpu::Synchronize();
   if (!s.ok()) return s;
   void* out = c.in_place ? (*d_in)->get() : (*d_out)->get();
   s = comm.AllReduceAsync((*d_in)->get(), out, c.values, c.type, c.options);
