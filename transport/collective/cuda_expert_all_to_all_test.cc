@@ -420,7 +420,7 @@ TEST(CudaMoeFailureTest, BadInputStaleResultsAndSilence) {
     self.records.Write(first.ok() ? a2a.Synchronize(nullptr, absl::Now() + absl::Seconds(20)) : first.status(), {});
     for (int i = 0; i < 2; ++i) (void)run_call();
     auto y = DeviceBuffer::Create(size_t{kWorld} * c.max_tokens * c.topk * c.hidden * 4);
-    auto out = DeviceBuffer::Create(size_t{c.max_tokens} * c.hidden * 4);
+    auto out = DeviceBuffer::Create(static_cast<size_t>(c.max_tokens) * c.hidden * 4);
     if (!y.ok() || !out.ok() || !first.ok()) return 2;
     self.records.Write(a2a.CombineAsync(*first, (*y)->get(), (*out)->get()), {});
     // 5: rank 2 stays silent; the others give up after the call's timeout.
