@@ -23,12 +23,26 @@
 
 #include "absl/status/status.h"
 #include "transport/collective/cuda_peer_signals.h"
+#include "transport/collective/data_type.h"
 
 namespace kvt::collective::internal {
 
 enum class ElementType : uint8_t { kFloat32, kBfloat16, kFloat16 };
 
 size_t ElementBytes(ElementType type);
+
+// The kernels' element type of a DataType (the same three, in the same order).
+inline ElementType ToElementType(DataType type) {
+  switch (type) {
+    case DataType::kBfloat16:
+      return ElementType::kBfloat16;
+    case DataType::kFloat16:
+      return ElementType::kFloat16;
+    case DataType::kFloat32:
+      break;
+  }
+  return ElementType::kFloat32;
+}
 
 // How one step's shards are encoded. The planes follow from `bits` (GroupQuantizer's PlaneWidths); the kernels
 // lay them out at compile time.

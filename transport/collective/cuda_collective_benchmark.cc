@@ -24,8 +24,8 @@
 #include "codec/gpu/cuda_util.h"
 #include "codec/internal/float_formats.h"
 #include "transport/collective/all_reduce_testing.h"
-#include "common/cuda_ipc.h"
 #include "transport/collective/cuda_communicator.h"
+#include "transport/collective/gpu_benchmark_support.h"
 #include "transport/collective/multi_process_testing.h"
 #include "transport/collective/nccl_library.h"
 #include "transport/collective/tcp_wire.h"
@@ -91,46 +91,17 @@ std::vector<uint16_t> Activations(size_t n, int rank) {
   return b;
 }
 
-#define BENCH_CHECK(expr)                                                     \
-  do {                                                                        \
-    const absl::Status _s = (expr);                                           \
-    if (!_s.ok()) {                                                           \
-      std::fprintf(stderr, "rank %d: %s: %s\n", self.rank, #expr, _s.ToString().c_str()); \
-      self.records.Write(_s, {});                                             \
-      return 3;                                                               \
-    }                                                                         \
-  } while (0)
-
 // One rank: per (size, mode) a record {microseconds per call}; then per quantized mode a record of rank 0's
 // output of the accuracy run.
 int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const std::vector<Mode>& modes) {
-  const std::string nccl_path = absl::GetFlag(FLAGS_nccl_lib);
-  auto wire = TcpWire::Create({.rank = self.rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(60)},
-                              std::move(self.listener));
-  BENCH_CHECK(wire.status());
-  BENCH_CHECK(UseCudaDevice(self.rank));
-  std::unique_ptr<NcclLibrary> nccl;
-  std::unique_ptr<NcclComm> nccl_comm;
-  if (!nccl_path.empty()) {
-    auto lib = NcclLibrary::Load(nccl_path);
-    BENCH_CHECK(lib.status());
-    nccl = *std::move(lib);
-    auto comm = nccl->InitOverWire(**wire, absl::Now() + absl::Seconds(60));
-    BENCH_CHECK(comm.status());
-    nccl_comm = *std::move(comm);
-  }
+  absl::StatusOr<BenchmarkRank> started = StartBenchmarkRank(self, world, absl::GetFlag(FLAGS_nccl_lib));
+  BENCH_CHECK(started.status());
+  NcclComm* const nccl_comm = started->comm.get();
   const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   // Unquantized bf16 needs the buffer's bytes in each of the two step areas.
-  auto comm = CudaCommunicator::Create(*std::move(wire), {.device = self.rank, .workspace_bytes = 2 * max_bytes + (64 << 20)});
+  auto comm = CudaCommunicator::Create(std::move(started->wire), {.device = self.rank, .workspace_bytes = 2 * max_bytes + (64 << 20)});
   BENCH_CHECK(comm.status());
   CudaCommunicator& kvt = **comm;
-  if (self.rank == 0) {
-    auto desc = codec::gpu::CudaDeviceDescription();
-    std::printf("device: %d x %s\n", world, desc.ok() ? desc->c_str() : desc.status().ToString().c_str());
-    if (nccl) std::printf("NCCL %s from %s\n", nccl->Version().c_str(), nccl_path.c_str());
-    std::fflush(stdout);
-  }
-
   auto in = DeviceBuffer::Create(max_bytes);
   BENCH_CHECK(in.status());
   auto out = DeviceBuffer::Create(max_bytes);
@@ -204,11 +175,8 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const int gpus = codec::gpu::CudaDeviceCountInChild();
-  if (gpus == 0) {
-    std::fprintf(stderr, "no CUDA device here: this benchmark needs GPUs (tools/gpu/run_gpu_collectives.sh)\n");
-    return 1;
-  }
+  const int gpus = GpusForBenchmark();
+  if (gpus == 0) return 1;
   const int world = absl::GetFlag(FLAGS_world) > 0 ? absl::GetFlag(FLAGS_world) : gpus;
   if (world > gpus) {
     std::fprintf(stderr, "--world=%d but only %d GPUs\n", world, gpus);

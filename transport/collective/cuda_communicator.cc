@@ -22,18 +22,6 @@ using internal::StepFormat;
 
 constexpr size_t kFlagAreaBytes = 4096;  // FlagWords(16) * 8 = 512, padded so the step areas stay aligned
 
-ElementType ToElementType(DataType type) {
-  switch (type) {
-    case DataType::kBfloat16:
-      return ElementType::kBfloat16;
-    case DataType::kFloat16:
-      return ElementType::kFloat16;
-    case DataType::kFloat32:
-      break;
-  }
-  return ElementType::kFloat32;
-}
-
 StepFormat MakeFormat(int bits, const AllReduceOptions& options) {
   StepFormat f;
   f.bits = bits;
@@ -104,7 +92,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   const size_t workspace_bytes = group_->area_bytes();
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
   const StepFormat step2 = MakeFormat(options.step2_bits, options);
-  const ElementType element = ToElementType(type);
+  const ElementType element = internal::ToElementType(type);
   const size_t element_bytes = internal::ElementBytes(element);
   const uint64_t chunk_values = options.chunk_bytes / sizeof(float);
   const uint64_t total_chunks = (count + chunk_values - 1) / chunk_values;

@@ -36,6 +36,7 @@
 #include "absl/types/span.h"
 #include "transport/collective/collective_wire.h"
 #include "transport/collective/communicator.h"
+#include "transport/collective/data_type.h"
 
 namespace kvt::codec::gpu {
 class DeviceBuffer;
@@ -46,8 +47,6 @@ class CudaPeerGroup;
 }  // namespace kvt::collective::internal
 
 namespace kvt::collective {
-
-enum class DataType : uint8_t { kFloat32, kBfloat16, kFloat16 };
 
 struct CudaCommunicatorOptions {
   // This rank's CUDA device; -1 picks rank % device count.

@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_format.h"
 #include "codec/gpu/cuda_util.h"
-#include "codec/internal/float_formats.h"
 #include "gtest/gtest.h"
 #include "transport/collective/all_reduce.h"
 #include "transport/collective/all_reduce_testing.h"
+#include "transport/collective/data_type.h"
 #include "transport/collective/in_process_wire.h"
 #include "transport/collective/multi_process_testing.h"
 #include "transport/collective/tcp_wire.h"
@@ -27,7 +27,6 @@
 namespace kvt::collective {
 namespace {
 
-namespace ff = ::kvt::codec::internal;
 
 #define SKIP_WITHOUT_CUDA() \
   if (codec::gpu::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
@@ -68,19 +67,6 @@ std::vector<Case> Cases() {
   };
 }
 
-// Rounds x to the type and back (the values a bf16/fp16 buffer holds).
-float RoundTo(DataType type, float x) {
-  switch (type) {
-    case DataType::kBfloat16:
-      return ff::Bf16ToFloat(ff::FloatToBf16(x));
-    case DataType::kFloat16:
-      return ff::F16ToFloat(ff::FloatToF16(x, ff::F16Round::kNearestEven));
-    case DataType::kFloat32:
-      break;
-  }
-  return x;
-}
-
 std::vector<float> InputOf(const Case& c, int rank, size_t index) {
   std::vector<float> x = RandomWithOutliers(c.values, 9000 + 31 * index + rank);
   if (c.type == DataType::kFloat16) {
@@ -88,36 +74,6 @@ std::vector<float> InputOf(const Case& c, int rank, size_t index) {
   }
   for (float& v : x) v *= c.input_scale;
   for (float& v : x) v = RoundTo(c.type, v);
-  return x;
-}
-
-// The element bytes of `x` in `type`.
-std::vector<uint8_t> Encode(DataType type, const std::vector<float>& x) {
-  if (type == DataType::kFloat32) {
-    std::vector<uint8_t> bytes(x.size() * 4);
-    std::memcpy(bytes.data(), x.data(), bytes.size());
-    return bytes;
-  }
-  std::vector<uint8_t> bytes(x.size() * 2);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const uint16_t h = type == DataType::kBfloat16 ? ff::FloatToBf16(x[i]) : ff::FloatToF16(x[i], ff::F16Round::kNearestEven);
-    std::memcpy(bytes.data() + 2 * i, &h, 2);
-  }
-  return bytes;
-}
-
-std::vector<float> Decode(DataType type, const std::vector<uint8_t>& bytes) {
-  if (type == DataType::kFloat32) {
-    std::vector<float> x(bytes.size() / 4);
-    std::memcpy(x.data(), bytes.data(), bytes.size());
-    return x;
-  }
-  std::vector<float> x(bytes.size() / 2);
-  for (size_t i = 0; i < x.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes.data() + 2 * i, 2);
-    x[i] = type == DataType::kBfloat16 ? ff::Bf16ToFloat(h) : ff::F16ToFloat(h);
-  }
   return x;
 }
 
@@ -153,7 +109,7 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
     if (!s.ok()) return s;
     return out;
   }
-  const std::vector<uint8_t> bytes = Encode(c.type, in);
+  const std::vector<uint8_t> bytes = EncodeAs(c.type, in);
   absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_in = codec::gpu::DeviceBuffer::Create(bytes.size());
   if (!d_in.ok()) return d_in.status();
   absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_out = codec::gpu::DeviceBuffer::Create(bytes.size());
@@ -170,7 +126,7 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
   std::vector<uint8_t> got(bytes.size());
   s = codec::gpu::CopyToHost(got.data(), out, got.size());
   if (!s.ok()) return s;
-  return Decode(c.type, got);
+  return DecodeAs(c.type, got);
 }
 
 absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& self, size_t workspace) {

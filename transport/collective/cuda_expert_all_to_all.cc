@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_format.h"
 #include "codec/gpu/cuda_util.h"
-#include "codec/internal/float_formats.h"
 #include "common/status_macros.h"
 #include "transport/collective/call_tag.h"
 #include "transport/collective/cuda_moe_kernels.h"
@@ -16,26 +15,12 @@
 namespace kvt::collective {
 namespace {
 
-namespace ff = ::kvt::codec::internal;
 using internal::DispatchState;
-using internal::ElementType;
 using internal::MoeLayout;
 
 constexpr uint64_t kTagSeed = 0x6b7467706d6f65ull;  // "ktgpmoe"
 constexpr int kMaxTopk = 32;
 constexpr int kMaxTokens = 8192;
-
-ElementType ToElementType(DataType type) {
-  switch (type) {
-    case DataType::kBfloat16:
-      return ElementType::kBfloat16;
-    case DataType::kFloat16:
-      return ElementType::kFloat16;
-    case DataType::kFloat32:
-      break;
-  }
-  return ElementType::kFloat32;
-}
 
 absl::Status ValidateOptions(const CudaExpertAllToAllOptions& o, int world) {
   if (o.hidden < 16 || o.hidden % 16 != 0) {
@@ -73,7 +58,7 @@ MoeLayout MakeLayout(const CudaExpertAllToAllOptions& o, int world, int rank) {
   l.topk = o.topk;
   l.experts_per_rank = o.num_experts / world;
   l.max_tokens = o.max_tokens;
-  l.type = ToElementType(o.type);
+  l.type = internal::ToElementType(o.type);
   l.fp8 = o.quant == DispatchQuant::kFp8;
   l.group_size = l.fp8 ? o.group_size : 16;
   internal::FinishMoeLayout(l);
@@ -90,61 +75,23 @@ uint64_t ShapeTag(const CudaExpertAllToAllOptions& o) {
 
 size_t Align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// Offsets of DispatchState's arrays in a set's memory.
-struct SetLayout {
-  size_t positions, sent_counts, rows, source_index, slot_expert, slot_weight, counts, total;
-};
-
-SetLayout MakeSetLayout(const MoeLayout& l) {
+// Lays DispatchState's arrays out from `base` (null: only counts) and returns the bytes they take.
+size_t PlaceState(const MoeLayout& l, uint8_t* base, DispatchState* d) {
   const size_t rows = static_cast<size_t>(l.world) * l.max_tokens;
-  SetLayout s{};
   size_t at = 0;
-  const auto take = [&at](size_t bytes) {
-    const size_t here = at;
+  const auto take = [&](size_t bytes) {
+    uint8_t* here = base == nullptr ? nullptr : base + at;
     at += Align256(bytes);
     return here;
   };
-  s.positions = take(static_cast<size_t>(l.max_tokens) * l.world * sizeof(int32_t));
-  s.sent_counts = take(internal::kMaxCudaWorld * sizeof(int32_t));
-  s.rows = take(rows * l.hidden * internal::ElementBytes(l.type));
-  s.source_index = take(rows * sizeof(int32_t));
-  s.slot_expert = take(rows * l.topk * sizeof(int32_t));
-  s.slot_weight = take(rows * l.topk * sizeof(float));
-  s.counts = take(internal::kMaxCudaWorld * sizeof(int32_t));
-  s.total = at;
-  return s;
-}
-
-DispatchState StateOf(const CudaDispatchResult& r, uint8_t* base, const SetLayout& s) {
-  DispatchState d;
-  d.positions = reinterpret_cast<int32_t*>(base + s.positions);
-  d.sent_counts = reinterpret_cast<int32_t*>(base + s.sent_counts);
-  d.rows = const_cast<void*>(r.rows);
-  d.source_index = const_cast<int32_t*>(r.source_index);
-  d.slot_expert = const_cast<int32_t*>(r.slot_expert);
-  d.slot_weight = const_cast<float*>(r.slot_weight);
-  d.counts = const_cast<int32_t*>(r.counts);
-  return d;
-}
-
-float ElementToFloat(ElementType type, const uint8_t* p) {
-  switch (type) {
-    case ElementType::kBfloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return ff::Bf16ToFloat(v);
-    }
-    case ElementType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return ff::F16ToFloat(v);
-    }
-    case ElementType::kFloat32:
-      break;
-  }
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
+  d->positions = reinterpret_cast<int32_t*>(take(static_cast<size_t>(l.max_tokens) * l.world * sizeof(int32_t)));
+  d->sent_counts = reinterpret_cast<int32_t*>(take(internal::kMaxCudaWorld * sizeof(int32_t)));
+  d->rows = take(rows * l.hidden * internal::ElementBytes(l.type));
+  d->source_index = reinterpret_cast<int32_t*>(take(rows * sizeof(int32_t)));
+  d->slot_expert = reinterpret_cast<int32_t*>(take(rows * l.topk * sizeof(int32_t)));
+  d->slot_weight = reinterpret_cast<float*>(take(rows * l.topk * sizeof(float)));
+  d->counts = reinterpret_cast<int32_t*>(take(internal::kMaxCudaWorld * sizeof(int32_t)));
+  return at;
 }
 
 }  // namespace
@@ -155,11 +102,11 @@ absl::StatusOr<std::unique_ptr<CudaExpertAllToAll>> CudaExpertAllToAll::Create(
   KVT_RETURN_IF_ERROR(ValidateOptions(options, bootstrap->world_size()));
   std::unique_ptr<CudaExpertAllToAll> a2a(new CudaExpertAllToAll());
   a2a->options_ = options;
-  const MoeLayout layout = MakeLayout(options, bootstrap->world_size(), bootstrap->rank());
+  a2a->layout_ = MakeLayout(options, bootstrap->world_size(), bootstrap->rank());
   KVT_ASSIGN_OR_RETURN(a2a->group_, internal::CudaPeerGroup::Create(
                                         std::move(bootstrap), {.device = options.device,
                                                                .flag_bytes = Align256(internal::kMoeFlagBytes),
-                                                               .area_bytes = internal::MoeAreaBytes(layout),
+                                                               .area_bytes = internal::MoeAreaBytes(a2a->layout_),
                                                                .bootstrap_timeout = options.bootstrap_timeout,
                                                                .what = "CudaExpertAllToAll"}));
   KVT_RETURN_IF_ERROR(internal::LoadMoeKernels());
@@ -174,20 +121,42 @@ int CudaExpertAllToAll::world_size() const { return group_->world_size(); }
 void* CudaExpertAllToAll::stream() const { return group_->StreamOr(nullptr); }
 
 absl::Status CudaExpertAllToAll::Allocate() {
-  const MoeLayout layout = MakeLayout(options_, world_size(), rank());
-  const SetLayout s = MakeSetLayout(layout);
+  DispatchState sizing;
+  const size_t bytes = PlaceState(layout_, nullptr, &sizing);
   for (Set& set : sets_) {
-    KVT_ASSIGN_OR_RETURN(set.memory, codec::gpu::DeviceBuffer::Create(s.total));
-    KVT_RETURN_IF_ERROR(codec::gpu::FillDevice(set.memory->get(), 0, s.total));
-    uint8_t* base = static_cast<uint8_t*>(set.memory->get());
+    KVT_ASSIGN_OR_RETURN(set.memory, codec::gpu::DeviceBuffer::Create(bytes));
+    KVT_RETURN_IF_ERROR(codec::gpu::FillDevice(set.memory->get(), 0, bytes));
+    PlaceState(layout_, static_cast<uint8_t*>(set.memory->get()), &set.state);
     set.result.max_tokens = options_.max_tokens;
-    set.result.rows = base + s.rows;
-    set.result.source_index = reinterpret_cast<const int32_t*>(base + s.source_index);
-    set.result.slot_expert = reinterpret_cast<const int32_t*>(base + s.slot_expert);
-    set.result.slot_weight = reinterpret_cast<const float*>(base + s.slot_weight);
-    set.result.counts = reinterpret_cast<const int32_t*>(base + s.counts);
+    set.result.rows = set.state.rows;
+    set.result.source_index = set.state.source_index;
+    set.result.slot_expert = set.state.slot_expert;
+    set.result.slot_weight = set.state.slot_weight;
+    set.result.counts = set.state.counts;
   }
   return codec::gpu::Synchronize();
+}
+
+internal::MoeCall CudaExpertAllToAll::MakeCall(bool dispatch, uint64_t number, uint64_t call_tag,
+                                               absl::Duration timeout) const {
+  const int parity = static_cast<int>(number % 2);
+  internal::MoeCall call;
+  call.layout = layout_;
+  const uint64_t slots = dispatch ? internal::DispatchSlotsOffset(layout_, parity)
+                                  : internal::CombineSlotsOffset(layout_, parity);
+  for (int r = 0; r < world_size(); ++r) {
+    call.slots[r] = group_->area(r) + slots;
+    call.flags[r] = group_->flags(r);
+  }
+  call.signal_word = dispatch ? internal::DispatchSignalWord(parity) : internal::CombineSignalWord(parity);
+  call.tag_word = dispatch ? internal::DispatchTagWord(parity) : internal::CombineTagWord(parity);
+  call.count_word = dispatch ? internal::DispatchCountWord(parity) : 0;
+  call.epoch = number / 2 + 1;  // the number of this parity's calls so far
+  call.call_tag = call_tag;
+  call.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout));
+  call.status = group_->status();
+  call.sms = group_->sm_count();
+  return call;
 }
 
 absl::StatusOr<CudaDispatchResult> CudaExpertAllToAll::DispatchAsync(const void* tokens, const int32_t* topk_experts,
@@ -208,29 +177,13 @@ absl::StatusOr<CudaDispatchResult> CudaExpertAllToAll::DispatchAsync(const void*
   timeout_ = options.timeout;
   group_->set_drain(options.timeout + absl::Seconds(10));
   const uint64_t sequence = dispatches_++;
-  const int parity = static_cast<int>(sequence % 2);
-  Set& set = sets_[parity];
+  Set& set = sets_[sequence % 2];
   set.valid = false;
   set.num_tokens = num_tokens;
   set.result.sequence = sequence;
-
-  internal::MoeCall call;
-  call.layout = MakeLayout(options_, world_size(), rank());
-  for (int r = 0; r < world_size(); ++r) {
-    call.slots[r] = group_->area(r) + internal::DispatchSlotsOffset(call.layout, parity);
-    call.flags[r] = group_->flags(r);
-  }
-  call.signal_word = internal::DispatchSignalWord(parity);
-  call.tag_word = internal::DispatchTagWord(parity);
-  call.count_word = internal::DispatchCountWord(parity);
-  call.epoch = sequence / 2 + 1;
-  call.call_tag = CallTag(kTagSeed, {1, sequence, ShapeTag(options_)});
-  call.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.timeout));
-  call.status = group_->status();
-  call.sms = group_->sm_count();
-  const DispatchState state =
-      StateOf(set.result, static_cast<uint8_t*>(set.memory->get()), MakeSetLayout(call.layout));
-  KVT_RETURN_IF_ERROR(internal::LaunchDispatch(tokens, topk_experts, topk_weights, num_tokens, state, call,
+  const internal::MoeCall call =
+      MakeCall(true, sequence, CallTag(kTagSeed, {1, sequence, ShapeTag(options_)}), options.timeout);
+  KVT_RETURN_IF_ERROR(internal::LaunchDispatch(tokens, topk_experts, topk_weights, num_tokens, set.state, call,
                                                group_->StreamOr(stream)));
   set.valid = true;
   return set.result;
@@ -259,24 +212,9 @@ absl::Status CudaExpertAllToAll::CombineAsync(const CudaDispatchResult& dispatch
   timeout_ = options.timeout;
   group_->set_drain(options.timeout + absl::Seconds(10));
   const uint64_t number = combines_++;
-  const int parity = static_cast<int>(number % 2);
-
-  internal::MoeCall call;
-  call.layout = MakeLayout(options_, world_size(), rank());
-  for (int r = 0; r < world_size(); ++r) {
-    call.slots[r] = group_->area(r) + internal::CombineSlotsOffset(call.layout, parity);
-    call.flags[r] = group_->flags(r);
-  }
-  call.signal_word = internal::CombineSignalWord(parity);
-  call.tag_word = internal::CombineTagWord(parity);
-  call.epoch = number / 2 + 1;
-  call.call_tag = CallTag(kTagSeed, {2, number, dispatched.sequence, ShapeTag(options_)});
-  call.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.timeout));
-  call.status = group_->status();
-  call.sms = group_->sm_count();
-  const DispatchState state =
-      StateOf(set.result, static_cast<uint8_t*>(set.memory->get()), MakeSetLayout(call.layout));
-  return internal::LaunchCombine(expert_out, out, set.num_tokens, state, call, group_->StreamOr(stream));
+  const internal::MoeCall call = MakeCall(
+      false, number, CallTag(kTagSeed, {2, number, dispatched.sequence, ShapeTag(options_)}), options.timeout);
+  return internal::LaunchCombine(expert_out, out, set.num_tokens, set.state, call, group_->StreamOr(stream));
 }
 
 absl::Status CudaExpertAllToAll::Synchronize(void* stream, absl::Time deadline) {
@@ -290,7 +228,7 @@ absl::StatusOr<DispatchResult> CudaExpertAllToAll::ReadDispatch(const CudaDispat
   const int world = world_size();
   const int topk = options_.topk;
   const size_t hidden = options_.hidden;
-  const size_t element = internal::ElementBytes(ToElementType(options_.type));
+  const size_t element = DataTypeBytes(options_.type);
   // Copies on this exchange's stream, after the calls that wrote the result.
   const codec::gpu::CudaStream s{stream()};
   std::vector<int32_t> counts(world);
@@ -328,10 +266,9 @@ absl::StatusOr<DispatchResult> CudaExpertAllToAll::ReadDispatch(const CudaDispat
         out.slot_weight.push_back(weights[static_cast<size_t>(i) * topk + k]);
       }
       out.slot_offsets.push_back(out.slot_expert.size());
-      for (size_t h = 0; h < hidden; ++h) {
-        out.tokens.push_back(ElementToFloat(ToElementType(options_.type), rows.data() + (i * hidden + h) * element));
-      }
     }
+    const std::vector<float> values = DecodeAs(options_.type, rows);
+    out.tokens.insert(out.tokens.end(), values.begin(), values.end());
     out.rank_offsets.push_back(out.source_index.size());
   }
   return out;

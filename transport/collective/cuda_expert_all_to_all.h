@@ -42,7 +42,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/collective/collective_wire.h"
-#include "transport/collective/cuda_communicator.h"
+#include "transport/collective/cuda_moe_kernels.h"
+#include "transport/collective/data_type.h"
 #include "transport/collective/moe.h"
 
 namespace kvt::codec::gpu {
@@ -147,7 +148,8 @@ class CudaExpertAllToAll {
   // One of the two alternating sets of per-Dispatch device state.
   struct Set {
     std::unique_ptr<codec::gpu::DeviceBuffer> memory;
-    CudaDispatchResult result;
+    internal::DispatchState state;  // arrays in `memory`
+    CudaDispatchResult result;      // the same arrays, as the caller sees them
     int num_tokens = 0;
     bool valid = false;
   };
@@ -155,8 +157,11 @@ class CudaExpertAllToAll {
   CudaExpertAllToAll() = default;
   absl::Status Allocate();
   absl::Status CheckResult(const CudaDispatchResult& dispatched) const;
+  // The peers, signal words and slots of Dispatch (or Combine) number `number`.
+  internal::MoeCall MakeCall(bool dispatch, uint64_t number, uint64_t call_tag, absl::Duration timeout) const;
 
   CudaExpertAllToAllOptions options_;
+  internal::MoeLayout layout_;
   std::unique_ptr<internal::CudaPeerGroup> group_;
   std::array<Set, 2> sets_;
   uint64_t dispatches_ = 0;

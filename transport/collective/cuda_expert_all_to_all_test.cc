@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/cuda_util.h"
-#include "codec/internal/float_formats.h"
 #include "gtest/gtest.h"
+#include "transport/collective/data_type.h"
 #include "transport/collective/in_process_wire.h"
 #include "transport/collective/moe.h"
 #include "transport/collective/moe_testing.h"
@@ -25,7 +25,6 @@
 namespace kvt::collective {
 namespace {
 
-namespace ff = ::kvt::codec::internal;
 using codec::gpu::DeviceBuffer;
 
 #define SKIP_WITHOUT_CUDA() \
@@ -52,49 +51,6 @@ std::vector<MoeCase> Cases() {
 
 // The calls of a case: D0, D1, C0, C1, D2, C2, C2.
 constexpr int kDispatches = 3;
-
-float RoundTo(DataType type, float x) {
-  switch (type) {
-    case DataType::kBfloat16:
-      return ff::Bf16ToFloat(ff::FloatToBf16(x));
-    case DataType::kFloat16:
-      return ff::F16ToFloat(ff::FloatToF16(x, ff::F16Round::kNearestEven));
-    case DataType::kFloat32:
-      break;
-  }
-  return x;
-}
-
-size_t ElementSize(DataType type) { return type == DataType::kFloat32 ? 4 : 2; }
-
-std::vector<uint8_t> Encode(DataType type, const std::vector<float>& x) {
-  std::vector<uint8_t> out(x.size() * ElementSize(type));
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (type == DataType::kFloat32) {
-      std::memcpy(out.data() + 4 * i, &x[i], 4);
-    } else {
-      const uint16_t h = type == DataType::kBfloat16 ? ff::FloatToBf16(x[i])
-                                                     : ff::FloatToF16(x[i], ff::F16Round::kNearestEven);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-
-std::vector<float> Decode(DataType type, const std::vector<uint8_t>& bytes) {
-  const size_t n = bytes.size() / ElementSize(type);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (type == DataType::kFloat32) {
-      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, bytes.data() + 2 * i, 2);
-      out[i] = type == DataType::kBfloat16 ? ff::Bf16ToFloat(h) : ff::F16ToFloat(h);
-    }
-  }
-  return out;
-}
 
 int TokensOf(const MoeCase& c, int call, int rank) {
   switch (call) {
@@ -136,12 +92,12 @@ std::vector<float> Flatten(const DispatchResult& d) {
 std::vector<float> ExpertOutputs(const MoeCase& c, const CudaDispatchResult& d, int rank, int world,
                                  absl::Status& status) {
   const size_t rows = static_cast<size_t>(world) * c.max_tokens;
-  std::vector<uint8_t> raw(rows * c.hidden * ElementSize(c.type));
+  std::vector<uint8_t> raw(rows * c.hidden * DataTypeBytes(c.type));
   std::vector<int32_t> experts(rows * c.topk);
   status = codec::gpu::CopyToHost(raw.data(), d.rows, raw.size());
   if (status.ok()) status = codec::gpu::CopyToHost(experts.data(), d.slot_expert, experts.size() * 4);
   if (status.ok()) status = codec::gpu::Synchronize();
-  const std::vector<float> tokens = Decode(c.type, raw);
+  const std::vector<float> tokens = DecodeAs(c.type, raw);
   std::vector<float> out(rows * c.topk * c.hidden, 0.0f);
   for (size_t r = 0; r < rows; ++r) {
     for (int k = 0; k < c.topk; ++k) {
@@ -189,7 +145,7 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
   };
   const auto dispatch = [&](int call) -> absl::StatusOr<CudaDispatchResult> {
     const MoeRankData in = InputOf(c, call, self.rank, world);
-    const std::vector<uint8_t> tokens = Encode(c.type, in.tokens);
+    const std::vector<uint8_t> tokens = EncodeAs(c.type, in.tokens);
     void* t = upload(tokens.data(), tokens.size());
     void* e = upload(in.topk_experts.data(), in.topk_experts.size() * 4);
     void* w = upload(in.topk_weights.data(), in.topk_weights.size() * 4);
@@ -205,9 +161,9 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
     if (!d.ok()) return self.records.Write(d.status(), {});
     absl::Status s;
     const std::vector<float> y = ExpertOutputs(c, *d, self.rank, world, s);
-    const std::vector<uint8_t> y_bytes = Encode(c.type, y);
+    const std::vector<uint8_t> y_bytes = EncodeAs(c.type, y);
     void* dy = upload(y_bytes.data(), y_bytes.size());
-    const size_t out_bytes = static_cast<size_t>(TokensOf(c, call, self.rank)) * c.hidden * ElementSize(c.type);
+    const size_t out_bytes = static_cast<size_t>(TokensOf(c, call, self.rank)) * c.hidden * DataTypeBytes(c.type);
     auto out = DeviceBuffer::Create(std::max<size_t>(out_bytes, 16));
     if (s.ok() && dy == nullptr) s = absl::InternalError("upload failed");
     if (s.ok()) s = out.status();
@@ -216,7 +172,7 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
     std::vector<uint8_t> got(out_bytes);
     if (s.ok() && out_bytes > 0) s = codec::gpu::CopyToHost(got.data(), (*out)->get(), out_bytes);
     if (s.ok()) s = codec::gpu::Synchronize();
-    self.records.Write(s, s.ok() ? Decode(c.type, got) : std::vector<float>{});
+    self.records.Write(s, s.ok() ? DecodeAs(c.type, got) : std::vector<float>{});
   };
   // D0 and D1 back to back (two buffer sets), then their Combines in order, then D2 combined twice.
   const absl::StatusOr<CudaDispatchResult> d0 = dispatch(0);

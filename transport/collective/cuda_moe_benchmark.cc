@@ -21,9 +21,9 @@
 #include "absl/strings/str_split.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/internal/float_formats.h"
-#include "common/cuda_ipc.h"
 #include "transport/collective/cuda_expert_all_to_all.h"
 #include "transport/collective/moe_testing.h"
+#include "transport/collective/gpu_benchmark_support.h"
 #include "transport/collective/multi_process_testing.h"
 #include "transport/collective/nccl_library.h"
 #include "transport/collective/tcp_wire.h"
@@ -49,16 +49,6 @@ const char* const kColumnNames[kColumns] = {"kvt Dispatch (FP8)", "kvt Combine (
                                             "NCCL a2a, Dispatch's bytes", "NCCL a2a, Combine's bytes",
                                             "NCCL a2a, bf16 tokens"};
 
-#define BENCH_CHECK(expr)                                                                  \
-  do {                                                                                     \
-    const absl::Status _s = (expr);                                                        \
-    if (!_s.ok()) {                                                                        \
-      std::fprintf(stderr, "rank %d: %s: %s\n", self.rank, #expr, _s.ToString().c_str()); \
-      self.records.Write(_s, {});                                                          \
-      return 3;                                                                            \
-    }                                                                                      \
-  } while (0)
-
 absl::StatusOr<void*> Upload(std::vector<std::unique_ptr<DeviceBuffer>>& keep, const void* data, size_t bytes) {
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> b = DeviceBuffer::Create(std::max<size_t>(bytes, 16));
   if (!b.ok()) return b.status();
@@ -78,22 +68,10 @@ int RunRank(ForkedRank& self, int world) {
   const int tokens = absl::GetFlag(FLAGS_tokens), hidden = absl::GetFlag(FLAGS_hidden);
   const int topk = absl::GetFlag(FLAGS_topk), experts = absl::GetFlag(FLAGS_experts);
   const int iters = absl::GetFlag(FLAGS_iters);
-  auto wire = TcpWire::Create({.rank = self.rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(60)},
-                              std::move(self.listener));
-  BENCH_CHECK(wire.status());
-  BENCH_CHECK(UseCudaDevice(self.rank));
-  const std::string nccl_path = absl::GetFlag(FLAGS_nccl_lib);
-  std::unique_ptr<NcclLibrary> nccl;
-  std::unique_ptr<NcclComm> nccl_comm;
-  if (!nccl_path.empty()) {
-    auto lib = NcclLibrary::Load(nccl_path);
-    BENCH_CHECK(lib.status());
-    nccl = *std::move(lib);
-    auto comm = nccl->InitOverWire(**wire, absl::Now() + absl::Seconds(60));
-    BENCH_CHECK(comm.status());
-    nccl_comm = *std::move(comm);
-  }
-  auto made = CudaExpertAllToAll::Create(*std::move(wire), {.device = self.rank,
+  absl::StatusOr<BenchmarkRank> started = StartBenchmarkRank(self, world, absl::GetFlag(FLAGS_nccl_lib));
+  BENCH_CHECK(started.status());
+  NcclComm* const nccl_comm = started->comm.get();
+  auto made = CudaExpertAllToAll::Create(std::move(started->wire), {.device = self.rank,
                                                             .hidden = hidden,
                                                             .topk = topk,
                                                             .num_experts = experts,
@@ -102,13 +80,6 @@ int RunRank(ForkedRank& self, int world) {
                                                             .quant = DispatchQuant::kFp8});
   BENCH_CHECK(made.status());
   CudaExpertAllToAll& a2a = **made;
-  if (self.rank == 0) {
-    auto desc = codec::gpu::CudaDeviceDescription();
-    std::printf("device: %d x %s\n", world, desc.ok() ? desc->c_str() : desc.status().ToString().c_str());
-    if (nccl) std::printf("NCCL %s from %s\n", nccl->Version().c_str(), nccl_path.c_str());
-    std::fflush(stdout);
-  }
-
   // Routed tokens (bf16, 0.1% outliers), uniform distinct experts; rows sent = distinct ranks per token.
   const MoeRankData data = RandomMoeRankData(tokens, hidden, topk, experts, 500 + self.rank);
   std::vector<uint16_t> bf16(data.tokens.size());
@@ -207,11 +178,8 @@ int RunRank(ForkedRank& self, int world) {
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const int gpus = codec::gpu::CudaDeviceCountInChild();
-  if (gpus == 0) {
-    std::fprintf(stderr, "no CUDA device here: this benchmark needs GPUs (tools/gpu/run_gpu_collectives.sh)\n");
-    return 1;
-  }
+  const int gpus = GpusForBenchmark();
+  if (gpus == 0) return 1;
   std::vector<int> worlds;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_worlds), ',', absl::SkipEmpty())) {
     int w = 0;
