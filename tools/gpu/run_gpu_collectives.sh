@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The collective module's CUDA backend on a machine with several GPUs (issue 6): its tests (AllReduce and MoE
-# Dispatch/Combine, world sizes 2-4, bitwise against the CPU reference; failures), then the AllReduce benchmark
-# and the MoE benchmark beside NCCL.
+# Dispatch/Combine, world sizes 2-4, bitwise against the CPU reference; failures; calls routed to NCCL), then the
+# AllReduce benchmark and the MoE benchmark beside NCCL.
 #
 #   tools/gpu/run_gpu_collectives.sh prepare   # here: bazel build -c opt the test and the benchmark, copy them
 #                                              # and the shared libraries they need into .gpu-coll/ (git-ignored)
@@ -50,6 +50,11 @@ device() {
     | tee "$out/device.txt"
   local rc=0
   SECONDS=0
+  local nccl
+  nccl="$(find_nccl)"
+  echo "NCCL: ${nccl:-none found}"
+  # The tests of calls routed to NCCL read it from here (they skip without it).
+  export KVT_NCCL_LIB="${nccl}"
   if [ "${KVT_SKIP_TESTS:-0}" != 1 ]; then
     local t
     for t in cuda_communicator_test cuda_expert_all_to_all_test; do
@@ -59,9 +64,6 @@ device() {
     done
     echo "tests: ${SECONDS}s"
   fi
-  local nccl
-  nccl="$(find_nccl)"
-  echo "NCCL: ${nccl:-none found}"
   if [ "${KVT_SKIP_ALL_REDUCE:-0}" != 1 ]; then
     # shellcheck disable=SC2086
     "$DIR/bin/cuda_collective_benchmark" --nccl_lib="${nccl}" ${KVT_BENCH_ARGS:-} 2>&1 \

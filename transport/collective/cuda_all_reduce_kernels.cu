@@ -295,6 +295,51 @@ int ResidentBlocks(Kernel kernel) {
   return blocks;
 }
 
+// Smallest index of a non-finite element of out[0, count) (NCCL-routed calls: a NaN or Inf in any rank's input
+// makes the sum non-finite on every rank). Grid-stride, 16-byte vectors when `out` is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ bool IsFiniteElement(T x) {
+  return isfinite(static_cast<float>(x));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FindNonFiniteKernel(const T* __restrict__ out, uint64_t count,
+                                                                bool aligned, DeviceStatus* status) {
+  constexpr int kPerVector = 16 / sizeof(T);
+  const uint64_t vectors = aligned ? count / kPerVector : 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t first_bad = ~0ull;
+  for (uint64_t v = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; v < vectors; v += stride) {
+    const uint4 word = reinterpret_cast<const uint4*>(out)[v];
+    T x[kPerVector];
+    memcpy(x, &word, 16);
+#pragma unroll
+    for (int i = 0; i < kPerVector; ++i) {
+      if (!IsFiniteElement(x[i])) first_bad = min(first_bad, v * kPerVector + i);
+    }
+  }
+  for (uint64_t i = vectors * kPerVector + blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    if (!IsFiniteElement(out[i])) first_bad = min(first_bad, i);
+  }
+  if (first_bad != ~0ull) {
+    atomicMin(&status->first_bad_sum, first_bad);
+    atomicOr(&status->errors, static_cast<unsigned>(kBadSum));
+  }
+}
+
+template <typename T>
+absl::Status LaunchFindNonFiniteTyped(const void* out, uint64_t count, int sms, DeviceStatus* status,
+                                      cudaStream_t stream) {
+  const T* const data = static_cast<const T*>(out);
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  const uint64_t items = std::max<uint64_t>(aligned ? count / (16 / sizeof(T)) : count, 1);
+  const uint64_t wanted = (items + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(std::min<uint64_t>(wanted, static_cast<uint64_t>(std::max(sms, 1)) * 8));
+  FindNonFiniteKernel<T><<<blocks, kThreads, 0, stream>>>(data, count, aligned, status);
+  return LaunchError("AllReduce finiteness check");
+}
+
 template <typename T>
 absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, cudaStream_t stream) {
   ReduceScatterPushKernel<T><<<p.sms * ResidentBlocks(ReduceScatterPushKernel<T>), kThreads, 0, stream>>>(
@@ -356,6 +401,21 @@ absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& 
       return LaunchTyped<__nv_bfloat16>(in, out, p, s);
     case ElementType::kFloat16:
       return LaunchTyped<__half>(in, out, p, s);
+  }
+  return absl::InvalidArgumentError("unknown element type");
+}
+
+absl::Status LaunchFindNonFinite(const void* out, uint64_t count, ElementType type, int sms, DeviceStatus* status,
+                                 void* stream) {
+  if (count == 0) return absl::OkStatus();
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (type) {
+    case ElementType::kFloat32:
+      return LaunchFindNonFiniteTyped<float>(out, count, sms, status, s);
+    case ElementType::kBfloat16:
+      return LaunchFindNonFiniteTyped<__nv_bfloat16>(out, count, sms, status, s);
+    case ElementType::kFloat16:
+      return LaunchFindNonFiniteTyped<__half>(out, count, sms, status, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }

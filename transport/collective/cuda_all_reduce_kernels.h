@@ -90,6 +90,11 @@ struct RoundParams {
 // first value (they may be the same buffer). Launch errors come back as INTERNAL.
 absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& params, void* stream);
 
+// Records the smallest index of a non-finite value of out[0, count) in `status` as kBadSum (for calls NCCL ran).
+// One read of the output (16-byte loads when `out` is 16-byte aligned).
+absl::Status LaunchFindNonFinite(const void* out, uint64_t count, ElementType type, int sms, DeviceStatus* status,
+                                 void* stream);
+
 // Step-1 / step-2 area bytes one rank needs for a round of `chunks` chunks of class `full` (a short last chunk
 // never needs more).
 uint64_t Step1AreaBytes(const ChunkClass& full, int world, int rank, uint64_t chunks);

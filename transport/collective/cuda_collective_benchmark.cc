@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, nccl_lib, "", "libnccl.so.2 to compare with (empty: no NC
 ABSL_FLAG(int, world, 0, "ranks, one GPU each (0: every GPU)");
 ABSL_FLAG(std::string, sizes_mib, "1,4,16,64,256,1024", "bf16 buffer sizes, MiB");
 ABSL_FLAG(std::string, modes, "raw,8,6,5,4,3,2s,4/8", "kvt widths: raw (unquantized), N (N/N), Ns (spikes), A/B");
+ABSL_FLAG(std::string, routed_modes, "raw,rawc,8,4",
+          "modes also run with the communicator's default NCCL routing (nccl_routing.h), as 'auto ...' columns; "
+          "a trailing 'c' adds the routed calls' finiteness check (NcclRouting::check_finite); needs --nccl_lib");
 ABSL_FLAG(int, group_size, 128, "quantization group");
 ABSL_FLAG(int, accuracy_mib, 16, "bf16 MiB for the accuracy table (0: skip)");
 ABSL_FLAG(double, seconds_per_point, 0.05, "timed seconds per (size, mode), at least 5 iterations");
@@ -49,13 +52,26 @@ struct Mode {
   std::string name;
   bool nccl = false;
   AllReduceOptions options;
+  bool routed = false;  // through CudaCommunicator with its default NcclRouting
+  bool check_finite = false;  // of that routing
 };
 
-absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, bool with_nccl) {
+absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, const std::string& routed_spec,
+                                             bool with_nccl) {
   std::vector<Mode> modes;
   if (with_nccl) modes.push_back({"nccl bf16", true, {}});
-  for (absl::string_view m : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+  std::vector<std::pair<absl::string_view, bool>> specs;
+  for (absl::string_view m : absl::StrSplit(spec, ',', absl::SkipEmpty())) specs.push_back({m, false});
+  if (with_nccl) {
+    for (absl::string_view m : absl::StrSplit(routed_spec, ',', absl::SkipEmpty())) specs.push_back({m, true});
+  }
+  for (auto [m, routed] : specs) {
     Mode mode;
+    mode.routed = routed;
+    if (routed && !m.empty() && m.back() == 'c') {
+      mode.check_finite = true;
+      m.remove_suffix(1);
+    }
     mode.options.group_size = absl::GetFlag(FLAGS_group_size);
     mode.options.chunk_bytes = size_t{64} << 20;
     mode.options.timeout = absl::Seconds(20);
@@ -78,6 +94,10 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, bool with_
       mode.options.step2_bits = b;
       mode.name = absl::StrCat("INT", m);
     }
+    if (routed) {
+      mode.name = absl::StrCat("auto ", mode.name == "kvt bf16" ? "bf16" : mode.name,
+                               mode.check_finite ? " checked" : "");
+    }
     modes.push_back(mode);
   }
   return modes;
@@ -99,7 +119,11 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
   NcclComm* const nccl_comm = started->comm.get();
   const size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   // Unquantized bf16 needs the buffer's bytes in each of the two step areas.
-  auto comm = CudaCommunicator::Create(std::move(started->wire), {.device = self.rank, .workspace_bytes = 2 * max_bytes + (64 << 20)});
+  // kvt's own columns run with routing off; the "auto" columns switch to the default routing for their calls.
+  auto comm = CudaCommunicator::Create(std::move(started->wire), {.device = self.rank,
+                                                                   .workspace_bytes = 2 * max_bytes + (64 << 20),
+                                                                   .nccl_library = absl::GetFlag(FLAGS_nccl_lib),
+                                                                   .nccl_routing = NcclRouting::Off()});
   BENCH_CHECK(comm.status());
   CudaCommunicator& kvt = **comm;
   auto in = DeviceBuffer::Create(max_bytes);
@@ -119,6 +143,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
   BENCH_CHECK(timer.status());
   const auto run_once = [&](const Mode& mode, size_t count) -> absl::Status {
     if (mode.nccl) return nccl_comm->AllReduce((*in)->get(), (*out)->get(), count, NcclType::kBfloat16, stream);
+    kvt.set_nccl_routing(mode.routed ? NcclRouting{.check_finite = mode.check_finite} : NcclRouting::Off());
     return kvt.AllReduceAsync((*in)->get(), (*out)->get(), count, DataType::kBfloat16, mode.options, stream);
   };
   const double target_s = absl::GetFlag(FLAGS_seconds_per_point);
@@ -137,6 +162,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
       // the mean of the proposals (a one-value unquantized AllReduce, identical on every rank).
       float iters_f = static_cast<float>(std::clamp(target_s * 1e3 / std::max(*once, 1e-3f), 5.0, 2000.0));
       float agreed = 0;
+      kvt.set_nccl_routing(NcclRouting::Off());
       BENCH_CHECK(kvt.AllReduce(absl::MakeSpan(&iters_f, 1), absl::MakeSpan(&agreed, 1),
                                 {.step1_bits = 0, .step2_bits = 0, .group_size = 16}));
       const int iters = static_cast<int>(agreed / world);
@@ -149,8 +175,9 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
       const float us = *ms * 1e3f / iters;
       self.records.Write(absl::OkStatus(), {us});
       if (self.rank == 0) {
-        std::fprintf(stderr, "  %6zu MiB %-10s %10.1f us  %7.1f GB/s (rank 0, %d iterations)\n", bytes >> 20,
-                     mode.name.c_str(), us, bytes / (us * 1e3), iters);
+        const char* path = mode.nccl ? "" : AllReducePathName(kvt.PathOf(count, DataType::kBfloat16, mode.options));
+        std::fprintf(stderr, "  %6zu MiB %-10s %10.1f us  %7.1f GB/s (rank 0, %d iterations) %s\n", bytes >> 20,
+                     mode.name.c_str(), us, bytes / (us * 1e3), iters, path);
       }
     }
   }
@@ -191,7 +218,8 @@ int Main(int argc, char** argv) {
     }
     sizes.push_back(static_cast<size_t>(mib) << 20);
   }
-  absl::StatusOr<std::vector<Mode>> modes = ParseModes(absl::GetFlag(FLAGS_modes), !absl::GetFlag(FLAGS_nccl_lib).empty());
+  absl::StatusOr<std::vector<Mode>> modes = ParseModes(absl::GetFlag(FLAGS_modes), absl::GetFlag(FLAGS_routed_modes),
+                                                       !absl::GetFlag(FLAGS_nccl_lib).empty());
   if (!modes.ok()) {
     std::fprintf(stderr, "%s\n", modes.status().ToString().c_str());
     return 1;
@@ -212,6 +240,7 @@ int Main(int argc, char** argv) {
   std::printf("\nAllReduce of a bf16 buffer, %d GPUs: algorithmic bandwidth GB/s (bytes / time of the slowest rank)", world);
   const bool has_nccl = (*modes)[0].nccl;
   std::printf("%s\n\n", has_nccl ? ", and x NCCL" : "");
+  if (has_nccl) std::printf("auto columns: CudaCommunicator's default routing (%s)\n\n", DescribeRouting({}).c_str());
   std::vector<std::string> header = {"size"};
   for (const Mode& m : *modes) header.push_back(m.name);
   std::printf("| %s |\n", absl::StrJoin(header, " | ").c_str());

@@ -11,6 +11,7 @@
 #include "transport/collective/call_tag.h"
 #include "transport/collective/cuda_all_reduce_kernels.h"
 #include "transport/collective/cuda_peer_group.h"
+#include "transport/collective/nccl_library.h"
 
 namespace kvt::collective {
 namespace {
@@ -66,10 +67,79 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
                                                                       .area_bytes = options.workspace_bytes,
                                                                       .bootstrap_timeout = options.bootstrap_timeout,
                                                                       .what = "CudaCommunicator"}));
+  comm->routing_ = options.nccl_routing;
+  KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
   return comm;
 }
 
+absl::Status CudaCommunicator::SetUpNccl(const CudaCommunicatorOptions& options) {
+  // 0: not asked, 1: loaded, 2: asked but could not load. Every rank tells every other, so all decide alike
+  // before any enters ncclCommInitRank (which would wait forever for a rank that never comes).
+  enum : uint8_t { kNotAsked = 0, kLoaded = 1, kFailed = 2 };
+  uint8_t mine = kNotAsked;
+  absl::Status load_error;
+  if (!options.nccl_library.empty()) {
+    absl::StatusOr<std::unique_ptr<NcclLibrary>> lib = NcclLibrary::Load(options.nccl_library);
+    if (lib.ok()) {
+      nccl_library_ = *std::move(lib);
+      mine = kLoaded;
+    } else {
+      load_error = lib.status();
+      mine = kFailed;
+    }
+  }
+  CollectiveWire& wire = group_->wire();
+  const int world = group_->world_size();
+  const int me = group_->rank();
+  const absl::Time deadline = absl::Now() + options.bootstrap_timeout;
+  std::vector<uint8_t> states(world, kNotAsked);
+  states[me] = mine;
+  for (int r = 0; r < world; ++r) {
+    if (r != me) KVT_RETURN_IF_ERROR(wire.Send(r, absl::MakeConstSpan(&mine, 1), deadline));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (r != me) KVT_RETURN_IF_ERROR(wire.Receive(r, absl::MakeSpan(&states[r], 1), deadline));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (states[r] == kFailed) {
+      return absl::FailedPreconditionError(
+          r == me ? absl::StrFormat("rank %d cannot use NCCL: %s", me, load_error.message())
+                  : absl::StrFormat("rank %d could not load its nccl_library (see that rank's error)", r));
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if ((states[r] == kNotAsked) != (mine == kNotAsked)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "ranks disagree on using NCCL: rank %d %s nccl_library, rank %d %s (set it alike on every rank)", me,
+          mine == kNotAsked ? "has no" : "sets", r, states[r] == kNotAsked ? "does not" : "does"));
+    }
+  }
+  if (mine == kNotAsked) return absl::OkStatus();
+  KVT_RETURN_IF_ERROR(group_->UseDevice());
+  KVT_ASSIGN_OR_RETURN(nccl_comm_, nccl_library_->InitOverWire(wire, deadline));
+  return absl::OkStatus();
+}
+
 CudaCommunicator::~CudaCommunicator() = default;
+
+std::string CudaCommunicator::nccl_version() const {
+  return nccl_library_ == nullptr ? std::string() : nccl_library_->Version();
+}
+
+AllReducePath CudaCommunicator::PathOf(size_t count, DataType type, const AllReduceOptions& options) const {
+  return ChooseAllReducePath(routing_, nccl_loaded(), count, type, options);
+}
+
+absl::Status CudaCommunicator::NcclAllReduce(const void* in, void* out, size_t count, DataType type, void* stream) {
+  NcclType nccl_type = NcclType::kFloat32;
+  if (type == DataType::kBfloat16) nccl_type = NcclType::kBfloat16;
+  if (type == DataType::kFloat16) nccl_type = NcclType::kFloat16;
+  void* const s = group_->StreamOr(stream);
+  KVT_RETURN_IF_ERROR(nccl_comm_->AllReduce(in, out, count, nccl_type, s));
+  if (!routing_.check_finite) return absl::OkStatus();
+  return internal::LaunchFindNonFinite(out, count, internal::ToElementType(type), group_->sm_count(),
+                                       group_->status(), s);
+}
 
 int CudaCommunicator::rank() const { return group_->rank(); }
 int CudaCommunicator::world_size() const { return group_->world_size(); }
@@ -88,6 +158,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   KVT_RETURN_IF_ERROR(group_->UseDevice());
   timeout_ = options.timeout;
   group_->set_drain(options.timeout + absl::Seconds(10));
+  if (PathOf(count, type, options) == AllReducePath::kNccl) return NcclAllReduce(in, out, count, type, stream);
   const int world = group_->world_size();
   const size_t workspace_bytes = group_->area_bytes();
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
@@ -146,8 +217,12 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
 }
 
 absl::Status CudaCommunicator::Synchronize(void* stream, absl::Time deadline) {
-  KVT_ASSIGN_OR_RETURN(const DeviceStatus got, group_->Finish(stream, deadline));
-  return internal::DeviceStatusToStatus(got, group_->rank(), "AllReduce", timeout_);
+  absl::StatusOr<DeviceStatus> got = group_->Finish(stream, deadline);
+  absl::Status result =
+      got.ok() ? internal::DeviceStatusToStatus(*got, group_->rank(), "AllReduce", timeout_) : got.status();
+  // NCCL kernels may be waiting for a peer that is gone: destroy the NCCL communicator by aborting it.
+  if (!result.ok() && nccl_comm_ != nullptr) nccl_comm_->AbortOnDestroy();
+  return result;
 }
 
 absl::Status CudaCommunicator::AllReduce(absl::Span<const float> in, absl::Span<float> out,

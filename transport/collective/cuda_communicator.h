@@ -15,6 +15,12 @@
 //                                            {.step1_bits = 4, .step2_bits = 4}, stream));
 //   KVT_RETURN_IF_ERROR(comm->Synchronize(stream, absl::Now() + absl::Seconds(30)));
 //
+// With `nccl_library` set, the communicator also loads NCCL (dlopen; nothing links it) and hands it the calls
+// where its own kernels lose (nccl_routing.h: unquantized calls, and quantized calls under 16 MiB, by default).
+// Those calls are NCCL's bf16/fp16/fp32 ring sum: bitwise the same on every rank, but not WireCommunicator's
+// bytes, and, like NCCL, they sum a NaN or Inf into the output instead of reporting it (set
+// nccl_routing.check_finite for a check of the output that Synchronize reports on every rank).
+//
 // Contract: every rank calls the same collectives in the same order with the same count, type and options,
 // and successive calls are ordered on the GPU (one stream, or the caller orders them). A rank that disagrees is
 // detected by a per-call tag (FAILED_PRECONDITION on every rank that sees it); stores are bounds-checked
@@ -28,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +44,7 @@
 #include "transport/collective/collective_wire.h"
 #include "transport/collective/communicator.h"
 #include "transport/collective/data_type.h"
+#include "transport/collective/nccl_routing.h"
 
 namespace kvt::codec::gpu {
 class DeviceBuffer;
@@ -48,6 +56,9 @@ class CudaPeerGroup;
 
 namespace kvt::collective {
 
+class NcclComm;
+class NcclLibrary;
+
 struct CudaCommunicatorOptions {
   // This rank's CUDA device; -1 picks rank % device count.
   int device = -1;
@@ -56,13 +67,20 @@ struct CudaCommunicatorOptions {
   size_t workspace_bytes = size_t{256} << 20;
   // Deadline of the handle exchange at Create and of the goodbye at destruction.
   absl::Duration bootstrap_timeout = absl::Seconds(30);
+  // NCCL to hand calls to: a path, or a soname the loader searches ("libnccl.so.2"); empty: never. Every rank
+  // must set it alike. NCCL's own initialization (ncclCommInitRank) has no deadline: Create agrees first, over
+  // the bootstrap wire and within bootstrap_timeout, that every rank loaded it.
+  std::string nccl_library;
+  // Which calls go to NCCL when it is loaded.
+  NcclRouting nccl_routing;
 };
 
 class CudaCommunicator : public Communicator {
  public:
   // Collective: every rank of `bootstrap`'s group calls it. INVALID_ARGUMENT for bad options or a world of
-  // more than 16; FAILED_PRECONDITION without a usable GPU, when ranks disagree on workspace_bytes, or when a
-  // peer's memory cannot be mapped (another host); the wire's error when a peer does not answer.
+  // more than 16; FAILED_PRECONDITION without a usable GPU, when ranks disagree on workspace_bytes or on using
+  // NCCL, when a peer's memory cannot be mapped (another host), or when some rank cannot load nccl_library (on
+  // every rank, naming it); the wire's error when a peer does not answer.
   static absl::StatusOr<std::unique_ptr<CudaCommunicator>> Create(std::unique_ptr<CollectiveWire> bootstrap,
                                                                   const CudaCommunicatorOptions& options);
   // Waits (bounded) for the stream, says goodbye to the peers so none still writes here, unmaps and frees.
@@ -74,6 +92,13 @@ class CudaCommunicator : public Communicator {
   int world_size() const override;
   int device() const;
 
+  // The path a call of this shape takes (the same on every rank), and whether NCCL is loaded ("2.28.9").
+  AllReducePath PathOf(size_t count, DataType type, const AllReduceOptions& options) const;
+  bool nccl_loaded() const { return nccl_comm_ != nullptr; }
+  std::string nccl_version() const;
+  // Changes the routing for later calls; every rank must make the same change at the same point.
+  void set_nccl_routing(const NcclRouting& routing) { routing_ = routing; }
+
   // Host fp32 buffers: copies `in` to the GPU, runs AllReduceAsync on this communicator's stream, copies the
   // result back and waits (Synchronize with options.timeout plus 10 s). Errors as Communicator::AllReduce.
   absl::Status AllReduce(absl::Span<const float> in, absl::Span<float> out,
@@ -83,7 +108,9 @@ class CudaCommunicator : public Communicator {
   // `stream` (a cudaStream_t; null: this communicator's own, a non-blocking stream that does not wait for the
   // legacy default stream: order your copies before the call) and returns; what the GPU finds (bad input,
   // a peer's error, a timeout, a disagreeing rank) comes back from the next Synchronize. INVALID_ARGUMENT here
-  // for bad options (group_size must be a power of two from 16 to 256) or null buffers.
+  // for bad options (group_size must be a power of two from 16 to 256) or null buffers. A call routed to NCCL
+  // reports NCCL's launch errors here as INTERNAL; it cannot detect a rank that disagrees on the call (NCCL
+  // would wait for it: Synchronize's deadline still holds).
   absl::Status AllReduceAsync(const void* in, void* out, size_t count, DataType type,
                               const AllReduceOptions& options, void* stream = nullptr);
 
@@ -99,12 +126,19 @@ class CudaCommunicator : public Communicator {
 
  private:
   CudaCommunicator() = default;
+  // Loads NCCL where asked, checks that every rank agrees and loaded it, and joins the NCCL group.
+  absl::Status SetUpNccl(const CudaCommunicatorOptions& options);
+  absl::Status NcclAllReduce(const void* in, void* out, size_t count, DataType type, void* stream);
 
   std::unique_ptr<internal::CudaPeerGroup> group_;  // flags, then the step-1 and step-2 areas
   std::unique_ptr<codec::gpu::DeviceBuffer> staging_;  // for the host AllReduce
   uint64_t calls_ = 0;
   uint64_t epoch_ = 0;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
+  NcclRouting routing_;
+  // Destroyed before group_ (declared after it): an aborted NCCL kernel must not hold the stream the group drains.
+  std::unique_ptr<NcclLibrary> nccl_library_;
+  std::unique_ptr<NcclComm> nccl_comm_;
 };
 
 }  // namespace kvt::collective

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -129,11 +130,16 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
   return DecodeAs(c.type, got);
 }
 
-absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& self, size_t workspace) {
+absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& self,
+                                                                    const CudaCommunicatorOptions& options) {
   absl::StatusOr<std::unique_ptr<TcpWire>> wire = TcpWire::Create(
       {.rank = self.rank, .peers = self.peers, .bootstrap_timeout = absl::Seconds(30)}, std::move(self.listener));
   if (!wire.ok()) return wire.status();
-  return CudaCommunicator::Create(*std::move(wire), {.workspace_bytes = workspace});
+  return CudaCommunicator::Create(*std::move(wire), options);
+}
+
+absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& self, size_t workspace) {
+  return MakeCommunicator(self, {.workspace_bytes = workspace});
 }
 
 class CudaAllReduceTest : public ::testing::TestWithParam<int> {};
@@ -250,6 +256,177 @@ TEST(CudaAllReduceFailureTest, WorldOfOneCopiesThrough) {
   ASSERT_EQ(run.records[0].size(), 1u);
   ASSERT_EQ(run.records[0][0].code, absl::StatusCode::kOk);
   EXPECT_EQ(run.records[0][0].values, RandomWithOutliers(1000, 5));
+}
+
+// ---- calls routed to NCCL (nccl_routing.h) -------------------------------------------------------------------
+// These need NCCL: tools/gpu/run_gpu_collectives.sh sets KVT_NCCL_LIB to the machine's libnccl.so.2. NCCL wants
+// one GPU per rank, so they run min(4, GPUs) ranks and skip below 2 GPUs.
+
+std::string NcclPath() {
+  const char* path = std::getenv("KVT_NCCL_LIB");
+  return path == nullptr ? std::string() : std::string(path);
+}
+
+#define SKIP_WITHOUT_NCCL()                                                                  \
+  SKIP_WITHOUT_CUDA();                                                                       \
+  if (NcclPath().empty()) GTEST_SKIP() << "KVT_NCCL_LIB is not set (no NCCL to route to)"; \
+  if (codec::gpu::CudaDeviceCountInChild() < 2) GTEST_SKIP() << "NCCL needs a GPU per rank, and there is one"
+
+// Runs `c` through the device API and returns the output; `path` gets the path the communicator chose.
+absl::StatusOr<std::vector<float>> RunRouted(CudaCommunicator& comm, const Case& c, size_t index,
+                                             AllReducePath* path) {
+  *path = comm.PathOf(c.values, c.type, c.options);
+  return RunCase(comm, c, index);
+}
+
+// The float64 sum of the case's inputs over the ranks, and the sum of magnitudes (for the error bound).
+void ExactSums(const Case& c, size_t index, int world, std::vector<double>* sum, std::vector<double>* magnitude) {
+  sum->assign(c.values, 0.0);
+  magnitude->assign(c.values, 0.0);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<float> x = InputOf(c, r, index);
+    for (size_t i = 0; i < x.size(); ++i) {
+      (*sum)[i] += x[i];
+      (*magnitude)[i] += std::fabs(x[i]);
+    }
+  }
+}
+
+TEST(CudaAllReduceNcclTest, RoutedCallsAgreeOnEveryRankAndTheRestStayBitwiseTheCpuReference) {
+  SKIP_WITHOUT_NCCL();
+  const int world = std::min(4, codec::gpu::CudaDeviceCountInChild());
+  // 0, 1: NCCL by the defaults (unquantized; quantized under 16 MiB). 2: after set_nccl_routing lowered the
+  // threshold to 64 KiB, the same kind of call runs kvt's kernels and must be bitwise the CPU reference. 3: a NaN
+  // on rank 1 in a routed call fails it on every rank (check_finite). 4: the next routed call works. 5: without
+  // the check, the NaN reaches every rank's output and the call succeeds (NCCL's behaviour).
+  const std::vector<Case> cases = {
+      {"bf16 raw -> NCCL", DataType::kBfloat16, 1000003, {.step1_bits = 0, .step2_bits = 0}},
+      {"fp32 4/4 small -> NCCL", DataType::kFloat32, 50001, {.step1_bits = 4, .step2_bits = 4}},
+      {"bf16 4/8 above 64 KiB -> kvt", DataType::kBfloat16, 65539, {.step1_bits = 4, .step2_bits = 8}},
+      {"fp16 raw with a NaN -> NCCL", DataType::kFloat16, 30011, {.step1_bits = 0, .step2_bits = 0}},
+      {"fp16 raw after the NaN -> NCCL", DataType::kFloat16, 30011, {.step1_bits = 0, .step2_bits = 0}},
+      {"fp16 raw with a NaN, unchecked -> NCCL", DataType::kFloat16, 30011, {.step1_bits = 0, .step2_bits = 0}},
+  };
+  const std::vector<AllReducePath> want_path = {AllReducePath::kNccl, AllReducePath::kNccl, AllReducePath::kKvt,
+                                                AllReducePath::kNccl, AllReducePath::kNccl, AllReducePath::kNccl};
+  ForkedRun run = RunForked(world, absl::Seconds(240), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm =
+        MakeCommunicator(self, {.device = self.rank,
+                                .workspace_bytes = size_t{8} << 20,
+                                .nccl_library = NcclPath(),
+                                .nccl_routing = {.check_finite = true}});
+    if (!comm.ok()) {
+      self.records.Write(comm.status(), {});
+      return 2;
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (i == 2) (*comm)->set_nccl_routing({.quantized_below_bytes = 64 << 10, .check_finite = true});
+      if (i == 5) (*comm)->set_nccl_routing({.check_finite = false});
+      Case c = cases[i];
+      AllReducePath path = AllReducePath::kKvt;
+      absl::StatusOr<std::vector<float>> out;
+      if (i == 3 || i == 5) {
+        // Rank 1's input gets a NaN at index 777 (the case is fp16): run it by hand.
+        path = (*comm)->PathOf(c.values, c.type, c.options);
+        std::vector<uint8_t> bytes = EncodeAs(c.type, InputOf(c, self.rank, i));
+        // fp16's NaN bits written directly (the host conversion saturates a NaN to 65504).
+        const uint16_t fp16_nan = 0x7E00;
+        if (self.rank == 1) std::memcpy(bytes.data() + 2 * 777, &fp16_nan, 2);
+        auto d = codec::gpu::DeviceBuffer::Create(bytes.size());
+        absl::Status s = d.status();
+        if (s.ok()) s = codec::gpu::CopyToDevice((*d)->get(), bytes.data(), bytes.size());
+        if (s.ok()) s = codec::gpu::Synchronize();
+        if (s.ok()) s = (*comm)->AllReduceAsync((*d)->get(), (*d)->get(), c.values, c.type, c.options);
+        if (s.ok()) s = (*comm)->Synchronize(nullptr, absl::Now() + absl::Seconds(60));
+        if (s.ok()) s = codec::gpu::CopyToHost(bytes.data(), (*d)->get(), bytes.size());
+        out = s.ok() ? absl::StatusOr<std::vector<float>>(DecodeAs(c.type, bytes)) : s;
+      } else {
+        out = RunRouted(**comm, c, i, &path);
+      }
+      std::vector<float> values = out.ok() ? *out : std::vector<float>{};
+      values.push_back(path == AllReducePath::kNccl ? 1.0f : 0.0f);  // the path, last
+      self.records.Write(out.status(), values);
+    }
+    return 0;
+  });
+  for (const absl::Status& exit : run.exits) ASSERT_TRUE(exit.ok()) << exit;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    for (int r = 0; r < world; ++r) {
+      ASSERT_GT(run.records[r].size(), i) << "rank " << r << " stopped before " << c.name;
+      const Record& got = run.records[r][i];
+      ASSERT_FALSE(got.values.empty()) << c.name;
+      EXPECT_EQ(got.values.back(), want_path[i] == AllReducePath::kNccl ? 1.0f : 0.0f) << c.name << " path";
+      if (i == 3) {
+        EXPECT_EQ(got.code, absl::StatusCode::kInvalidArgument) << c.name << " on rank " << r;
+        continue;
+      }
+      ASSERT_EQ(got.code, absl::StatusCode::kOk) << c.name << " on rank " << r;
+      ASSERT_EQ(got.values.size(), c.values + 1) << c.name;
+      // Bitwise the same on every rank.
+      EXPECT_EQ(0, std::memcmp(got.values.data(), run.records[0][i].values.data(), c.values * 4))
+          << c.name << ": rank " << r << " differs from rank 0";
+    }
+    if (i == 3) continue;
+    const std::vector<float>& got = run.records[0][i].values;
+    if (i == 5) {
+      for (int r = 0; r < world; ++r) EXPECT_TRUE(std::isnan(run.records[r][i].values[777])) << "rank " << r;
+      EXPECT_FALSE(std::isnan(got[776])) << c.name;
+      continue;
+    }
+    if (want_path[i] == AllReducePath::kKvt) {
+      const std::vector<float> want = Reference(c, i, world);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), c.values * 4)) << c.name << ": not the CPU reference";
+      continue;
+    }
+    // NCCL's sum: each of the world - 1 additions rounds to the type, and so may the final store.
+    std::vector<double> sum, magnitude;
+    ExactSums(c, i, world, &sum, &magnitude);
+    const double unit = c.type == DataType::kFloat32 ? std::ldexp(1.0, -24)
+                        : c.type == DataType::kBfloat16 ? std::ldexp(1.0, -8)
+                                                        : std::ldexp(1.0, -11);
+    size_t bad = 0, first = 0;
+    for (size_t k = 0; k < c.values; ++k) {
+      const double bound = world * unit * magnitude[k] + 1e-30;
+      if (!(std::fabs(got[k] - sum[k]) <= bound) && bad++ == 0) first = k;
+    }
+    EXPECT_EQ(bad, 0u) << c.name << ": " << bad << " sums outside world x unit roundoff x sum|x|, first at " << first
+                       << ": got " << got[first] << ", exact " << sum[first];
+  }
+}
+
+TEST(CudaAllReduceNcclTest, ALibraryThatDoesNotLoadFailsCreateOnEveryRank) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kWorld = 2;  // NCCL is never initialized here, so the ranks may share a GPU
+  ForkedRun run = RunForked(kWorld, absl::Seconds(60), [&](ForkedRank& self) {
+    // Rank 0 points at a library that does not exist; rank 1 at one that is not NCCL.
+    const std::string path = self.rank == 0 ? "/nonexistent/libnccl.so.2" : "libc.so.6";
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm =
+        MakeCommunicator(self, {.workspace_bytes = 1 << 20, .nccl_library = path});
+    self.records.Write(comm.status(), {});
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(run.exits[r].ok()) << run.exits[r];
+    ASSERT_EQ(run.records[r].size(), 1u);
+    EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kFailedPrecondition) << "rank " << r;
+  }
+}
+
+TEST(CudaAllReduceNcclTest, RanksThatDisagreeOnNcclFailCreateOnEveryRank) {
+  SKIP_WITHOUT_NCCL();
+  constexpr int kWorld = 2;
+  ForkedRun run = RunForked(kWorld, absl::Seconds(60), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(
+        self, {.device = self.rank, .workspace_bytes = 1 << 20, .nccl_library = self.rank == 0 ? NcclPath() : ""});
+    self.records.Write(comm.status(), {});
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(run.exits[r].ok()) << run.exits[r];
+    ASSERT_EQ(run.records[r].size(), 1u);
+    EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kFailedPrecondition) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ absl::Status DeviceStatusToStatus(const DeviceStatus& got, int rank, const std::
   }
   if (got.errors & kBadSum) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the reduced sum at index %d is not finite (it overflowed fp32) before the step-2 quantization",
+        "the reduced sum at index %d is not finite (a NaN or Inf in some rank's input, or the sum overflowed)",
         got.first_bad_sum));
   }
   if (got.errors & kMismatch) {

@@ -69,6 +69,9 @@ class CudaPeerGroup {
   // This rank's stream (a cudaStream_t); `stream` when not null.
   void* StreamOr(void* stream) const;
 
+  // The bootstrap wire, for collectives that set up more over it (NCCL's id); the group says goodbye over it.
+  CollectiveWire& wire() const { return *bootstrap_; }
+
   // Makes this rank's device current for the calling thread.
   absl::Status UseDevice() const;
 

@@ -1,5 +1,5 @@
-// NCCL loaded at run time (dlopen), for benchmarks that compare kvt's collectives with NCCL on machines that
-// have it; nothing in kvt links NCCL. Declares only the stable C ABI it uses (NCCL 2.x): unique ids, ranks,
+// NCCL loaded at run time (dlopen): CudaCommunicator hands it the calls it routes to NCCL (nccl_routing.h), and
+// the benchmarks compare kvt's collectives with it on machines that have it; nothing in kvt links NCCL. Declares only the stable C ABI it uses (NCCL 2.x): unique ids, ranks,
 // AllReduce, grouped Send/Recv. Every NCCL error becomes a Status naming the call.
 //
 //   KVT_ASSIGN_OR_RETURN(auto nccl, NcclLibrary::Load("/usr/lib/x86_64-linux-gnu/libnccl.so.2"));
@@ -39,6 +39,10 @@ class NcclComm {
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
+  // Destroy with ncclCommAbort rather than ncclCommDestroy: for a communicator whose kernels may be stuck on a
+  // dead peer (ncclCommDestroy would wait for them).
+  void AbortOnDestroy() { abort_ = true; }
+
   // Sum AllReduce of `count` elements on `stream` (a cudaStream_t).
   absl::Status AllReduce(const void* in, void* out, size_t count, NcclType type, void* stream);
   // All-to-all of `count_per_peer` elements per rank: block r of `in` goes to rank r, block r of `out` comes
@@ -50,6 +54,7 @@ class NcclComm {
   NcclComm(const NcclLibrary* lib, void* comm) : lib_(lib), comm_(comm) {}
   const NcclLibrary* lib_;
   void* comm_;
+  bool abort_ = false;
 };
 
 class NcclLibrary {
@@ -76,6 +81,7 @@ class NcclLibrary {
   int (*get_unique_id_)(NcclId*) = nullptr;
   int (*comm_init_rank_)(void**, int, NcclId, int) = nullptr;
   int (*comm_destroy_)(void*) = nullptr;
+  int (*comm_abort_)(void*) = nullptr;
   int (*all_reduce_)(const void*, void*, size_t, int, int, void*, void*) = nullptr;
   int (*send_)(const void*, size_t, int, int, void*, void*) = nullptr;
   int (*recv_)(void*, size_t, int, int, void*, void*) = nullptr;
