@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -395,38 +396,36 @@ TEST(CudaAllReduceNcclTest, RoutedCallsAgreeOnEveryRankAndTheRestStayBitwiseTheC
   }
 }
 
-TEST(CudaAllReduceNcclTest, ALibraryThatDoesNotLoadFailsCreateOnEveryRank) {
-  SKIP_WITHOUT_CUDA();
-  constexpr int kWorld = 2;  // NCCL is never initialized here, so the ranks may share a GPU
-  ForkedRun run = RunForked(kWorld, absl::Seconds(60), [&](ForkedRank& self) {
-    // Rank 0 points at a library that does not exist; rank 1 at one that is not NCCL.
-    const std::string path = self.rank == 0 ? "/nonexistent/libnccl.so.2" : "libc.so.6";
-    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm =
-        MakeCommunicator(self, {.workspace_bytes = 1 << 20, .nccl_library = path});
+// Creates a communicator on each of `world` ranks with options_of(rank) and expects FAILED_PRECONDITION on all.
+void ExpectCreateFailsOnEveryRank(int world, const std::function<CudaCommunicatorOptions(int)>& options_of) {
+  ForkedRun run = RunForked(world, absl::Seconds(60), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, options_of(self.rank));
     self.records.Write(comm.status(), {});
     return 0;
   });
-  for (int r = 0; r < kWorld; ++r) {
+  for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(run.exits[r].ok()) << run.exits[r];
     ASSERT_EQ(run.records[r].size(), 1u);
     EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kFailedPrecondition) << "rank " << r;
   }
 }
 
+TEST(CudaAllReduceNcclTest, ALibraryThatDoesNotLoadFailsCreateOnEveryRank) {
+  SKIP_WITHOUT_CUDA();
+  // NCCL is never initialized here, so the two ranks may share a GPU. Rank 0 points at a library that does not
+  // exist; rank 1 at one that is not NCCL.
+  ExpectCreateFailsOnEveryRank(2, [](int rank) {
+    return CudaCommunicatorOptions{.workspace_bytes = 1 << 20,
+                                   .nccl_library = rank == 0 ? "/nonexistent/libnccl.so.2" : "libc.so.6"};
+  });
+}
+
 TEST(CudaAllReduceNcclTest, RanksThatDisagreeOnNcclFailCreateOnEveryRank) {
   SKIP_WITHOUT_NCCL();
-  constexpr int kWorld = 2;
-  ForkedRun run = RunForked(kWorld, absl::Seconds(60), [&](ForkedRank& self) {
-    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(
-        self, {.device = self.rank, .workspace_bytes = 1 << 20, .nccl_library = self.rank == 0 ? NcclPath() : ""});
-    self.records.Write(comm.status(), {});
-    return 0;
+  ExpectCreateFailsOnEveryRank(2, [](int rank) {
+    return CudaCommunicatorOptions{
+        .device = rank, .workspace_bytes = 1 << 20, .nccl_library = rank == 0 ? NcclPath() : ""};
   });
-  for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(run.exits[r].ok()) << run.exits[r];
-    ASSERT_EQ(run.records[r].size(), 1u);
-    EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kFailedPrecondition) << "rank " << r;
-  }
 }
 
 }  // namespace
