@@ -38,6 +38,7 @@ ABSL_FLAG(std::string, routed_modes, "raw,rawc,8,4",
           "modes also run with the communicator's default NCCL routing (nccl_routing.h), as 'auto ...' columns; "
           "a trailing 'c' adds the routed calls' finiteness check (NcclRouting::check_finite); needs --nccl_lib");
 ABSL_FLAG(int, group_size, 128, "quantization group");
+ABSL_FLAG(int, chunk_mib, 1, "AllReduceOptions::chunk_bytes of kvt's modes, MiB of fp32 (1: the library default)");
 ABSL_FLAG(int, accuracy_mib, 16, "bf16 MiB for the accuracy table (0: skip)");
 ABSL_FLAG(double, seconds_per_point, 0.05, "timed seconds per (size, mode), at least 5 iterations");
 
@@ -73,7 +74,7 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, const std:
       m.remove_suffix(1);
     }
     mode.options.group_size = absl::GetFlag(FLAGS_group_size);
-    mode.options.chunk_bytes = size_t{64} << 20;
+    mode.options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_mib)) << 20;
     mode.options.timeout = absl::Seconds(20);
     if (m == "raw") {
       mode.name = "kvt bf16";
