@@ -103,7 +103,9 @@ std::vector<float> Reference(const Case& c, size_t index, int world) {
 }
 
 // Runs one case on this rank's communicator; the output as floats.
-absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c, size_t index) {
+// `edit_bytes`, when given, changes the device API's input bytes before the upload (to plant a NaN).
+absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c, size_t index,
+                                           const std::function<void(std::vector<uint8_t>&)>& edit_bytes = nullptr) {
   const std::vector<float> in = InputOf(c, comm.rank(), index);
   if (!c.device_api) {
     std::vector<float> out(in.size());
@@ -111,7 +113,8 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
     if (!s.ok()) return s;
     return out;
   }
-  const std::vector<uint8_t> bytes = EncodeAs(c.type, in);
+  std::vector<uint8_t> bytes = EncodeAs(c.type, in);
+  if (edit_bytes) edit_bytes(bytes);
   absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_in = codec::gpu::DeviceBuffer::Create(bytes.size());
   if (!d_in.ok()) return d_in.status();
   absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_out = codec::gpu::DeviceBuffer::Create(bytes.size());
@@ -273,13 +276,6 @@ std::string NcclPath() {
   if (NcclPath().empty()) GTEST_SKIP() << "KVT_NCCL_LIB is not set (no NCCL to route to)"; \
   if (codec::gpu::CudaDeviceCountInChild() < 2) GTEST_SKIP() << "NCCL needs a GPU per rank, and there is one"
 
-// Runs `c` through the device API and returns the output; `path` gets the path the communicator chose.
-absl::StatusOr<std::vector<float>> RunRouted(CudaCommunicator& comm, const Case& c, size_t index,
-                                             AllReducePath* path) {
-  *path = comm.PathOf(c.values, c.type, c.options);
-  return RunCase(comm, c, index);
-}
-
 // The float64 sum of the case's inputs over the ranks, and the sum of magnitudes (for the error bound).
 void ExactSums(const Case& c, size_t index, int world, std::vector<double>* sum, std::vector<double>* magnitude) {
   sum->assign(c.values, 0.0);
@@ -324,26 +320,14 @@ TEST(CudaAllReduceNcclTest, RoutedCallsAgreeOnEveryRankAndTheRestStayBitwiseTheC
       if (i == 2) (*comm)->set_nccl_routing({.quantized_below_bytes = 64 << 10, .check_finite = true});
       if (i == 5) (*comm)->set_nccl_routing({.check_finite = false});
       Case c = cases[i];
-      AllReducePath path = AllReducePath::kKvt;
-      absl::StatusOr<std::vector<float>> out;
-      if (i == 3 || i == 5) {
-        // Rank 1's input gets a NaN at index 777 (the case is fp16): run it by hand.
-        path = (*comm)->PathOf(c.values, c.type, c.options);
-        std::vector<uint8_t> bytes = EncodeAs(c.type, InputOf(c, self.rank, i));
-        // fp16's NaN bits written directly (the host conversion saturates a NaN to 65504).
+      const AllReducePath path = (*comm)->PathOf(c.values, c.type, c.options);
+      // Cases 3 and 5 (fp16): rank 1's input gets a NaN at index 777, its bits written directly (the host
+      // conversion saturates a NaN to 65504).
+      const bool plant_nan = (i == 3 || i == 5) && self.rank == 1;
+      const absl::StatusOr<std::vector<float>> out = RunCase(**comm, c, i, [&](std::vector<uint8_t>& bytes) {
         const uint16_t fp16_nan = 0x7E00;
-        if (self.rank == 1) std::memcpy(bytes.data() + 2 * 777, &fp16_nan, 2);
-        auto d = codec::gpu::DeviceBuffer::Create(bytes.size());
-        absl::Status s = d.status();
-        if (s.ok()) s = codec::gpu::CopyToDevice((*d)->get(), bytes.data(), bytes.size());
-        if (s.ok()) s = codec::gpu::Synchronize();
-        if (s.ok()) s = (*comm)->AllReduceAsync((*d)->get(), (*d)->get(), c.values, c.type, c.options);
-        if (s.ok()) s = (*comm)->Synchronize(nullptr, absl::Now() + absl::Seconds(60));
-        if (s.ok()) s = codec::gpu::CopyToHost(bytes.data(), (*d)->get(), bytes.size());
-        out = s.ok() ? absl::StatusOr<std::vector<float>>(DecodeAs(c.type, bytes)) : s;
-      } else {
-        out = RunRouted(**comm, c, i, &path);
-      }
+        if (plant_nan) std::memcpy(bytes.data() + 2 * 777, &fp16_nan, 2);
+      });
       std::vector<float> values = out.ok() ? *out : std::vector<float>{};
       values.push_back(path == AllReducePath::kNccl ? 1.0f : 0.0f);  // the path, last
       self.records.Write(out.status(), values);

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<NcclLibrary>> NcclLibrary::Load(const std::string
   void* h = lib->handle_;
   if (!Resolve(h, "ncclGetVersion", &lib->get_version_) || !Resolve(h, "ncclGetUniqueId", &lib->get_unique_id_) ||
       !Resolve(h, "ncclCommInitRank", &lib->comm_init_rank_) ||
-      !Resolve(h, "ncclCommDestroy", &lib->comm_destroy_) || !Resolve(h, "ncclCommAbort", &lib->comm_abort_) || !Resolve(h, "ncclAllReduce", &lib->all_reduce_) ||
+      !Resolve(h, "ncclCommDestroy", &lib->comm_destroy_) || !Resolve(h, "ncclCommAbort", &lib->comm_abort_) ||
+      !Resolve(h, "ncclAllReduce", &lib->all_reduce_) ||
       !Resolve(h, "ncclSend", &lib->send_) || !Resolve(h, "ncclRecv", &lib->recv_) ||
       !Resolve(h, "ncclGroupStart", &lib->group_start_) || !Resolve(h, "ncclGroupEnd", &lib->group_end_) ||
       !Resolve(h, "ncclGetErrorString", &lib->error_string_)) {
