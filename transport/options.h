@@ -45,6 +45,11 @@ struct Options {
   // UCX_NET_DEVICES, e.g. "lo" or "veth0" ("" = UCX's default, all). Restricts which interfaces the tcp
   // transport listens on and advertises in the worker address.
   std::string ucx_net_devices = "";
+  // UCX workers per transport, 1..16. With more than one, each worker runs on a progress thread of its own and a
+  // link stripes its chunks over min(own, peer's) workers, so that UCX's copies (the bound on one worker's
+  // goodput) use that many cores on each side; the engine then computes and checks CRC32C on as many threads. One
+  // worker is driven by the engine's progress thread.
+  int ucx_workers = 1;
 
   // Clock used for pacing and timeouts; null = RealClock(). Must outlive the transport.
   const Clock* clock = nullptr;

@@ -30,6 +30,16 @@ TEST(OptionsTest, BadFieldsAreInvalidArgument) {
   heartbeat_too_slow.heartbeat_interval = absl::Seconds(5);
   heartbeat_too_slow.peer_timeout = absl::Seconds(1);
   EXPECT_EQ(ValidateOptions(heartbeat_too_slow).status().code(), absl::StatusCode::kInvalidArgument);
+  for (int workers : {0, -3, 17}) {
+    Options o;
+    o.ucx_workers = workers;
+    auto v = ValidateOptions(o);
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << workers;
+    EXPECT_NE(v.status().message().find("ucx_workers"), absl::string_view::npos) << v.status();
+  }
+  Options sixteen;
+  sixteen.ucx_workers = 16;
+  EXPECT_TRUE(ValidateOptions(sixteen).ok());
 }
 
 }  // namespace

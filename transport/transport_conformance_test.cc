@@ -48,6 +48,20 @@ std::vector<Backend> Backends() {
          o.ucx_tls = "shm";
          return NewUcxTransport(o);
        }},
+      // Chunks striped over two UCX workers per side, each on a thread of its own.
+      {"UcxTcpTwoWorkers",
+       [](Options o) {
+         o.ucx_tls = "tcp";
+         o.ucx_net_devices = "lo";
+         o.ucx_workers = 2;
+         return NewUcxTransport(o);
+       }},
+      {"UcxShmTwoWorkers",
+       [](Options o) {
+         o.ucx_tls = "shm";
+         o.ucx_workers = 2;
+         return NewUcxTransport(o);
+       }},
   };
 }
 

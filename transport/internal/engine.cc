@@ -54,6 +54,7 @@ struct Engine::SendRecord {
   MessageKind kind = MessageKind::kChunk;
   LinkId link = 0;
   uint64_t transfer_id = 0;  // chunks only
+  uint8_t stage = 0;         // chunks only
   bool raw = false;          // SendRawChunkForTest: belongs to no transfer
   std::array<uint8_t, kChunkHeaderBytes> chunk_header{};
   std::array<uint8_t, kControlMessageBytes> control{};
@@ -87,8 +88,10 @@ Engine::Engine(Options options, Capabilities capabilities)
       capabilities_(std::move(capabilities)),
       clock_(options_.clock),
       counters_(std::make_unique<Counters>()),
-      verifier_(std::make_unique<ChunkVerifier>([this] { Wake(); })),
-      send_crcs_(std::make_unique<SendCrcPrecomputer>(options_.chunk_bytes)) {}
+      // As many checksum threads per direction as UCX workers: with several, the wire moves bytes on that many
+      // cores, and one CRC thread would bound it (measured: docs/BENCHMARKS.md, "Striping over UCX workers").
+      verifier_(std::make_unique<ChunkVerifier>([this] { Wake(); }, options_.ucx_workers)),
+      send_crcs_(std::make_unique<SendCrcPrecomputer>(options_.chunk_bytes, options_.ucx_workers)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Options options, Capabilities capabilities,
                                                        WireFactory make_wire) {
@@ -225,6 +228,17 @@ PeerLink* Engine::FindLink(LinkId id) {
   return it == links_.end() ? nullptr : it->second.get();
 }
 
+namespace {
+
+bool LowerStageOnWire(const PeerLink& link, uint8_t stage) {
+  for (uint8_t s = 0; s < stage; ++s) {
+    if (link.chunks_on_wire[s] > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int Engine::ServiceLink(PeerLink& link, absl::Time now, absl::Time* next_timer) {
   if (!link.down.ok()) {
     if (link.transfers.empty()) return 0;
@@ -266,6 +280,9 @@ int Engine::ServiceLink(PeerLink& link, absl::Time now, absl::Time* next_timer) 
       link.blocked_since = absl::InfiniteFuture();
       break;
     }
+    // Over a wire of parallel paths, a chunk waits until the lower-stage chunks before it are done, or it could
+    // arrive first (a promoted one goes: the starvation bound outranks arrival order).
+    if (!wire_->ordered() && !cut->promoted && LowerStageOnWire(link, cut->stage)) break;
     const int64_t wire_bytes = int64_t{cut->length} + static_cast<int64_t>(kChunkHeaderBytes);
     if (link.inflight + wire_bytes > link.window) {
       if (link.blocked_since == absl::InfiniteFuture()) link.blocked_since = now;
@@ -315,6 +332,7 @@ void Engine::SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time
   rec->kind = MessageKind::kChunk;
   rec->link = link.id;
   rec->transfer_id = t.id;
+  rec->stage = cut.stage;
   EncodeChunkHeader(h, absl::MakeSpan(rec->chunk_header));
   const uint64_t cookie = next_cookie_++;
   const absl::Status sent =
@@ -329,6 +347,7 @@ void Engine::SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time
   link.inflight += wire_bytes;
   link.last_sent = now;
   ++link.sends_outstanding;
+  ++link.chunks_on_wire[cut.stage];
   ++t.sends_outstanding;
   RaiseMax(counters_->max_inflight, link.inflight);
   counters_->chunks_sent.fetch_add(1, std::memory_order_relaxed);
@@ -600,6 +619,7 @@ void Engine::OnSendDone(uint64_t cookie, absl::Status status) {
   PeerLink* link = FindLink(rec->link);
   if (link != nullptr) {
     --link->sends_outstanding;
+    if (rec->kind == MessageKind::kChunk && !rec->raw) --link->chunks_on_wire[rec->stage];
     if (!status.ok()) LinkDown(*link, absl::UnavailableError(absl::StrCat("send failed: ", status.message())));
   }
   if (rec->kind == MessageKind::kChunk && !rec->raw) {

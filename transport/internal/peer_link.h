@@ -5,6 +5,7 @@
 #define KVT_TRANSPORT_INTERNAL_PEER_LINK_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -108,6 +109,8 @@ struct PeerLink {
   absl::Time last_sent;
   absl::Time blocked_since = absl::InfiniteFuture();  // waiting for credit since
   uint64_t sends_outstanding = 0;
+  // Chunks handed to the wire and not yet reported done, per stage.
+  std::array<uint32_t, kMaxStages> chunks_on_wire{};
 
   bool ready() const { return wire_up && hello_received && down.ok(); }
 };

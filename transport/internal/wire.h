@@ -65,6 +65,10 @@ class Wire {
   virtual int Progress() = 0;
   // How long the engine may sleep when idle before calling Progress again (events that arrive meanwhile wait).
   virtual absl::Duration idle_poll_interval() const = 0;
+  // Whether a link's messages arrive in the order they were sent (one FIFO path). A wire that stripes a link over
+  // parallel paths says no; the engine then holds a chunk back while chunks of a lower stage are still on the wire,
+  // so that anchors still arrive before the residuals queued behind them.
+  virtual bool ordered() const { return true; }
 };
 
 }  // namespace kvt::transport::internal

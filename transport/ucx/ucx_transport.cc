@@ -9,8 +9,8 @@ absl::StatusOr<std::unique_ptr<Transport>> NewUcxTransport(const Options& option
   auto engine = internal::Engine::Create(
       options, Capabilities{"ucx", options.ucx_tls.empty() ? "all" : options.ucx_tls},
       [options](internal::WireEvents* events,
-                std::function<void()> /*wake*/) -> absl::StatusOr<std::unique_ptr<internal::Wire>> {
-        auto wire = internal::UcxWire::Create(options, events);
+                std::function<void()> wake) -> absl::StatusOr<std::unique_ptr<internal::Wire>> {
+        auto wire = internal::UcxWire::Create(options, events, std::move(wake));
         if (!wire.ok()) return wire.status();
         return std::unique_ptr<internal::Wire>(*std::move(wire));
       });

@@ -1,36 +1,48 @@
-// A Wire over UCX ucp: one context and one worker, owned by the engine's progress thread, and one endpoint per
-// link and side. The address is the worker address ("ucx:" + hex), which a peer gets out of band (the control
-// plane's hello); connecting by worker address, rather than through UCX's sockaddr connection manager, lets UCX
-// pick any transport it has, shared memory included (UCX 1.13 offers no shm lanes to sockaddr endpoints).
+// A Wire over UCX ucp active messages, striped over one or more rails (ucx_rail.h): a rail is a UCX context and
+// worker with its own endpoints, and, when there is more than one, its own thread. Options::ucx_workers says how
+// many. The address lists every rail's worker address ("ucx:" + hex, rails separated by "."), which a peer gets out
+// of band (the control plane's hello); connecting by worker address, rather than through UCX's sockaddr connection
+// manager, lets UCX pick any transport it has, shared memory included (UCX 1.13 offers no shm lanes to sockaddr
+// endpoints).
 //
-// Protocol: the connecting side picks a random 64-bit link token and sends it with its own worker address (AM id
-// 3); the other side opens an endpoint back to that address. Every later message (chunks: AM id 1, control: AM
-// id 2) carries the token ahead of the kvt header in the AM header, which is how a receiver knows the link a
-// message belongs to. A large chunk payload goes by UCX rendezvous straight into the receiver's buffer.
-// Endpoints use peer error handling, so a lost peer is reported as OnLinkDown.
-// Threading: as every Wire, only on the progress thread. UCX callbacks run inside Progress().
+// Protocol: the connecting side uses n = min(its rails, the peer's) rails for the link; it picks a random 64-bit
+// link token, opens an endpoint from each of its first n rails to the same rail of the peer, and sends the token
+// with the worker addresses of those n rails on rail 0 (AM id 3). The other side opens an endpoint back from each
+// of its rails to each address. Every later message (chunks: AM id 1, control: AM id 2) carries the token ahead of
+// the kvt header in the AM header, which is how a receiver knows the link a message belongs to. Control messages
+// travel on rail 0, in order; each chunk goes on the rail with the fewest payload bytes in flight (chunks carry
+// their own offsets, so their order does not matter). A large chunk payload goes by UCX rendezvous straight into
+// the receiver's buffer, copied by the receiving rail's thread. Endpoints use peer error handling where UCX has
+// it, so a lost peer is reported as OnLinkDown.
+//
+// Threading: as every Wire, the Wire calls are made on the engine's progress thread and WireEvents are called
+// back from inside Progress() there. Rails report to the wire through a queue that Progress drains.
 #ifndef KVT_TRANSPORT_UCX_UCX_WIRE_H_
 #define KVT_TRANSPORT_UCX_UCX_WIRE_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "transport/internal/mutex.h"
 #include "transport/internal/wire.h"
 #include "transport/options.h"
-#include "transport/ucx/ucx_handles.h"
+#include "transport/ucx/ucx_rail.h"
 
 namespace kvt::transport::internal {
 
-class UcxWire final : public Wire {
+class UcxWire final : public Wire, private RailEventSink {
  public:
-  // Reads UCX's configuration, applies options.ucx_tls / ucx_net_devices through ucp_config_modify, creates the
-  // context and the worker. Call on the progress thread.
-  static absl::StatusOr<std::unique_ptr<UcxWire>> Create(const Options& options, WireEvents* events);
+  // Creates options.ucx_workers rails (starting their threads when there are several). `wake`, if set, is called
+  // from a rail thread when it has queued something for Progress. Call on the progress thread.
+  static absl::StatusOr<std::unique_ptr<UcxWire>> Create(const Options& options, WireEvents* events,
+                                                         std::function<void()> wake = nullptr);
+  // Stops every rail (closing its endpoints; bounded), so no UCX operation outlives the wire.
   ~UcxWire() override;
 
   std::string address() const override { return address_; }
@@ -40,61 +52,57 @@ class UcxWire final : public Wire {
   void Close(LinkId link) override;
   int Progress() override;
   absl::Duration idle_poll_interval() const override { return absl::Microseconds(200); }
+  // One rail is one FIFO path per link; several are not.
+  bool ordered() const override { return rails_.size() == 1; }
 
-  // A UCX endpoint and what the wire knows of it. Stable address (held by unique_ptr): UCX callbacks point here.
-  struct Endpoint {
-    UcxWire* wire = nullptr;
-    LinkId id = 0;
-    uint64_t token = 0;
-    ucp_ep_h ep = nullptr;
-    bool closed = false;
-  };
+  int rail_count() const { return static_cast<int>(rails_.size()); }
+  // How many rails `link` stripes over (0 for an unknown link).
+  int link_rails(LinkId link) const;
+  const UcxRail& rail(int i) const { return *rails_[i]; }
 
  private:
-  struct Completion {
-    enum class Type { kSendDone, kPayloadRead, kLinkUp, kLinkDown } type;
-    uint64_t cookie_or_link = 0;
-    bool inbound = false;
-    absl::Status status;
+  struct Link {
+    LinkId id = 0;
+    uint64_t token = 0;
+    int rails = 0;
+    bool closed = false;
+    std::string connect_payload;  // the connect message's payload; UCX may read it until the rail stops
   };
-  struct RequestContext;
-
-  explicit UcxWire(WireEvents* events) : events_(events) {}
-
-  static ucs_status_t OnConnectMessage(void* arg, const void* header, size_t header_length, void* data,
-                                       size_t length, const ucp_am_recv_param_t* param);
-  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  struct SendRecord {
+    int rail = 0;
+    size_t bytes = 0;
+  };
   class Payload;
-  static ucs_status_t OnChunkMessage(void* arg, const void* header, size_t header_length, void* data,
-                                     size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnControlMessage(void* arg, const void* header, size_t header_length, void* data,
-                                       size_t length, const ucp_am_recv_param_t* param);
-  static void OnSendComplete(void* request, ucs_status_t status, void* user_data);
-  static void OnRecvComplete(void* request, ucs_status_t status, size_t length, void* user_data);
 
-  absl::StatusOr<Endpoint*> AddEndpoint(const ucp_address_t* remote, uint64_t token);
-  void HandleMessage(MessageKind kind, const void* header, size_t header_length, void* data, size_t length,
-                     const ucp_am_recv_param_t* param);
-  absl::Status SendRaw(Endpoint& e, unsigned am_id, absl::Span<const uint8_t> header,
-                       absl::Span<const uint8_t> payload, uint64_t cookie, bool report);
-  void CloseEndpoint(Endpoint& e);
-  void DrainCloseRequests(absl::Duration limit);
+  UcxWire(WireEvents* events, std::function<void()> wake) : events_(events), wake_(std::move(wake)) {}
+
+  // RailEventSink: on a rail's driver.
+  void Post(RailEvent event) override;
+
+  void HandleEvent(RailEvent& event);
+  void HandleConnect(RailEvent& event);
+  void HandleMessage(RailEvent& event);
+  void Drop(const RailEvent& event);
+  void CloseLink(Link& link);
+  Link* FindLink(LinkId id);
+  int PickRail(const Link& link) const;
 
   WireEvents* const events_;
-  // Released in reverse order: the worker before the context.
-  UcpContext context_;
-  UcpWorker worker_;
-  std::string worker_address_;  // raw bytes of our ucp worker address, sent to peers that connect
-  std::string address_;         // "ucx:" + hex(worker_address_)
+  const std::function<void()> wake_;
+  std::vector<std::unique_ptr<UcxRail>> rails_;
+  bool threaded_ = false;  // rails run on their own threads
+  std::string address_;
+
+  internal::Mutex mu_;
+  std::deque<RailEvent> queue_ ABSL_GUARDED_BY(mu_);
+
+  // Progress-thread state.
   LinkId next_link_ = 1;
-  absl::flat_hash_map<LinkId, std::unique_ptr<Endpoint>> endpoints_;
+  absl::flat_hash_map<LinkId, std::unique_ptr<Link>> links_;
   absl::flat_hash_map<uint64_t, LinkId> by_token_;
-  std::deque<Completion> completions_;
-  std::vector<void*> close_requests_;
-  // Operations UCX has not completed; their contexts are freed here if the worker goes first.
-  absl::flat_hash_set<RequestContext*> live_requests_;
-  // Set once ucp_ep_create refused peer failure handling (shared memory in UCX 1.13), to skip asking again.
-  bool peer_failure_handling_unsupported_ = false;
+  std::deque<LinkId> outbound_up_;  // links from Connect, reported up on the next Progress
+  absl::flat_hash_map<uint64_t, SendRecord> sends_;  // cookie -> where it went, until its kSendDone
+  std::vector<uint64_t> rail_bytes_in_flight_;
 };
 
 }  // namespace kvt::transport::internal
