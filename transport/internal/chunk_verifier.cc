@@ -2,24 +2,29 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "common/crc32c.h"
 
 namespace kvt::transport::internal {
 
-ChunkVerifier::ChunkVerifier(std::function<void()> on_verified)
-    : on_verified_(std::move(on_verified)), thread_([this] {
-        pthread_setname_np(pthread_self(), "kvt-verify");
-        Run();
-      }) {}
+ChunkVerifier::ChunkVerifier(std::function<void()> on_verified, int threads)
+    : on_verified_(std::move(on_verified)) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "kvt-verify");
+      Run();
+    });
+  }
+}
 
 ChunkVerifier::~ChunkVerifier() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void ChunkVerifier::Submit(VerifiedChunk chunk) {
@@ -37,19 +42,28 @@ std::deque<VerifiedChunk> ChunkVerifier::TakeVerified() {
 void ChunkVerifier::Run() {
   while (true) {
     VerifiedChunk chunk;
+    uint64_t number = 0;
     {
       MutexLock lock(&mu_);
       mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !pending_.empty(); });
       if (stopping_) return;
       chunk = std::move(pending_.front());
       pending_.pop_front();
+      number = next_taken_++;
     }
     chunk.crc_ok = Crc32c(chunk.payload.get(), chunk.header.length) == chunk.header.payload_crc32c;
+    bool released = false;
     {
       MutexLock lock(&mu_);
-      verified_.push_back(std::move(chunk));
+      checked_.emplace(number, std::move(chunk));
+      // Hand back the checked chunks that have no unchecked one before them.
+      for (auto it = checked_.begin(); it != checked_.end() && it->first == next_in_order_; it = checked_.erase(it)) {
+        verified_.push_back(std::move(it->second));
+        ++next_in_order_;
+        released = true;
+      }
     }
-    on_verified_();
+    if (released) on_verified_();
   }
 }
 

@@ -1,6 +1,7 @@
-// Checks received chunks' CRC32C on a thread of its own, so the engine's progress thread goes back to moving
-// bytes (polling UCX, sending credit) while a chunk is checked instead of in series with it. Chunks are
-// checked and handed back in the order they were submitted, so verification does not reorder arrivals.
+// Checks received chunks' CRC32C on threads of its own (one, or more where the wire moves bytes on several), so
+// the engine's progress thread goes back to moving bytes (polling UCX, sending credit) while a chunk is checked
+// instead of in series with it. Chunks are handed back in the order they were submitted, however many threads
+// check them, so verification does not reorder arrivals.
 // Thread-safe: Submit and TakeVerified are called from the progress thread; the checks run on the verifier's.
 #ifndef KVT_TRANSPORT_INTERNAL_CHUNK_VERIFIER_H_
 #define KVT_TRANSPORT_INTERNAL_CHUNK_VERIFIER_H_
@@ -8,7 +9,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "transport/chunk_header.h"
@@ -29,10 +32,10 @@ struct VerifiedChunk {
 
 class ChunkVerifier {
  public:
-  // Starts the thread. `on_verified` runs on it after each chunk is checked (the engine's wake-up); it must
-  // not call back into the verifier.
-  explicit ChunkVerifier(std::function<void()> on_verified);
-  // Stops and joins the thread; chunks not yet taken are dropped (their buffers released).
+  // Starts `threads` (>= 1) threads. `on_verified` runs on one of them after chunks are checked (the engine's
+  // wake-up); it must not call back into the verifier.
+  explicit ChunkVerifier(std::function<void()> on_verified, int threads = 1);
+  // Stops and joins the threads; chunks not yet taken are dropped (their buffers released).
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
@@ -51,10 +54,13 @@ class ChunkVerifier {
   // State below is protected by mu_.
   Mutex mu_;
   std::deque<VerifiedChunk> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_taken_ ABSL_GUARDED_BY(mu_) = 0;     // submission number of pending_.front()
+  uint64_t next_in_order_ ABSL_GUARDED_BY(mu_) = 0;  // submission number verified_ waits for next
+  std::map<uint64_t, VerifiedChunk> checked_ ABSL_GUARDED_BY(mu_);  // checked ahead of an earlier one
   std::deque<VerifiedChunk> verified_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::thread thread_;  // last: starts after the fields it uses exist
+  std::vector<std::thread> threads_;  // last: start after the fields they use exist
 };
 
 }  // namespace kvt::transport::internal

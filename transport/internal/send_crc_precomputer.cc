@@ -8,18 +8,21 @@
 
 namespace kvt::transport::internal {
 
-SendCrcPrecomputer::SendCrcPrecomputer(uint32_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), thread_([this] {
-        pthread_setname_np(pthread_self(), "kvt-send-crc");
-        Run();
-      }) {}
+SendCrcPrecomputer::SendCrcPrecomputer(uint32_t chunk_bytes, int threads) : chunk_bytes_(chunk_bytes) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "kvt-send-crc");
+      Run();
+    });
+  }
+}
 
 SendCrcPrecomputer::~SendCrcPrecomputer() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void SendCrcPrecomputer::Add(uint64_t transfer_id, uint32_t index, uint8_t stage,
@@ -66,8 +69,7 @@ void SendCrcPrecomputer::Forget(uint64_t transfer_id) {
     for (const auto& [index, key] : t->second.cursors) queue_.erase(key);
     transfers_.erase(t);
   }
-  mu_.Await([this, transfer_id]()
-                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !busy_ || busy_transfer_ != transfer_id; });
+  mu_.Await([this, transfer_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !busy_.contains(transfer_id); });
 }
 
 uint64_t SendCrcPrecomputer::computed() const {
@@ -89,7 +91,8 @@ void SendCrcPrecomputer::Run() {
         auto t = transfers_.find(transfer_id);  // gone if forgotten meanwhile
         if (t != transfers_.end()) t->second.ready[{index, offset}] = crc;
         ++computed_;
-        busy_ = false;
+        auto b = busy_.find(transfer_id);
+        if (--b->second == 0) busy_.erase(b);
         have_result = false;
       }
       mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
@@ -106,8 +109,7 @@ void SendCrcPrecomputer::Run() {
         if (t != transfers_.end()) t->second.cursors.erase(index);
         queue_.erase(it);
       }
-      busy_ = true;
-      busy_transfer_ = transfer_id;
+      ++busy_[transfer_id];
     }
     crc = Crc32c(chunk.data(), chunk.size());
     have_result = true;

@@ -1,4 +1,5 @@
-// Computes outbound chunks' CRC32C ahead of the link scheduler on a thread of its own, so the sending
+// Computes outbound chunks' CRC32C ahead of the link scheduler on threads of its own (one, or more where the
+// wire moves bytes on several), so the sending
 // progress thread finds a chunk's CRC ready instead of computing it in series with feeding the wire. A
 // chunk's CRC depends only on its bytes, and the scheduler cuts every stream at multiples of the chunk size,
 // so all of a transfer's chunks are known when it is queued. Lower stages (the anchor) are computed first,
@@ -6,8 +7,8 @@
 // only saves time.
 //
 // Threading: every public method is called from the engine's progress thread; the CRCs are computed on the
-// precomputer's thread. Lifetime: a transfer's stream bytes must stay valid until Forget(transfer) returns
-// (Forget waits for a CRC of that transfer being computed at that moment, at most one chunk's worth).
+// precomputer's threads. Lifetime: a transfer's stream bytes must stay valid until Forget(transfer) returns
+// (Forget waits for the CRCs of that transfer being computed at that moment, at most one chunk per thread).
 #ifndef KVT_TRANSPORT_INTERNAL_SEND_CRC_PRECOMPUTER_H_
 #define KVT_TRANSPORT_INTERNAL_SEND_CRC_PRECOMPUTER_H_
 
@@ -16,6 +17,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -26,9 +28,9 @@ namespace kvt::transport::internal {
 
 class SendCrcPrecomputer {
  public:
-  // `chunk_bytes` > 0: the scheduler's chunk size. Starts the thread.
-  explicit SendCrcPrecomputer(uint32_t chunk_bytes);
-  // Stops and joins the thread.
+  // `chunk_bytes` > 0: the scheduler's chunk size. Starts `threads` (>= 1) threads.
+  explicit SendCrcPrecomputer(uint32_t chunk_bytes, int threads = 1);
+  // Stops and joins the threads.
   ~SendCrcPrecomputer();
   SendCrcPrecomputer(const SendCrcPrecomputer&) = delete;
   SendCrcPrecomputer& operator=(const SendCrcPrecomputer&) = delete;
@@ -42,7 +44,7 @@ class SendCrcPrecomputer {
   // Drops what is queued or computed for `transfer_id` and waits until no CRC of it is being computed.
   void Forget(uint64_t transfer_id);
 
-  // CRCs computed on the precomputer's thread so far (for tests).
+  // CRCs computed on the precomputer's threads so far (for tests).
   uint64_t computed() const;
 
  private:
@@ -72,12 +74,12 @@ class SendCrcPrecomputer {
   std::map<CursorKey, Cursor> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Transfer> transfers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a CRC of transfer busy_transfer_ is being computed
-  uint64_t busy_transfer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Transfer -> CRCs of it being computed outside the lock now.
+  absl::flat_hash_map<uint64_t, int> busy_ ABSL_GUARDED_BY(mu_);
   uint64_t computed_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::thread thread_;  // last: starts after the fields it uses exist
+  std::vector<std::thread> threads_;  // last: start after the fields they use exist
 };
 
 }  // namespace kvt::transport::internal

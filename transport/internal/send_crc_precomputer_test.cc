@@ -27,10 +27,13 @@ bool WaitComputed(const SendCrcPrecomputer& p, uint64_t n) {
   return true;
 }
 
-TEST(SendCrcPrecomputerTest, EveryChunkGetsItsOwnCrcWhetherPrecomputedOrNot) {
+// Every test runs with one computing thread and with several.
+class SendCrcPrecomputerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SendCrcPrecomputerTest, EveryChunkGetsItsOwnCrcWhetherPrecomputedOrNot) {
   constexpr uint32_t kChunk = 1000;
   const std::vector<uint8_t> a = Pattern(10 * kChunk + 7, 1);  // 11 chunks, the last short
-  SendCrcPrecomputer p(kChunk);
+  SendCrcPrecomputer p(kChunk, GetParam());
   p.Add(5, 0, 1, a);
   ASSERT_TRUE(WaitComputed(p, 11));
   for (uint64_t off = 0; off < a.size(); off += kChunk) {
@@ -43,18 +46,18 @@ TEST(SendCrcPrecomputerTest, EveryChunkGetsItsOwnCrcWhetherPrecomputedOrNot) {
   EXPECT_EQ(p.Take(5, 0, 0, first), Crc32c(first.data(), first.size()));
 }
 
-TEST(SendCrcPrecomputerTest, UnknownStreamsAreComputedByTheCaller) {
+TEST_P(SendCrcPrecomputerTest, UnknownStreamsAreComputedByTheCaller) {
   const std::vector<uint8_t> a = Pattern(4096, 9);
-  SendCrcPrecomputer p(1024);
+  SendCrcPrecomputer p(1024, GetParam());
   EXPECT_EQ(p.Take(77, 3, 0, absl::MakeConstSpan(a).subspan(0, 1024)), Crc32c(a.data(), 1024));
   EXPECT_EQ(p.computed(), 0u);
 }
 
-TEST(SendCrcPrecomputerTest, StreamsOnSeveralStagesAllComeBackRight) {
+TEST_P(SendCrcPrecomputerTest, StreamsOnSeveralStagesAllComeBackRight) {
   constexpr uint32_t kChunk = 4096;
   const std::vector<uint8_t> residual = Pattern(400 * kChunk, 2);
   const std::vector<uint8_t> anchor = Pattern(2 * kChunk, 3);
-  SendCrcPrecomputer p(kChunk);
+  SendCrcPrecomputer p(kChunk, GetParam());
   p.Add(1, 0, 3, residual);
   p.Add(2, 0, 0, anchor);
   ASSERT_TRUE(WaitComputed(p, 402));
@@ -66,10 +69,10 @@ TEST(SendCrcPrecomputerTest, StreamsOnSeveralStagesAllComeBackRight) {
   }
 }
 
-TEST(SendCrcPrecomputerTest, ForgetStopsWorkOnATransferBeforeItsBytesGo) {
+TEST_P(SendCrcPrecomputerTest, ForgetStopsWorkOnATransferBeforeItsBytesGo) {
   constexpr uint32_t kChunk = 64 * 1024;
   auto bytes = std::make_unique<std::vector<uint8_t>>(Pattern(256 * kChunk, 4));
-  SendCrcPrecomputer p(kChunk);
+  SendCrcPrecomputer p(kChunk, GetParam());
   p.Add(9, 0, 1, *bytes);
   p.Forget(9);
   const uint64_t after_forget = p.computed();
@@ -77,6 +80,8 @@ TEST(SendCrcPrecomputerTest, ForgetStopsWorkOnATransferBeforeItsBytesGo) {
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(p.computed(), after_forget);
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, SendCrcPrecomputerTest, ::testing::Values(1, 4));
 
 }  // namespace
 }  // namespace kvt::transport::internal
