@@ -25,7 +25,7 @@ absl::Status Positive(const char* flag, double value) {
 int RunTransport(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "bench transport";
   transport::TransportBenchOptions defaults;
-  std::string transports = "tcp,shm", rates = "1,5,10", net_devices = defaults.net_devices;
+  std::string transports = "tcp,shm", rates = "1,5,10", net_devices = defaults.net_devices, workers = "1";
   std::string perftest = defaults.perftest_program, perftest_test = defaults.perftest_test;
   int chunk_kib = static_cast<int>(defaults.chunk_bytes >> 10);
   int unthrottled_mib = static_cast<int>(defaults.unthrottled_bytes >> 20);
@@ -36,6 +36,8 @@ int RunTransport(const std::vector<std::string>& args, const CommandIo& io) {
   bool json = false;
   FlagSet flags("kvtctl bench transport");
   flags.String("transports", &transports, "UCX transports to measure, as UCX_TLS names them, comma-separated");
+  flags.String("ucx-workers", &workers,
+               "UCX workers per side to measure with, comma-separated (each >1 gets a progress thread of its own)");
   flags.String("net-devices", &net_devices, "UCX_NET_DEVICES for tcp (and ucx_perftest)");
   flags.String("rates-gbps", &rates, "token-bucket rates to measure, Gbit/s, comma-separated");
   flags.Int("chunk-kib", &chunk_kib, "kvt chunk size and ucx_perftest message size, KiB");
@@ -52,6 +54,9 @@ int RunTransport(const std::vector<std::string>& args, const CommandIo& io) {
       transports, rates, chunk_kib, unthrottled_mib, throttled_seconds, anchor_mib, residual_mib);
   if (!options.ok()) return UsageError(io, cmd, std::string(options.status().message()), flags.Usage());
   if (perftest_iterations <= 0) return UsageError(io, cmd, "--perftest-iterations must be positive", flags.Usage());
+  absl::StatusOr<std::vector<int>> worker_counts = UcxWorkerCountsFromFlag(workers);
+  if (!worker_counts.ok()) return UsageError(io, cmd, std::string(worker_counts.status().message()), flags.Usage());
+  options->ucx_workers = *worker_counts;
   options->net_devices = net_devices;
   options->perftest_program = perftest;
   options->perftest_test = perftest_test;
@@ -100,6 +105,19 @@ absl::StatusOr<transport::TransportBenchOptions> TransportBenchOptionsFromFlags(
   o.anchor_bytes = static_cast<uint64_t>(anchor_mib) << 20;
   o.residual_bytes = static_cast<uint64_t>(residual_mib) << 20;
   return o;
+}
+
+absl::StatusOr<std::vector<int>> UcxWorkerCountsFromFlag(const std::string& list) {
+  std::vector<int> out;
+  for (absl::string_view w : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(w, &v) || v < 1 || v > 16) {
+      return absl::InvalidArgumentError(absl::StrCat("bad --ucx-workers entry '", w, "': a count from 1 to 16"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--ucx-workers names no worker count");
+  return out;
 }
 
 CommandGroup BenchCommandGroup() {

@@ -30,6 +30,18 @@ TEST(BenchCommandTest, FlagsMapToTransportBenchOptions) {
   EXPECT_DOUBLE_EQ(o->throttled_seconds, 0.5);
 }
 
+TEST(BenchCommandTest, UcxWorkerCountsParseAndOutOfRangeOnesAreInvalid) {
+  auto w = UcxWorkerCountsFromFlag("1,4,16");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, (std::vector<int>{1, 4, 16}));
+  for (const char* bad : {"", ",", "0", "17", "-2", "two", "1,x"}) {
+    EXPECT_EQ(UcxWorkerCountsFromFlag(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  CliResult r = Bench({"transport", "--ucx-workers", "0"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--ucx-workers"), std::string::npos) << r.err;
+}
+
 TEST(BenchCommandTest, BadRatesSizesAndEmptyTransportListsAreInvalid) {
   EXPECT_EQ(TransportBenchOptionsFromFlags("tcp", "1,fast", 1024, 1, 1, 1, 1).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -137,8 +138,14 @@ absl::StatusOr<double> RunUcxPerftest(const PerftestRun& run) {
   if (!path.ok()) return path.status();
   absl::StatusOr<int> port = FreeTcpPort();
   if (!port.ok()) return port.status();
-  const std::vector<std::string> env = {"PATH=/usr/bin:/bin", absl::StrCat("UCX_TLS=", run.tls),
-                                        absl::StrCat("UCX_NET_DEVICES=", run.net_devices)};
+  // This process's environment (the same UCX libraries, modules and UCX_* settings kvt's own UCX reads), with
+  // the transport and devices of the run.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "UCX_TLS=") && !absl::StartsWith(*e, "UCX_NET_DEVICES=")) env.emplace_back(*e);
+  }
+  env.push_back(absl::StrCat("UCX_TLS=", run.tls));
+  env.push_back(absl::StrCat("UCX_NET_DEVICES=", run.net_devices));
   std::vector<std::string> common = {"-t", run.test,
                                      "-s", absl::StrCat(run.message_bytes),
                                      "-n", absl::StrCat(run.iterations),

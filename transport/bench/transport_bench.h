@@ -17,12 +17,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "transport/bench/thread_cpu.h"
 
 namespace kvt::transport {
 
 struct TransportBenchOptions {
   // UCX transports to measure, each as UCX_TLS would name it.
   std::vector<std::string> transports = {"tcp", "shm"};
+  // UCX workers per transport (Options::ucx_workers) to measure each transport with; ucx_perftest runs once per
+  // transport with its one worker per side.
+  std::vector<int> ucx_workers = {1};
   // UCX_NET_DEVICES for the tcp transport (and ucx_perftest).
   std::string net_devices = "lo";
   // Chunk size of kvt and message size of ucx_perftest.
@@ -47,6 +51,7 @@ struct TransportBenchOptions {
 struct TransportBenchReport {
   struct Unthrottled {
     std::string transport;
+    int workers = 1;  // UCX workers per side
     uint64_t message_bytes = 0;
     uint64_t source_bytes = 0;  // distinct bytes the streams point into (the sender's memory footprint)
     uint64_t bytes = 0;
@@ -58,9 +63,12 @@ struct TransportBenchReport {
     std::string perftest_test;
     bool perftest_error_handling = false;  // ran with `-e`
     std::string perftest_note;  // why perftest did not run, if it did not
+    // This process's busiest threads during the run, in CPU-seconds per second (near 1.0: saturated).
+    std::vector<ThreadLoad> busiest_threads;
   };
   struct Throttled {
     std::string transport;
+    int workers = 1;  // UCX workers per side
     double rate_gbps = 0;
     uint64_t bytes = 0;
     double seconds = 0;
@@ -71,6 +79,7 @@ struct TransportBenchReport {
   };
   struct AnchorFirst {
     std::string transport;
+    int workers = 1;  // UCX workers per side
     double rate_gbps = 0;
     uint64_t anchor_bytes = 0;
     uint64_t residual_bytes = 0;

@@ -1,0 +1,37 @@
+// CPU time of this process's threads, from /proc/self/task, so a benchmark can say which thread bounds a run
+// (a thread near 1.0 CPU-second per second is saturated). Linux only; elsewhere the samples are empty.
+// Thread-safe (reads /proc only).
+#ifndef KVT_TRANSPORT_BENCH_THREAD_CPU_H_
+#define KVT_TRANSPORT_BENCH_THREAD_CPU_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace kvt::transport {
+
+struct ThreadCpu {
+  std::string name;      // the thread's name (comm), e.g. "kvt-progress"
+  double seconds = 0;    // user + system CPU time so far
+};
+
+// Thread id -> name and CPU time, for every thread of this process now.
+absl::flat_hash_map<int, ThreadCpu> SampleThreadCpu();
+
+struct ThreadLoad {
+  std::string name;
+  double utilization = 0;  // CPU-seconds per wall-clock second between the samples
+};
+
+// The `top` threads that used most CPU between `before` and `after` (threads present in both), busiest first.
+std::vector<ThreadLoad> BusiestThreads(const absl::flat_hash_map<int, ThreadCpu>& before,
+                                       const absl::flat_hash_map<int, ThreadCpu>& after, double wall_seconds,
+                                       size_t top);
+
+// "name 0.97, name 0.52, ..." ("-" when empty).
+std::string FormatThreadLoads(const std::vector<ThreadLoad>& loads);
+
+}  // namespace kvt::transport
+
+#endif  // KVT_TRANSPORT_BENCH_THREAD_CPU_H_
