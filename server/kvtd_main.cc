@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -31,6 +33,9 @@ ABSL_FLAG(std::string, peer_token_file, "", "file holding a shared token every p
 ABSL_FLAG(double, rate_gbps, 0, "data-plane rate limit per peer link in Gbit/s (0 = unlimited)");
 ABSL_FLAG(std::string, ucx_tls, "tcp", "UCX transports for the data plane (UCX_TLS syntax: tcp, shm, sm,cma, rc,ud)");
 ABSL_FLAG(std::string, ucx_net_devices, "", "UCX network devices (\"\" = all)");
+ABSL_FLAG(int, ucx_workers, 0,
+          "UCX workers (each with a progress thread) a peer link stripes its chunks over, 1..16 (0 = a quarter of "
+          "the cores, 1 to 4)");
 ABSL_FLAG(uint32_t, chunk_kib, 512, "data-plane chunk size in KiB (bounds how long an anchor waits)");
 ABSL_FLAG(int, codec_threads, 0, "threads encoding and decoding pages (0 = one per core)");
 ABSL_FLAG(uint32_t, page_tokens, 256, "tokens per codec page");
@@ -74,6 +79,12 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.transport.rate_bytes_per_second = gbps * 1e9 / 8;
   o.transport.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   o.transport.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  const int workers = absl::GetFlag(FLAGS_ucx_workers);
+  if (workers < 0 || workers > 16) return absl::InvalidArgumentError("--ucx_workers must be in [0, 16]");
+  // One worker's copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX
+  // workers"); a quarter of the cores leaves the rest to the engine's, checksum and codec threads.
+  o.transport.ucx_workers =
+      workers > 0 ? workers : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
