@@ -182,10 +182,10 @@ void Engine::Run() {
       stopping = stopping_;
     }
     if (stopping) break;
-    int work = wire_->Progress();
-    work += RunCommands();
-    // After RunCommands, which clears wake_: a chunk verified from here on sets it again, so IdleWait below
-    // cannot sleep through it.
+    // RunCommands clears wake_; everything after it (the wire's events, a chunk verified) that arrives from here
+    // on sets it again, so IdleWait below cannot sleep through it.
+    int work = RunCommands();
+    work += wire_->Progress();
     work += DeliverVerified();
     const absl::Time now = clock_->Now();
     absl::Time next_timer = now + wire_->idle_poll_interval();
@@ -213,12 +213,14 @@ void Engine::Shutdown() {
   if (!send_records_.empty()) {
     Logger("transport")->warn("{} sends still pending at shutdown", send_records_.size());
   }
+  // The wire goes first: a wire with threads of its own may still be reading send bytes or writing into pending
+  // receive buffers until it is destroyed; callers get their memory back only after that.
+  wire_.reset();
   send_crcs_.reset();  // stops reading stream bytes before their transfers finish below
   for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
   outbound_.clear();
   verifier_.reset();  // chunks still being checked are dropped: their links are down
   pending_reads_.clear();
-  wire_.reset();
   // Commands queued while shutting down must not leave their callers waiting.
   RunCommands();
 }
@@ -281,8 +283,16 @@ int Engine::ServiceLink(PeerLink& link, absl::Time now, absl::Time* next_timer) 
       break;
     }
     // Over a wire of parallel paths, a chunk waits until the lower-stage chunks before it are done, or it could
-    // arrive first (a promoted one goes: the starvation bound outranks arrival order).
-    if (!wire_->ordered() && !cut->promoted && LowerStageOnWire(link, cut->stage)) break;
+    // arrive first. A promoted one goes, and so does one held for a starvation bound (lower stages that keep
+    // arriving, or a send that never completes, must not hold it longer than the scheduler would).
+    if (!wire_->ordered() && !cut->promoted && LowerStageOnWire(link, cut->stage)) {
+      if (link.held_since == absl::InfiniteFuture()) link.held_since = now;
+      if (now - link.held_since < options_.starvation_bound) {
+        *next_timer = std::min(*next_timer, link.held_since + options_.starvation_bound);
+        break;
+      }
+    }
+    link.held_since = absl::InfiniteFuture();
     const int64_t wire_bytes = int64_t{cut->length} + static_cast<int64_t>(kChunkHeaderBytes);
     if (link.inflight + wire_bytes > link.window) {
       if (link.blocked_since == absl::InfiniteFuture()) link.blocked_since = now;

@@ -109,8 +109,10 @@ struct PeerLink {
   absl::Time last_sent;
   absl::Time blocked_since = absl::InfiniteFuture();  // waiting for credit since
   uint64_t sends_outstanding = 0;
-  // Chunks handed to the wire and not yet reported done, per stage.
+  // Chunks handed to the wire and not yet reported done, per stage; and since when the next chunk has been held
+  // back behind lower-stage ones still on an unordered wire.
   std::array<uint32_t, kMaxStages> chunks_on_wire{};
+  absl::Time held_since = absl::InfiniteFuture();
 
   bool ready() const { return wire_up && hello_received && down.ok(); }
 };

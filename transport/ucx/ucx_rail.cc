@@ -39,6 +39,7 @@ struct UcxRail::RequestContext {
   uint64_t cookie = 0;
   bool report = true;  // whether a completion event is owed
   AmHeader header;
+  std::string owned;  // a payload the rail keeps (SendOwned)
 };
 
 absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Options& options, RailEventSink* sink) {
@@ -116,7 +117,7 @@ void UcxRail::Open(uint64_t token, std::string remote) {
 }
 
 void UcxRail::Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header,
-                   absl::Span<const uint8_t> payload, uint64_t cookie, bool report) {
+                   absl::Span<const uint8_t> payload, uint64_t cookie) {
   Op op{Op::Type::kSend};
   op.token = token;
   op.am_id = am_id;
@@ -127,7 +128,17 @@ void UcxRail::Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> hea
   op.payload = payload.empty() ? nullptr : payload.data();
   op.length = payload.size();
   op.cookie = cookie;
-  op.report = report;
+  Queue(std::move(op));
+}
+
+void UcxRail::SendOwned(uint64_t token, unsigned am_id, std::string payload) {
+  Op op{Op::Type::kSend};
+  op.token = token;
+  op.am_id = am_id;
+  op.header.size = kTokenBytes;
+  std::memcpy(op.header.bytes.data(), &token, kTokenBytes);
+  op.report = false;
+  op.owned = std::move(payload);
   Queue(std::move(op));
 }
 
@@ -237,20 +248,28 @@ void UcxRail::DoSend(Op& op) {
     fail(absl::FailedPreconditionError(absl::StrCat("link is closed on rail ", index_)));
     return;
   }
-  auto* ctx = new RequestContext{this, op.cookie, op.report, std::move(op.header)};
+  auto* ctx = new RequestContext{this, op.cookie, op.report, op.header, std::move(op.owned)};
   ucp_request_param_t param = {};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxRail::OnSendComplete;
   param.user_data = ctx;
+  const void* payload = op.payload;
+  size_t length = op.length;
+  if (!ctx->owned.empty()) {
+    payload = ctx->owned.data();
+    length = ctx->owned.size();
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
   ucs_status_ptr_t r = ucp_am_send_nbx(it->second->ep, op.am_id, ctx->header.bytes.data(), ctx->header.size,
-                                       op.payload, op.length, &param);
+                                       payload, length, &param);
   if (UCS_PTR_IS_ERR(r)) {
     delete ctx;
     fail(UcsToStatus(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
     return;
   }
   messages_sent_.fetch_add(1, std::memory_order_relaxed);
-  payload_bytes_sent_.fetch_add(op.length, std::memory_order_relaxed);
+  payload_bytes_sent_.fetch_add(length, std::memory_order_relaxed);
   if (r == nullptr) {
     fail(absl::OkStatus());  // done at once: report success the same way
     delete ctx;
@@ -358,15 +377,22 @@ void UcxRail::CloseEndpoint(Endpoint& e) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   ucs_status_ptr_t r = ucp_ep_close_nbx(e.ep, &param);
-  if (r != nullptr && !UCS_PTR_IS_ERR(r)) close_requests_.push_back(r);
   e.ep = nullptr;
+  // The record goes once UCX has finished closing (no error callback can name it after that); meanwhile it makes
+  // sends on the token fail.
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+    close_requests_.push_back({r, e.token});
+  } else {
+    finished_closes_.push_back(e.token);
+  }
 }
 
 int UcxRail::PollCloses() {
   int done = 0;
   for (auto it = close_requests_.begin(); it != close_requests_.end();) {
-    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-      ucp_request_free(*it);
+    if (ucp_request_check_status(it->first) != UCS_INPROGRESS) {
+      ucp_request_free(it->first);
+      finished_closes_.push_back(it->second);
       it = close_requests_.erase(it);
       ++done;
     } else {
@@ -376,10 +402,19 @@ int UcxRail::PollCloses() {
   return done;
 }
 
+void UcxRail::ForgetClosedEndpoints() {
+  for (uint64_t token : finished_closes_) {
+    auto it = endpoints_.find(token);
+    if (it != endpoints_.end() && it->second->closed) endpoints_.erase(it);
+  }
+  finished_closes_.clear();
+}
+
 int UcxRail::Drive() {
   int work = RunOps();
   for (int i = 0; i < kMaxPollsPerDrive && ucp_worker_progress(worker_.get()) > 0; ++i) ++work;
   if (!close_requests_.empty()) work += PollCloses();
+  if (!finished_closes_.empty()) ForgetClosedEndpoints();
   return work;
 }
 
@@ -415,6 +450,11 @@ void UcxRail::Stop(absl::Duration limit) {
     ops_.clear();
   }
   if (thread_.joinable()) thread_.join();
+  stopped_ = worker_ == nullptr;  // Create failed before the worker existed: nothing to close
+  if (stopped_) {
+    context_.reset();
+    return;
+  }
   for (auto& [token, e] : endpoints_) CloseEndpoint(*e);
   const absl::Time give_up = absl::Now() + limit;
   while (!close_requests_.empty() && absl::Now() < give_up) {
@@ -424,6 +464,8 @@ void UcxRail::Stop(absl::Duration limit) {
   if (!close_requests_.empty()) {
     Logger("transport")->warn("{} UCX endpoint closes did not finish on rail {}", close_requests_.size(), index_);
   }
+  for (auto& [request, token] : close_requests_) ucp_request_free(request);
+  close_requests_.clear();
   // Completions from here on (cancelled sends and receives) are not reported: the wire is going away.
   stopped_ = true;
   for (int i = 0; i < 100 && ucp_worker_progress(worker_.get()) > 0; ++i) {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -98,10 +99,13 @@ class UcxRail {
   // as kEndpointError.
   void Open(uint64_t token, std::string remote);
   // Sends one active message on the endpoint of `token`: header = token + `header` (copied now), payload =
-  // `payload` (must stay valid until kSendDone; without `report`, until the rail stops). A send on a token with no
-  // open endpoint fails (kSendDone with FAILED_PRECONDITION).
+  // `payload` (must stay valid until kSendDone). A send on a token with no open endpoint fails (kSendDone with
+  // FAILED_PRECONDITION).
   void Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header, absl::Span<const uint8_t> payload,
-            uint64_t cookie, bool report);
+            uint64_t cookie);
+  // Sends a small message whose payload the rail keeps until UCX is done with it, forced eager (so that it is
+  // whole in the receiver's callback, however UCX's rendezvous threshold is set); reports nothing.
+  void SendOwned(uint64_t token, unsigned am_id, std::string payload);
   // Receives a rendezvous payload (from a kMessage of this rail) into dest[0, length); kPayloadRead follows.
   void Receive(void* rendezvous, uint8_t* dest, size_t length, uint64_t cookie);
   // Drops a rendezvous payload nobody will read.
@@ -134,6 +138,7 @@ class UcxRail {
     size_t length = 0;
     uint64_t cookie = 0;
     bool report = true;
+    std::string owned;  // kSend from SendOwned: the payload itself
     void* rendezvous = nullptr;  // kReceive, kRelease
   };
   struct RequestContext;
@@ -154,6 +159,7 @@ class UcxRail {
   void DoReceive(Op& op);
   void CloseEndpoint(Endpoint& e);
   int PollCloses();
+  void ForgetClosedEndpoints();
   void Loop();
 
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -178,7 +184,8 @@ class UcxRail {
   UcpContext context_;
   UcpWorker worker_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Endpoint>> endpoints_;
-  std::vector<void*> close_requests_;
+  std::vector<std::pair<void*, uint64_t>> close_requests_;  // (request, token): the endpoint goes when it is done
+  std::vector<uint64_t> finished_closes_;                   // tokens whose endpoint may go now
   // Operations UCX has not completed; their contexts are freed here if the worker goes first.
   absl::flat_hash_set<RequestContext*> live_requests_;
   // Set once ucp_ep_create refused peer failure handling (shared memory in UCX 1.13), to skip asking again.

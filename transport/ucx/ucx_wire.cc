@@ -169,11 +169,7 @@ absl::StatusOr<LinkId> UcxWire::Connect(const std::string& address) {
     own.push_back(rails_[i]->worker_address());
   }
   // Tell the peer who we are; UCX queues it (and everything after it) until the endpoint is wired up.
-  link->connect_payload = EncodeConnectPayload(own);
-  rails_[0]->Send(token, kConnectAmId, {},
-                  absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(link->connect_payload.data()),
-                                      link->connect_payload.size()),
-                  0, /*report=*/false);
+  rails_[0]->SendOwned(token, kConnectAmId, EncodeConnectPayload(own));
   const LinkId id = link->id;
   by_token_[token] = id;
   links_[id] = std::move(link);
@@ -192,27 +188,25 @@ int UcxWire::PickRail(const Link& link) const {
 absl::Status UcxWire::Send(LinkId id, MessageKind kind, absl::Span<const uint8_t> header,
                            absl::Span<const uint8_t> payload, uint64_t cookie) {
   Link* link = FindLink(id);
-  if (link == nullptr || link->closed) return absl::FailedPreconditionError("link is closed");
+  if (link == nullptr) return absl::FailedPreconditionError("link is closed");
   if (header.size() + kTokenBytes > kMaxAmHeaderBytes) return absl::InvalidArgumentError("message header too large");
   if (sends_.contains(cookie)) return absl::InvalidArgumentError("cookie already in use");
   const int rail = kind == MessageKind::kChunk ? PickRail(*link) : 0;
   sends_[cookie] = SendRecord{rail, payload.size()};
   rail_bytes_in_flight_[rail] += payload.size();
-  rails_[rail]->Send(link->token, kind == MessageKind::kChunk ? kChunkAmId : kControlAmId, header, payload, cookie,
-                     /*report=*/true);
+  rails_[rail]->Send(link->token, kind == MessageKind::kChunk ? kChunkAmId : kControlAmId, header, payload, cookie);
   return absl::OkStatus();
 }
 
-void UcxWire::CloseLink(Link& link) {
-  if (link.closed) return;
-  link.closed = true;
-  by_token_.erase(link.token);
-  for (int i = 0; i < link.rails; ++i) rails_[i]->Close(link.token);
+void UcxWire::CloseLink(LinkId id) {
+  auto it = links_.find(id);
+  if (it == links_.end()) return;
+  by_token_.erase(it->second->token);
+  for (int i = 0; i < it->second->rails; ++i) rails_[i]->Close(it->second->token);
+  links_.erase(it);  // its sends still report through sends_, by cookie
 }
 
-void UcxWire::Close(LinkId id) {
-  if (Link* link = FindLink(id)) CloseLink(*link);
-}
+void UcxWire::Close(LinkId id) { CloseLink(id); }
 
 void UcxWire::Drop(const RailEvent& event) {
   if (event.rendezvous != nullptr) rails_[event.rail]->Release(event.rendezvous);
@@ -252,7 +246,7 @@ void UcxWire::HandleMessage(RailEvent& event) {
   // The token names the link; a message without a known one is dropped (a rendezvous payload with it).
   auto it = by_token_.find(event.token);
   Link* link = it == by_token_.end() ? nullptr : FindLink(it->second);
-  if (link == nullptr || link->closed || event.rail >= link->rails) {
+  if (link == nullptr || event.rail >= link->rails) {
     Drop(event);
     return;
   }
@@ -280,10 +274,10 @@ void UcxWire::HandleEvent(RailEvent& event) {
       break;
     case RailEvent::Type::kEndpointError: {
       auto it = by_token_.find(event.token);
-      Link* link = it == by_token_.end() ? nullptr : FindLink(it->second);
-      if (link == nullptr || link->closed) break;
-      CloseLink(*link);
-      events_->OnLinkDown(link->id, event.status);
+      if (it == by_token_.end()) break;
+      const LinkId id = it->second;
+      CloseLink(id);
+      events_->OnLinkDown(id, event.status);
       break;
     }
   }
@@ -295,8 +289,7 @@ int UcxWire::Progress() {
     const LinkId id = outbound_up_.front();
     outbound_up_.pop_front();
     ++work;
-    Link* link = FindLink(id);
-    if (link != nullptr && !link->closed) events_->OnLinkUp(id, /*inbound=*/false);
+    if (FindLink(id) != nullptr) events_->OnLinkUp(id, /*inbound=*/false);
   }
   if (!threaded_) work += rails_[0]->Drive();
   // Report a bounded batch of what the rails queued (the rest next call); reporting may queue more.

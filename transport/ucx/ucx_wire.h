@@ -61,12 +61,11 @@ class UcxWire final : public Wire, private RailEventSink {
   const UcxRail& rail(int i) const { return *rails_[i]; }
 
  private:
+  // An open link (a closed one is forgotten: sends on it fail, its messages are dropped).
   struct Link {
     LinkId id = 0;
     uint64_t token = 0;
     int rails = 0;
-    bool closed = false;
-    std::string connect_payload;  // the connect message's payload; UCX may read it until the rail stops
   };
   struct SendRecord {
     int rail = 0;
@@ -83,7 +82,7 @@ class UcxWire final : public Wire, private RailEventSink {
   void HandleConnect(RailEvent& event);
   void HandleMessage(RailEvent& event);
   void Drop(const RailEvent& event);
-  void CloseLink(Link& link);
+  void CloseLink(LinkId id);
   Link* FindLink(LinkId id);
   int PickRail(const Link& link) const;
 

@@ -320,7 +320,7 @@ TEST(UcxWireTest, RefusesHostileConnectMessages) {
     (*hostile)->Open(t, rail0);
     (*hostile)->Send(t, kConnectAmId, {},
                      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(payloads[i].data()), payloads[i].size()),
-                     i + 1, /*report=*/true);
+                     i + 1);
   }
   const absl::Time give_up = absl::Now() + kDeadline;
   while (sink.sends_done < static_cast<int>(payloads.size()) && absl::Now() < give_up) {
