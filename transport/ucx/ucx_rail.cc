@@ -338,15 +338,14 @@ void UcxRail::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   e->rail->sink_->Post(std::move(ev));
 }
 
-void UcxRail::OnSendComplete(void* request, ucs_status_t status, void* user_data) {
-  auto* ctx = static_cast<RequestContext*>(user_data);
+void UcxRail::FinishRequest(void* request, RequestContext* ctx, RailEvent::Type type, absl::Status status) {
   UcxRail* rail = ctx->rail;
   if (ctx->report && !rail->stopped_) {
     RailEvent ev;
-    ev.type = RailEvent::Type::kSendDone;
+    ev.type = type;
     ev.rail = rail->index_;
     ev.cookie = ctx->cookie;
-    ev.status = UcsToStatus(status, "UCX send");
+    ev.status = std::move(status);
     rail->sink_->Post(std::move(ev));
   }
   rail->live_requests_.erase(ctx);
@@ -354,20 +353,14 @@ void UcxRail::OnSendComplete(void* request, ucs_status_t status, void* user_data
   ucp_request_free(request);
 }
 
+void UcxRail::OnSendComplete(void* request, ucs_status_t status, void* user_data) {
+  FinishRequest(request, static_cast<RequestContext*>(user_data), RailEvent::Type::kSendDone,
+                UcsToStatus(status, "UCX send"));
+}
+
 void UcxRail::OnRecvComplete(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
-  auto* ctx = static_cast<RequestContext*>(user_data);
-  UcxRail* rail = ctx->rail;
-  if (!rail->stopped_) {
-    RailEvent ev;
-    ev.type = RailEvent::Type::kPayloadRead;
-    ev.rail = rail->index_;
-    ev.cookie = ctx->cookie;
-    ev.status = UcsToStatus(status, "UCX receive");
-    rail->sink_->Post(std::move(ev));
-  }
-  rail->live_requests_.erase(ctx);
-  delete ctx;
-  ucp_request_free(request);
+  FinishRequest(request, static_cast<RequestContext*>(user_data), RailEvent::Type::kPayloadRead,
+                UcsToStatus(status, "UCX receive"));
 }
 
 void UcxRail::CloseEndpoint(Endpoint& e) {

@@ -165,6 +165,8 @@ class UcxRail {
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Reports a finished request (if owed and not stopped) and frees it and its context.
+  static void FinishRequest(void* request, RequestContext* ctx, RailEvent::Type type, absl::Status status);
   static void OnSendComplete(void* request, ucs_status_t status, void* user_data);
   static void OnRecvComplete(void* request, ucs_status_t status, size_t length, void* user_data);
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -126,6 +127,21 @@ std::pair<LinkId, LinkId> Connect(Side& a, Side& b) {
   return {a.events.up[0].first, b.events.up[0].first};
 }
 
+// Two sides of `a_workers` and `b_workers` rails, a connected to b; la == 0 when that failed.
+struct ConnectedPair {
+  std::unique_ptr<Side> a, b;
+  LinkId la = 0, lb = 0;
+};
+
+ConnectedPair MakeConnectedPair(int a_workers, int b_workers) {
+  ConnectedPair p;
+  p.a = MakeSide(a_workers);
+  p.b = MakeSide(b_workers);
+  if (p.a->wire == nullptr || p.b->wire == nullptr) return p;
+  std::tie(p.la, p.lb) = Connect(*p.a, *p.b);
+  return p;
+}
+
 TEST(UcxWireTest, RefusesWorkerCountsOutOfRange) {
   Recorder events;
   for (int workers : {0, -1, kMaxUcxRails + 1}) {
@@ -161,12 +177,11 @@ TEST(UcxWireTest, RefusesAddressesThatAreNotUcxWorkerAddresses) {
 // A link between wires of 3 and 2 rails uses 2 on both sides; chunks spread over both, arrive whole, and rail 2
 // stays unused.
 TEST(UcxWireTest, StripesChunksOverTheRailsBothSidesHave) {
-  auto a = MakeSide(3);
-  auto b = MakeSide(2);
-  ASSERT_NE(a->wire, nullptr);
-  ASSERT_NE(b->wire, nullptr);
-  auto [la, lb] = Connect(*a, *b);
-  ASSERT_NE(la, 0u);
+  ConnectedPair pair = MakeConnectedPair(3, 2);
+  ASSERT_NE(pair.la, 0u);
+  Side* a = pair.a.get();
+  Side* b = pair.b.get();
+  const LinkId la = pair.la, lb = pair.lb;
   EXPECT_EQ(a->wire->link_rails(la), 2);
   EXPECT_EQ(b->wire->link_rails(lb), 2);
 
@@ -206,12 +221,11 @@ TEST(UcxWireTest, StripesChunksOverTheRailsBothSidesHave) {
 
 // Control messages all take rail 0, so they arrive in the order they were sent, in both directions.
 TEST(UcxWireTest, ControlMessagesArriveInOrderOnEveryRailCount) {
-  auto a = MakeSide(2);
-  auto b = MakeSide(2);
-  ASSERT_NE(a->wire, nullptr);
-  ASSERT_NE(b->wire, nullptr);
-  auto [la, lb] = Connect(*a, *b);
-  ASSERT_NE(la, 0u);
+  ConnectedPair pair = MakeConnectedPair(2, 2);
+  ASSERT_NE(pair.la, 0u);
+  Side* a = pair.a.get();
+  Side* b = pair.b.get();
+  const LinkId la = pair.la, lb = pair.lb;
   constexpr int kMessages = 200;
   for (int i = 0; i < kMessages; ++i) {
     uint8_t header[8];
@@ -224,7 +238,7 @@ TEST(UcxWireTest, ControlMessagesArriveInOrderOnEveryRailCount) {
     return static_cast<int>(a->events.messages.size()) == kMessages &&
            static_cast<int>(b->events.messages.size()) == kMessages;
   }));
-  for (Side* side : {a.get(), b.get()}) {
+  for (Side* side : {a, b}) {
     for (int i = 0; i < kMessages; ++i) {
       const Recorder::Message& m = side->events.messages[i];
       ASSERT_EQ(m.kind, MessageKind::kControl);
@@ -241,12 +255,11 @@ TEST(UcxWireTest, ControlMessagesArriveInOrderOnEveryRailCount) {
 // A receiver that leaves rendezvous payloads unread (an engine dropping chunks) releases them: the sends complete
 // and the link goes on carrying chunks that are read.
 TEST(UcxWireTest, UnreadRendezvousPayloadsAreReleased) {
-  auto a = MakeSide(2);
-  auto b = MakeSide(2);
-  ASSERT_NE(a->wire, nullptr);
-  ASSERT_NE(b->wire, nullptr);
-  auto [la, lb] = Connect(*a, *b);
-  ASSERT_NE(la, 0u);
+  ConnectedPair pair = MakeConnectedPair(2, 2);
+  ASSERT_NE(pair.la, 0u);
+  Side* a = pair.a.get();
+  Side* b = pair.b.get();
+  const LinkId la = pair.la;
   const std::vector<uint8_t> payload = Pattern(512 << 10, 7);
   const uint8_t header[2] = {1, 2};
   b->events.read_payloads = false;
@@ -264,12 +277,11 @@ TEST(UcxWireTest, UnreadRendezvousPayloadsAreReleased) {
 
 // A link closed on one side: sends on it fail at once; the rails keep serving other links.
 TEST(UcxWireTest, ClosedLinkRefusesSendsAndOthersGoOn) {
-  auto a = MakeSide(2);
-  auto b = MakeSide(2);
-  ASSERT_NE(a->wire, nullptr);
-  ASSERT_NE(b->wire, nullptr);
-  auto [la, lb] = Connect(*a, *b);
-  ASSERT_NE(la, 0u);
+  ConnectedPair pair = MakeConnectedPair(2, 2);
+  ASSERT_NE(pair.la, 0u);
+  Side* a = pair.a.get();
+  Side* b = pair.b.get();
+  const LinkId la = pair.la;
   a->wire->Close(la);
   const uint8_t header[1] = {9};
   auto refused = a->wire->Send(la, MessageKind::kChunk, header, {}, 1);
