@@ -24,3 +24,15 @@ check_libs() {
     return 1
   fi
 }
+
+# carry_ucx DIR FILE...: what binaries that use UCX need on the GPU machine: UCX's transport modules, which it
+# loads at run time (those this build's UCX has, without RDMA libraries: loopback runs need none), into DIR/lib/ucx,
+# and every shared library the files and the modules need into DIR/lib. Point UCX_MODULE_DIR at DIR/lib/ucx there.
+carry_ucx() {
+  local dir="$1"
+  shift
+  mkdir -p "$dir/lib/ucx"
+  cp -fL /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$dir/lib/ucx/libuct_cma.so.0"
+  ln -sf libuct_cma.so.0 "$dir/lib/ucx/libuct_cma.so"
+  copy_needed_libs "$dir/lib" "$@" "$dir"/lib/ucx/*.so.0
+}

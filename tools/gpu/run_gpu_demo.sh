@@ -24,11 +24,7 @@ prepare() {
   cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$DIR/bin/"
   chmod u+w "$DIR"/bin/*
   strip "$DIR"/bin/*
-  # UCX loads its transports as modules at run time: carry the ones this build's UCX has (no RDMA libraries: the
-  # demo runs on loopback).
-  cp -fL /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so.0"
-  ln -sf libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so"
-  copy_needed_libs "$DIR/lib" "$DIR"/bin/* "$DIR"/lib/ucx/*.so.0
+  carry_ucx "$DIR" "$DIR"/bin/*
   echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
 }
 

@@ -24,9 +24,7 @@ prepare() {
   cp -f "$out/tools/kvtctl/kvtctl" "$(command -v ucx_perftest)" "$DIR/bin/"
   chmod u+w "$DIR"/bin/*
   strip "$DIR/bin/kvtctl"
-  cp -fL /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so.0"
-  ln -sf libuct_cma.so.0 "$DIR/lib/ucx/libuct_cma.so"
-  copy_needed_libs "$DIR/lib" "$DIR"/bin/* "$DIR"/lib/ucx/*.so.0
+  carry_ucx "$DIR" "$DIR"/bin/*
   echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
 }
 
