@@ -149,8 +149,18 @@ TEST_P(TransportTest, MultiMebibyteStreamsArriveIntactAndInOffsetOrder) {
   EXPECT_EQ(got[0], anchor);
   EXPECT_EQ(got[1], residual);
   EXPECT_EQ(got[2], other_page);
-  // With no starvation, every anchor chunk (both pages) precedes every residual chunk.
-  EXPECT_TRUE(std::is_sorted(stages.begin(), stages.end()));
+  // With no starvation, every anchor chunk (both pages) precedes every residual chunk on one FIFO path. Over
+  // several UCX workers the engine holds residuals until the anchors' sends completed, which orders arrival for
+  // rendezvous-sized chunks; these 64 KiB ones may go eager, completing when they leave, so a residual may
+  // overtake an anchor still in another worker's socket: at most a window's worth of chunks.
+  if (GetParam().name.find("Workers") == std::string::npos) {
+    EXPECT_TRUE(std::is_sorted(stages.begin(), stages.end()));
+  } else {
+    const auto last_anchor = std::find(stages.rbegin(), stages.rend(), 0u);
+    ASSERT_NE(last_anchor, stages.rend());
+    const auto overtaking = std::count_if(last_anchor, stages.rend(), [](uint64_t st) { return st != 0; });
+    EXPECT_LE(overtaking, SmallChunks().max_inflight_bytes / kChunk) << "residual chunks ahead of the last anchor";
+  }
   const TransportStats rx = receiver_->stats();
   EXPECT_EQ(rx.payload_bytes_received, anchor.size() + residual.size() + other_page.size());
   EXPECT_EQ(rx.rejected_bad_crc + rx.rejected_malformed + rx.rejected_out_of_bounds, 0u);
@@ -401,7 +411,13 @@ TEST_P(TransportTest, HostileChunksAreRejectedCountedAndHarmNoOtherTransfer) {
   auto c = receiver_->Receive(201, absl::Seconds(20));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->transfer_complete());
-  const TransportStats s = receiver_->stats();
+  // Over a wire striped across several UCX workers the hostile chunks, sent before, may be handled after it.
+  TransportStats s = receiver_->stats();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (s.rejected_unknown_transfer + s.rejected_out_of_bounds + s.rejected_malformed < 4 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(2));
+    s = receiver_->stats();
+  }
   EXPECT_EQ(s.rejected_unknown_transfer, 1u);
   EXPECT_EQ(s.rejected_out_of_bounds, 1u);
   EXPECT_EQ(s.rejected_malformed, 2u);

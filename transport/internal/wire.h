@@ -67,7 +67,9 @@ class Wire {
   virtual absl::Duration idle_poll_interval() const = 0;
   // Whether a link's messages arrive in the order they were sent (one FIFO path). A wire that stripes a link over
   // parallel paths says no; the engine then holds a chunk back while chunks of a lower stage are still on the wire,
-  // so that anchors still arrive before the residuals queued behind them.
+  // so that anchors still arrive before the residuals queued behind them. (Exactly so where a send completes only
+  // once the receiver has the bytes, as UCX rendezvous does; a small eager send completes when it leaves, so a
+  // residual may overtake by up to the link's window.)
   virtual bool ordered() const { return true; }
 };
 
