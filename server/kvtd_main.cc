@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 #include "server/daemon.h"
+#include "transport/options.h"
 
 ABSL_FLAG(std::string, role, "both", "prefill, decode or both");
 ABSL_FLAG(std::string, daemon_id, "", "this daemon's name for peers and logs (default: <hostname>-<pid>)");
@@ -80,7 +81,9 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.transport.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   o.transport.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   const int workers = absl::GetFlag(FLAGS_ucx_workers);
-  if (workers < 0 || workers > 16) return absl::InvalidArgumentError("--ucx_workers must be in [0, 16]");
+  if (workers < 0 || workers > kvt::transport::kMaxUcxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat("--ucx_workers must be in [0, ", kvt::transport::kMaxUcxWorkers, "]"));
+  }
   // One worker's copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX
   // workers"); a quarter of the cores leaves the rest to the engine's, checksum and codec threads.
   o.transport.ucx_workers =

@@ -30,8 +30,9 @@ absl::StatusOr<Options> ValidateOptions(Options o) {
     return absl::InvalidArgumentError("need 0 < heartbeat_interval < peer_timeout");
   }
   if (o.stall_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("stall_timeout must be positive");
-  if (o.ucx_workers < 1 || o.ucx_workers > 16) {
-    return absl::InvalidArgumentError(absl::StrFormat("ucx_workers %d not in [1, 16]", o.ucx_workers));
+  if (o.ucx_workers < 1 || o.ucx_workers > kMaxUcxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ucx_workers %d not in [1, %d]", o.ucx_workers, kMaxUcxWorkers));
   }
   if (o.clock == nullptr) o.clock = RealClock();
   return o;

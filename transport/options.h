@@ -12,6 +12,9 @@
 
 namespace kvt::transport {
 
+// Most UCX workers a transport may have (Options::ucx_workers).
+inline constexpr int kMaxUcxWorkers = 16;
+
 struct Options {
   // Largest chunk payload. Bounds how long an anchor waits behind a residual chunk (one chunk time).
   uint32_t chunk_bytes = 512 << 10;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tools/kvtctl/flag_set.h"
+#include "transport/options.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -111,8 +112,9 @@ absl::StatusOr<std::vector<int>> UcxWorkerCountsFromFlag(const std::string& list
   std::vector<int> out;
   for (absl::string_view w : absl::StrSplit(list, ',', absl::SkipEmpty())) {
     int v = 0;
-    if (!absl::SimpleAtoi(w, &v) || v < 1 || v > 16) {
-      return absl::InvalidArgumentError(absl::StrCat("bad --ucx-workers entry '", w, "': a count from 1 to 16"));
+    if (!absl::SimpleAtoi(w, &v) || v < 1 || v > transport::kMaxUcxWorkers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --ucx-workers entry '", w, "': a count from 1 to ", transport::kMaxUcxWorkers));
     }
     out.push_back(v);
   }

@@ -116,8 +116,7 @@ void UcxRail::Open(uint64_t token, std::string remote) {
   Queue(std::move(op));
 }
 
-void UcxRail::Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header,
-                   absl::Span<const uint8_t> payload, uint64_t cookie) {
+UcxRail::Op UcxRail::SendOp(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header) {
   Op op{Op::Type::kSend};
   op.token = token;
   op.am_id = am_id;
@@ -125,18 +124,20 @@ void UcxRail::Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> hea
   op.header.size = std::min(kMaxAmHeaderBytes, kTokenBytes + header.size());
   std::memcpy(op.header.bytes.data(), &token, kTokenBytes);
   if (!header.empty()) std::memcpy(op.header.bytes.data() + kTokenBytes, header.data(), op.header.size - kTokenBytes);
-  op.payload = payload.empty() ? nullptr : payload.data();
+  return op;
+}
+
+void UcxRail::Send(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header,
+                   absl::Span<const uint8_t> payload, uint64_t cookie) {
+  Op op = SendOp(token, am_id, header);
+  op.source = payload.empty() ? nullptr : payload.data();
   op.length = payload.size();
   op.cookie = cookie;
   Queue(std::move(op));
 }
 
 void UcxRail::SendOwned(uint64_t token, unsigned am_id, std::string payload) {
-  Op op{Op::Type::kSend};
-  op.token = token;
-  op.am_id = am_id;
-  op.header.size = kTokenBytes;
-  std::memcpy(op.header.bytes.data(), &token, kTokenBytes);
+  Op op = SendOp(token, am_id, {});
   op.report = false;
   op.owned = std::move(payload);
   Queue(std::move(op));
@@ -145,7 +146,7 @@ void UcxRail::SendOwned(uint64_t token, unsigned am_id, std::string payload) {
 void UcxRail::Receive(void* rendezvous, uint8_t* dest, size_t length, uint64_t cookie) {
   Op op{Op::Type::kReceive};
   op.rendezvous = rendezvous;
-  op.payload = dest;
+  op.dest = dest;
   op.length = length;
   op.cookie = cookie;
   Queue(std::move(op));
@@ -221,12 +222,7 @@ void UcxRail::DoOpen(Op& op) {
   if (status != UCS_OK) {
     e->closed = true;  // kept, so that later sends on the token fail instead of opening nothing
     endpoints_[op.token] = std::move(e);
-    RailEvent ev;
-    ev.type = RailEvent::Type::kEndpointError;
-    ev.rail = index_;
-    ev.token = op.token;
-    ev.status = UcsToStatus(status, absl::StrCat("ucp_ep_create on rail ", index_));
-    sink_->Post(std::move(ev));
+    ReportEndpointError(op.token, UcsToStatus(status, absl::StrCat("ucp_ep_create on rail ", index_)));
     return;
   }
   e->ep = ep;
@@ -234,18 +230,12 @@ void UcxRail::DoOpen(Op& op) {
 }
 
 void UcxRail::DoSend(Op& op) {
-  auto fail = [&](absl::Status status) {
-    if (!op.report) return;
-    RailEvent ev;
-    ev.type = RailEvent::Type::kSendDone;
-    ev.rail = index_;
-    ev.cookie = op.cookie;
-    ev.status = std::move(status);
-    sink_->Post(std::move(ev));
+  auto done = [&](absl::Status status) {
+    if (op.report) Report(RailEvent::Type::kSendDone, op.cookie, std::move(status));
   };
   auto it = endpoints_.find(op.token);
   if (it == endpoints_.end() || it->second->closed) {
-    fail(absl::FailedPreconditionError(absl::StrCat("link is closed on rail ", index_)));
+    done(absl::FailedPreconditionError(absl::StrCat("link is closed on rail ", index_)));
     return;
   }
   auto* ctx = new RequestContext{this, op.cookie, op.report, op.header, std::move(op.owned)};
@@ -253,7 +243,7 @@ void UcxRail::DoSend(Op& op) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxRail::OnSendComplete;
   param.user_data = ctx;
-  const void* payload = op.payload;
+  const void* payload = op.source;
   size_t length = op.length;
   if (!ctx->owned.empty()) {
     payload = ctx->owned.data();
@@ -265,13 +255,13 @@ void UcxRail::DoSend(Op& op) {
                                        payload, length, &param);
   if (UCS_PTR_IS_ERR(r)) {
     delete ctx;
-    fail(UcsToStatus(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
+    done(UcsToStatus(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
     return;
   }
   messages_sent_.fetch_add(1, std::memory_order_relaxed);
   payload_bytes_sent_.fetch_add(length, std::memory_order_relaxed);
   if (r == nullptr) {
-    fail(absl::OkStatus());  // done at once: report success the same way
+    done(absl::OkStatus());  // done at once: reported as a callback would
     delete ctx;
     return;
   }
@@ -279,24 +269,17 @@ void UcxRail::DoSend(Op& op) {
 }
 
 void UcxRail::DoReceive(Op& op) {
-  auto report = [&](absl::Status status) {
-    RailEvent ev;
-    ev.type = RailEvent::Type::kPayloadRead;
-    ev.rail = index_;
-    ev.cookie = op.cookie;
-    ev.status = std::move(status);
-    sink_->Post(std::move(ev));
-  };
   auto* ctx = new RequestContext{this, op.cookie, true, {}};
   ucp_request_param_t param = {};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.recv_am = &UcxRail::OnRecvComplete;
   param.user_data = ctx;
   ucs_status_ptr_t r =
-      ucp_am_recv_data_nbx(worker_.get(), op.rendezvous, const_cast<uint8_t*>(op.payload), op.length, &param);
+      ucp_am_recv_data_nbx(worker_.get(), op.rendezvous, op.dest, op.length, &param);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) {
     delete ctx;
-    report(r == nullptr ? absl::OkStatus() : UcsToStatus(UCS_PTR_STATUS(r), "ucp_am_recv_data_nbx"));
+    Report(RailEvent::Type::kPayloadRead, op.cookie,
+           r == nullptr ? absl::OkStatus() : UcsToStatus(UCS_PTR_STATUS(r), "ucp_am_recv_data_nbx"));
     return;
   }
   live_requests_.insert(ctx);
@@ -329,25 +312,30 @@ ucs_status_t UcxRail::OnMessage(void* arg, const void* header, size_t header_len
 
 void UcxRail::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* e = static_cast<Endpoint*>(arg);
-  if (e->closed) return;
+  if (!e->closed) e->rail->ReportEndpointError(e->token, UcsToStatus(status, "UCX endpoint"));
+}
+
+void UcxRail::Report(RailEvent::Type type, uint64_t cookie, absl::Status status) {
+  RailEvent ev;
+  ev.type = type;
+  ev.rail = index_;
+  ev.cookie = cookie;
+  ev.status = std::move(status);
+  sink_->Post(std::move(ev));
+}
+
+void UcxRail::ReportEndpointError(uint64_t token, absl::Status status) {
   RailEvent ev;
   ev.type = RailEvent::Type::kEndpointError;
-  ev.rail = e->rail->index_;
-  ev.token = e->token;
-  ev.status = UcsToStatus(status, "UCX endpoint");
-  e->rail->sink_->Post(std::move(ev));
+  ev.rail = index_;
+  ev.token = token;
+  ev.status = std::move(status);
+  sink_->Post(std::move(ev));
 }
 
 void UcxRail::FinishRequest(void* request, RequestContext* ctx, RailEvent::Type type, absl::Status status) {
   UcxRail* rail = ctx->rail;
-  if (ctx->report && !rail->stopped_) {
-    RailEvent ev;
-    ev.type = type;
-    ev.rail = rail->index_;
-    ev.cookie = ctx->cookie;
-    ev.status = std::move(status);
-    rail->sink_->Post(std::move(ev));
-  }
+  if (ctx->report && !rail->stopped_) rail->Report(type, ctx->cookie, std::move(status));
   rail->live_requests_.erase(ctx);
   delete ctx;
   ucp_request_free(request);

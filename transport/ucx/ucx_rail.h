@@ -36,8 +36,8 @@
 
 namespace kvt::transport::internal {
 
-// Most rails a wire has (Options::ucx_workers).
-inline constexpr int kMaxUcxRails = 16;
+// Most rails a wire has: one per UCX worker.
+inline constexpr int kMaxUcxRails = kMaxUcxWorkers;
 
 // Active-message ids on a rail's worker.
 inline constexpr unsigned kChunkAmId = 1;
@@ -134,7 +134,8 @@ class UcxRail {
     std::string remote;                                    // kOpen
     unsigned am_id = 0;                                    // kSend
     AmHeader header;                                       // kSend: token + kvt header
-    const uint8_t* payload = nullptr;                      // kSend: source; kReceive: destination
+    const uint8_t* source = nullptr;                       // kSend
+    uint8_t* dest = nullptr;                               // kReceive
     size_t length = 0;
     uint64_t cookie = 0;
     bool report = true;
@@ -151,7 +152,12 @@ class UcxRail {
 
   UcxRail(int index, RailEventSink* sink);
 
+  // A kSend operation with its AM header (token + `header`) filled in.
+  static Op SendOp(uint64_t token, unsigned am_id, absl::Span<const uint8_t> header);
   void Queue(Op op);
+  // Events, posted to the sink on the driver.
+  void Report(RailEvent::Type type, uint64_t cookie, absl::Status status);
+  void ReportEndpointError(uint64_t token, absl::Status status);
   int RunOps();
   void RunOp(Op& op);
   void DoOpen(Op& op);

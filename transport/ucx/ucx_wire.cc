@@ -111,9 +111,7 @@ class UcxWire::Payload final : public InboundPayload {
 
 absl::StatusOr<std::unique_ptr<UcxWire>> UcxWire::Create(const Options& options, WireEvents* events,
                                                          std::function<void()> wake) {
-  if (options.ucx_workers < 1 || options.ucx_workers > kMaxUcxRails) {
-    return absl::InvalidArgumentError(absl::StrCat("ucx_workers ", options.ucx_workers, " not in [1, ", kMaxUcxRails, "]"));
-  }
+  KVT_RETURN_IF_ERROR(ValidateOptions(options).status());
   std::unique_ptr<UcxWire> wire(new UcxWire(events, std::move(wake)));
   std::vector<std::string> hex;
   for (int i = 0; i < options.ucx_workers; ++i) {
@@ -148,6 +146,18 @@ UcxWire::Link* UcxWire::FindLink(LinkId id) {
   return it == links_.end() ? nullptr : it->second.get();
 }
 
+LinkId UcxWire::AddLink(uint64_t token, std::vector<std::string> remote) {
+  auto link = std::make_unique<Link>();
+  link->id = next_link_++;
+  link->token = token;
+  link->rails = static_cast<int>(remote.size());
+  for (int i = 0; i < link->rails; ++i) rails_[i]->Open(token, std::move(remote[i]));
+  const LinkId id = link->id;
+  by_token_[token] = id;
+  links_[id] = std::move(link);
+  return id;
+}
+
 int UcxWire::link_rails(LinkId id) const {
   auto it = links_.find(id);
   return it == links_.end() ? 0 : it->second->rails;
@@ -159,20 +169,12 @@ absl::StatusOr<LinkId> UcxWire::Connect(const std::string& address) {
   uint64_t token = 0;
   absl::BitGen gen;
   while (token == 0 || by_token_.contains(token)) token = absl::Uniform<uint64_t>(gen);
-  auto link = std::make_unique<Link>();
-  link->id = next_link_++;
-  link->token = token;
-  link->rails = n;
+  remote.resize(n);
   std::vector<std::string> own;
-  for (int i = 0; i < n; ++i) {
-    rails_[i]->Open(token, std::move(remote[i]));
-    own.push_back(rails_[i]->worker_address());
-  }
+  for (int i = 0; i < n; ++i) own.push_back(rails_[i]->worker_address());
+  const LinkId id = AddLink(token, std::move(remote));
   // Tell the peer who we are; UCX queues it (and everything after it) until the endpoint is wired up.
   rails_[0]->SendOwned(token, kConnectAmId, EncodeConnectPayload(own));
-  const LinkId id = link->id;
-  by_token_[token] = id;
-  links_[id] = std::move(link);
   outbound_up_.push_back(id);
   return id;
 }
@@ -227,15 +229,7 @@ void UcxWire::HandleConnect(RailEvent& event) {
     refuse(addresses.status());
     return;
   }
-  auto link = std::make_unique<Link>();
-  link->id = next_link_++;
-  link->token = event.token;
-  link->rails = static_cast<int>(addresses->size());
-  for (int i = 0; i < link->rails; ++i) rails_[i]->Open(event.token, std::move((*addresses)[i]));
-  const LinkId id = link->id;
-  by_token_[event.token] = id;
-  links_[id] = std::move(link);
-  events_->OnLinkUp(id, /*inbound=*/true);
+  events_->OnLinkUp(AddLink(event.token, *std::move(addresses)), /*inbound=*/true);
 }
 
 void UcxWire::HandleMessage(RailEvent& event) {

@@ -82,6 +82,8 @@ class UcxWire final : public Wire, private RailEventSink {
   void HandleConnect(RailEvent& event);
   void HandleMessage(RailEvent& event);
   void Drop(const RailEvent& event);
+  // Registers a link of `token` whose rail i reaches remote[i] (one per rail it uses), opening the endpoints.
+  LinkId AddLink(uint64_t token, std::vector<std::string> remote);
   void CloseLink(LinkId id);
   Link* FindLink(LinkId id);
   int PickRail(const Link& link) const;
