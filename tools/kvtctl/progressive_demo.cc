@@ -268,7 +268,11 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     offer.decode_daemon = cluster.decode->peer_address();
     offer.deadline = absl::Minutes(5);
     KVT_RETURN_IF_ERROR(cluster.prefill_client->Offer(offer));
-    return cluster.decode_client->Watch(id, on_event, absl::Minutes(5), v1::SIDE_DECODE);
+    KVT_RETURN_IF_ERROR(cluster.decode_client->Watch(id, on_event, absl::Minutes(5), v1::SIDE_DECODE));
+    // The prefill side counts a layer's bytes right after handing it to the transport, which can be after the
+    // decode side has it all: wait for the prefill side's end too (a finished request replays its events), so the
+    // byte counters read after this call hold every layer of this run and none of it spills into the next.
+    return cluster.prefill_client->Watch(id, [](const v1::TransferEvent&) {}, absl::Minutes(1), v1::SIDE_PREFILL);
   };
   // Connects the daemons (gRPC, Hello, UCX) outside the timed runs.
   progress("warming up the daemon-to-daemon connection", true);
