@@ -159,9 +159,19 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
   }
 }
 
+// Lets the next kernel of the stream start its blocks once every block of this grid has started (Hopper's
+// programmatic dependent launch; a no-op when the next kernel was launched plainly). The next kernel must not
+// rely on stream order for this grid's stores: the AllReduce kernels wait on the signals, which order them.
+__device__ __forceinline__ void LaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* __restrict__ in,
                                                                     const __grid_constant__ RoundParams p) {
+  LaunchDependents();
   WithBits(p.step1.bits, [&](auto bits) { ScatterBody<T, decltype(bits)::value>(in, p); });
   ArriveAndSignal(p, 0);
 }
@@ -243,6 +253,7 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2) ReduceGatherPushKernel(const __grid_constant__ RoundParams p) {
+  LaunchDependents();
   if (WaitForPeers(p, 0)) {
     WithBits(p.step1.bits, [&](auto bits) { ReduceBody<T, decltype(bits)::value>(p); });
   }
@@ -340,16 +351,44 @@ absl::Status LaunchFindNonFiniteTyped(const void* out, uint64_t count, int sms, 
   return LaunchError("AllReduce finiteness check");
 }
 
+// Launches `kernel` on `blocks` x kThreads. With `early`, as a programmatic dependent of the stream's previous
+// kernel: its blocks may start while that kernel's last blocks still run (they wait on the peers' signals).
+template <typename... Params, typename... Args>
+absl::Status Launch(void (*kernel)(Params...), int blocks, bool early, cudaStream_t stream, const char* what,
+                    Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (early) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: the error is returned here
+    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+  }
+  return LaunchError(what);
+}
+
 template <typename T>
-absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, cudaStream_t stream) {
-  ReduceScatterPushKernel<T><<<p.sms * ResidentBlocks(ReduceScatterPushKernel<T>), kThreads, 0, stream>>>(
-      static_cast<const T*>(in), p);
-  if (absl::Status s = LaunchError("AllReduce step-1 kernel"); !s.ok()) return s;
-  ReduceGatherPushKernel<T><<<p.sms * ResidentBlocks(ReduceGatherPushKernel<T>), kThreads, 0, stream>>>(p);
-  if (absl::Status s = LaunchError("AllReduce reduce kernel"); !s.ok()) return s;
-  GatherDecodeKernel<T><<<p.sms * ResidentBlocks(GatherDecodeKernel<T>), kThreads, 0, stream>>>(static_cast<T*>(out),
-                                                                                               p);
-  return LaunchError("AllReduce step-2 kernel");
+absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool early, cudaStream_t stream) {
+  if (absl::Status s = Launch(ReduceScatterPushKernel<T>, p.sms * ResidentBlocks(ReduceScatterPushKernel<T>), false,
+                              stream, "AllReduce step-1 kernel", static_cast<const T*>(in), p);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Launch(ReduceGatherPushKernel<T>, p.sms * ResidentBlocks(ReduceGatherPushKernel<T>), early,
+                              stream, "AllReduce reduce kernel", p);
+      !s.ok()) {
+    return s;
+  }
+  return Launch(GatherDecodeKernel<T>, p.sms * ResidentBlocks(GatherDecodeKernel<T>), early, stream,
+                "AllReduce step-2 kernel", static_cast<T*>(out), p);
 }
 
 }  // namespace
@@ -391,16 +430,16 @@ uint64_t Step2AreaBytes(const ChunkClass& full, int world, uint64_t chunks) {
   return chunks * Step2Stride(full, world);
 }
 
-absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& p, void* stream) {
+absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& p, bool early_launch, void* stream) {
   if (p.chunks == 0) return absl::OkStatus();
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.type) {
     case ElementType::kFloat32:
-      return LaunchTyped<float>(in, out, p, s);
+      return LaunchTyped<float>(in, out, p, early_launch, s);
     case ElementType::kBfloat16:
-      return LaunchTyped<__nv_bfloat16>(in, out, p, s);
+      return LaunchTyped<__nv_bfloat16>(in, out, p, early_launch, s);
     case ElementType::kFloat16:
-      return LaunchTyped<__half>(in, out, p, s);
+      return LaunchTyped<__half>(in, out, p, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }

@@ -87,8 +87,13 @@ struct RoundParams {
 };
 
 // The three kernels of a round, enqueued on `stream` (a cudaStream_t). `in` and `out` point at the round's
-// first value (they may be the same buffer). Launch errors come back as INTERNAL.
-absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& params, void* stream);
+// first value (they may be the same buffer). With `early_launch`, the second and third kernels are programmatic
+// dependents of the one before (Hopper): each grid's blocks start as the previous grid's blocks finish, instead
+// of after the whole grid has drained and a new launch has been scheduled. That is safe because each waits on
+// the signals, not on stream order; the round's first kernel is always launched plainly, after the stream's
+// earlier work. Launch errors come back as INTERNAL.
+absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& params, bool early_launch,
+                                  void* stream);
 
 // Records the smallest index of a non-finite value of out[0, count) in `status` as kBadSum (for calls NCCL ran).
 // One read of the output (16-byte loads when `out` is 16-byte aligned).

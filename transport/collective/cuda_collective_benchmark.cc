@@ -33,7 +33,8 @@
 ABSL_FLAG(std::string, nccl_lib, "", "libnccl.so.2 to compare with (empty: no NCCL column)");
 ABSL_FLAG(int, world, 0, "ranks, one GPU each (0: every GPU)");
 ABSL_FLAG(std::string, sizes_mib, "1,4,16,64,256,1024", "bf16 buffer sizes, MiB");
-ABSL_FLAG(std::string, modes, "raw,8,6,5,4,3,2s,4/8", "kvt widths: raw (unquantized), N (N/N), Ns (spikes), A/B");
+ABSL_FLAG(std::string, modes, "raw,8,6,5,4,3,2s,4/8",
+          "kvt widths: raw (unquantized), N (N/N), Ns (spikes), A/B; a trailing p (4p, 2sp): plain kernel launches");
 ABSL_FLAG(std::string, routed_modes, "raw,rawc,8,4",
           "modes also run with the communicator's default NCCL routing (nccl_routing.h), as 'auto ...' columns; "
           "a trailing 'c' adds the routed calls' finiteness check (NcclRouting::check_finite); needs --nccl_lib");
@@ -55,6 +56,7 @@ struct Mode {
   AllReduceOptions options;
   bool routed = false;  // through CudaCommunicator with its default NcclRouting
   bool check_finite = false;  // of that routing
+  bool early_launch = true;   // CudaCommunicator::set_early_launch; a trailing 'p' in a mode: plain launches
 };
 
 absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, const std::string& routed_spec,
@@ -81,6 +83,10 @@ absl::StatusOr<std::vector<Mode>> ParseModes(const std::string& spec, const std:
       mode.options.step1_bits = mode.options.step2_bits = 0;
     } else {
       std::string s(m);
+      if (!routed && !s.empty() && s.back() == 'p') {
+        mode.early_launch = false;
+        s.pop_back();
+      }
       if (!s.empty() && s.back() == 's') {
         mode.options.spike_reserve = true;
         s.pop_back();
@@ -145,6 +151,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
   const auto run_once = [&](const Mode& mode, size_t count) -> absl::Status {
     if (mode.nccl) return nccl_comm->AllReduce((*in)->get(), (*out)->get(), count, NcclType::kBfloat16, stream);
     kvt.set_nccl_routing(mode.routed ? NcclRouting{.check_finite = mode.check_finite} : NcclRouting::Off());
+    kvt.set_early_launch(mode.early_launch);
     return kvt.AllReduceAsync((*in)->get(), (*out)->get(), count, DataType::kBfloat16, mode.options, stream);
   };
   const double target_s = absl::GetFlag(FLAGS_seconds_per_point);

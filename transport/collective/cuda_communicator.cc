@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
                                                                       .bootstrap_timeout = options.bootstrap_timeout,
                                                                       .what = "CudaCommunicator"}));
   comm->routing_ = options.nccl_routing;
+  comm->early_launch_ = options.early_launch;
   KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
   return comm;
 }
@@ -211,7 +212,8 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
     p.epoch = ++epoch_;
     const uint64_t offset_bytes = p.call_offset * element_bytes;
     KVT_RETURN_IF_ERROR(internal::LaunchAllReduceRound(static_cast<const uint8_t*>(in) + offset_bytes,
-                                                       static_cast<uint8_t*>(out) + offset_bytes, p, s));
+                                                       static_cast<uint8_t*>(out) + offset_bytes, p,
+                                                       early_launch_, s));
   }
   return absl::OkStatus();
 }

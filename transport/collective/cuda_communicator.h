@@ -73,6 +73,10 @@ struct CudaCommunicatorOptions {
   std::string nccl_library;
   // Which calls go to NCCL when it is loaded.
   NcclRouting nccl_routing;
+  // Launch each round's second and third kernel early, as programmatic dependents (their blocks start while
+  // the previous kernel's last blocks finish, and wait on the peers' signals). false: plain launches, each
+  // after the previous kernel has drained. Results are the same bytes either way.
+  bool early_launch = true;
 };
 
 class CudaCommunicator : public Communicator {
@@ -98,6 +102,8 @@ class CudaCommunicator : public Communicator {
   std::string nccl_version() const;
   // Changes the routing for later calls; every rank must make the same change at the same point.
   void set_nccl_routing(const NcclRouting& routing) { routing_ = routing; }
+  // CudaCommunicatorOptions::early_launch for later calls (a local choice: ranks may differ).
+  void set_early_launch(bool early) { early_launch_ = early; }
 
   // Host fp32 buffers: copies `in` to the GPU, runs AllReduceAsync on this communicator's stream, copies the
   // result back and waits (Synchronize with options.timeout plus 10 s). Errors as Communicator::AllReduce.
@@ -136,6 +142,7 @@ class CudaCommunicator : public Communicator {
   uint64_t epoch_ = 0;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
   NcclRouting routing_;
+  bool early_launch_ = true;
   // Destroyed before group_ (declared after it): an aborted NCCL kernel must not hold the stream the group drains.
   std::unique_ptr<NcclLibrary> nccl_library_;
   std::unique_ptr<NcclComm> nccl_comm_;

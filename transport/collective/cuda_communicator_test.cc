@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/gpu/cuda_util.h"
 #include "gtest/gtest.h"
@@ -158,26 +159,34 @@ TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
       self.records.Write(comm.status(), {});
       return 2;
     }
-    for (size_t i = 0; i < cases.size(); ++i) {
-      absl::StatusOr<std::vector<float>> out = RunCase(**comm, cases[i], i);
-      self.records.Write(out.status(), out.ok() ? *out : std::vector<float>{});
+    // Every case with early (programmatic dependent) launches, the default, then with plain ones.
+    for (const bool early : {true, false}) {
+      (*comm)->set_early_launch(early);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        absl::StatusOr<std::vector<float>> out = RunCase(**comm, cases[i], i);
+        self.records.Write(out.status(), out.ok() ? *out : std::vector<float>{});
+      }
     }
     return 0;
   });
   for (const absl::Status& exit : run.exits) ASSERT_TRUE(exit.ok()) << exit;
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<float> want = Reference(cases[i], i, world);
-    for (int r = 0; r < world; ++r) {
-      ASSERT_GT(run.records[r].size(), i) << "rank " << r << " stopped before case " << cases[i].name;
-      const Record& got = run.records[r][i];
-      ASSERT_EQ(got.code, absl::StatusCode::kOk) << cases[i].name << " on rank " << r;
-      ASSERT_EQ(got.values.size(), want.size()) << cases[i].name;
-      size_t differ = 0, first = 0;
-      for (size_t k = 0; k < want.size(); ++k) {
-        if (std::memcmp(&got.values[k], &want[k], 4) != 0 && differ++ == 0) first = k;
+    for (const int pass : {0, 1}) {
+      const std::string name = absl::StrCat(cases[i].name, pass == 0 ? ", early launches" : ", plain launches");
+      const size_t at = pass * cases.size() + i;
+      for (int r = 0; r < world; ++r) {
+        ASSERT_GT(run.records[r].size(), at) << "rank " << r << " stopped before case " << name;
+        const Record& got = run.records[r][at];
+        ASSERT_EQ(got.code, absl::StatusCode::kOk) << name << " on rank " << r;
+        ASSERT_EQ(got.values.size(), want.size()) << name;
+        size_t differ = 0, first = 0;
+        for (size_t k = 0; k < want.size(); ++k) {
+          if (std::memcmp(&got.values[k], &want[k], 4) != 0 && differ++ == 0) first = k;
+        }
+        EXPECT_EQ(differ, 0u) << name << " on rank " << r << ": " << differ << " values differ, first at " << first
+                              << ": got " << got.values[first] << ", want " << want[first];
       }
-      EXPECT_EQ(differ, 0u) << cases[i].name << " on rank " << r << ": " << differ << " values differ, first at "
-                            << first << ": got " << got.values[first] << ", want " << want[first];
     }
   }
 }
