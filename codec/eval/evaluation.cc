@@ -18,7 +18,7 @@ double Seconds(Clock::time_point start) {
 
 struct StageSums {
   NmseAccumulator k, v;
-  MeanAccumulator vnmse;
+  MeanAccumulator vnmse, vnmse_k_only, vnmse_v_only;
   size_t stream_bytes = 0;
   double decode_seconds = 0;
 };
@@ -124,6 +124,14 @@ absl::StatusOr<EvalReport> Evaluate(const KvSource& source, const EvalOptions& o
           auto v = probe->Evaluate(decoded[0], decoded[1]);
           if (!v.ok()) return v.status();
           st.vnmse.Merge(*v);
+          if (options.attribute_vnmse) {
+            auto k_only = probe->Evaluate(decoded[0], kv.v);
+            if (!k_only.ok()) return k_only.status();
+            st.vnmse_k_only.Merge(*k_only);
+            auto v_only = probe->Evaluate(kv.k, decoded[1]);
+            if (!v_only.ok()) return v_only.status();
+            st.vnmse_v_only.Merge(*v_only);
+          }
         }
       }
     }
@@ -153,6 +161,10 @@ absl::StatusOr<EvalReport> Evaluate(const KvSource& source, const EvalOptions& o
       pooled.ref = st.k.ref + st.v.ref;
       out.kv_nmse = pooled.value();
       if (source.has_attention()) out.vnmse = st.vnmse.mean();
+      if (source.has_attention() && options.attribute_vnmse) {
+        out.vnmse_k_only = st.vnmse_k_only.mean();
+        out.vnmse_v_only = st.vnmse_v_only.mean();
+      }
       out.decode_values_per_s = st.decode_seconds > 0 ? values / st.decode_seconds : 0;
       r.stages.push_back(out);
     }

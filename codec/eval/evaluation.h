@@ -28,6 +28,9 @@ struct EvalOptions {
   // Evaluate at most this many layers, spread evenly over the depth (first and last included); 0 = all.
   int max_layers = 4;
   QueryOptions queries;  // the attention probe's queries (per query head)
+  // Also score attention with only K decoded (V exact) and with only V decoded (K exact), so a report shows
+  // which tensor's error the vNMSE comes from. Triples the attention work.
+  bool attribute_vnmse = false;
 
   // OK, or INVALID_ARGUMENT naming the bad field.
   absl::Status Validate() const;
@@ -42,6 +45,9 @@ struct StageResult {
   double k_nmse = 0;
   double v_nmse = 0;
   std::optional<double> vnmse;  // absent when the source has no attention structure
+  // With EvalOptions::attribute_vnmse: vNMSE with this stage's K and the exact V, and with the exact K and
+  // this stage's V.
+  std::optional<double> vnmse_k_only, vnmse_v_only;
   double decode_values_per_s = 0;
 };
 

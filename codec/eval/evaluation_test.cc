@@ -92,6 +92,31 @@ TEST(EvaluationTest, SingleTensorSourcesHaveNoAttentionMetric) {
   EXPECT_EQ(r->values_per_scheme, 64u * 16);
 }
 
+TEST(EvaluationTest, AttributionScoresEachTensorsErrorAlone) {
+  auto r = Evaluate(*Tiny(), Options({"int4"}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->schemes[0].stages[0].vnmse_k_only.has_value()) << "only when asked";
+
+  // [L=1, 2, T=64, H=2, D=16]: K varies, V is constant per channel, which int4 decodes exactly, so all of the
+  // attention error is K's.
+  NpyArray a;
+  a.shape = {1, 2, 64, 2, 16};
+  for (int i = 0; i < 64 * 32; ++i) a.data.push_back(static_cast<float>((i * 37) % 101) * 0.03f - 1.5f);
+  for (int i = 0; i < 64 * 32; ++i) a.data.push_back(static_cast<float>(i % 32) * 0.25f - 3.0f);
+  auto src = MakeNpySource(std::move(a), "kv.npy", /*gqa_group=*/2);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EvalOptions o = Options({"int4"});
+  o.attribute_vnmse = true;
+  r = Evaluate(**src, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const StageResult& st = r->schemes[0].stages[0];
+  ASSERT_TRUE(st.vnmse && st.vnmse_k_only && st.vnmse_v_only);
+  EXPECT_EQ(st.v_nmse, 0.0);
+  EXPECT_EQ(*st.vnmse_v_only, 0.0);
+  EXPECT_GT(*st.vnmse_k_only, 0.0);
+  EXPECT_EQ(*st.vnmse_k_only, *st.vnmse);
+}
+
 TEST(EvaluationTest, InvalidOptionsAreRejected) {
   EvalOptions o = Options({});
   EXPECT_EQ(Evaluate(*Tiny(64), o).status().code(), absl::StatusCode::kInvalidArgument);

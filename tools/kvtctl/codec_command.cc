@@ -114,6 +114,7 @@ struct EvalFlags {
   uint64_t seed = 1;
   std::string schemes = absl::StrJoin(codec::StandardSchemeNames(), ",");
   int queries = 8;
+  bool attribute = false;
   bool json = false;
   bool progress = true;
   CodecFlags codec;
@@ -131,6 +132,8 @@ struct EvalFlags {
     flags.Uint64("seed", &seed, "seed of the synthetic KV and the attention queries");
     flags.String("schemes", &schemes, "comma-separated scheme names");
     flags.Int("queries", &queries, "sampled queries per query head and layer");
+    flags.Bool("attribute", &attribute,
+               "also score attention with only K decoded and with only V decoded (which tensor the error is from)");
     flags.Bool("json", &json, "print one JSON document instead of the table");
     flags.Bool("progress", &progress, "show progress on stderr");
     codec.Register(flags);
@@ -176,6 +179,7 @@ int RunEval(const std::vector<std::string>& args, const CommandIo& io) {
   options.max_layers = f.layers;
   options.queries.queries_per_head = f.queries;
   options.queries.seed = f.seed;
+  options.attribute_vnmse = f.attribute;
   if (absl::Status st = options.Validate(); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
   auto source = MakeSource(f);
   if (!source.ok()) {

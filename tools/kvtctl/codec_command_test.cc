@@ -91,6 +91,23 @@ TEST(CodecCommandTest, EvalJsonHasTheDocumentedFields) {
   EXPECT_GT(lynx["stages"][0]["attention_vnmse"].get<double>(), lynx["stages"][2]["attention_vnmse"].get<double>());
 }
 
+TEST(CodecCommandTest, EvalAttributeAddsKOnlyAndVOnlyColumnsAndFields) {
+  std::vector<std::string> args = kTinyEval;
+  args.push_back("--attribute");
+  args.push_back("--noprogress");
+  CliResult r = Kvtctl(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("vNMSE K"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vNMSE V"), std::string::npos) << r.out;
+  EXPECT_EQ(Kvtctl(kTinyEval).out.find("vNMSE K"), std::string::npos) << "only with --attribute";
+  args.push_back("--json");
+  r = Kvtctl(args);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const nlohmann::json stage = nlohmann::json::parse(r.out)["schemes"][1]["stages"][0];
+  EXPECT_GT(stage["attention_vnmse_k_only"].get<double>(), 0.0);
+  EXPECT_GT(stage["attention_vnmse_v_only"].get<double>(), 0.0);
+}
+
 TEST(CodecCommandTest, EvalUsageErrorsExitTwoAndSayWhatToDo) {
   struct Case {
     std::vector<std::string> args;

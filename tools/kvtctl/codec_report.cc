@@ -43,16 +43,31 @@ std::string FormatEvalTable(const EvalReport& r) {
                         CenteringName(r.codec.centering), AnchorRuleName(r.codec.anchor_rule));
   absl::StrAppend(&s, "bits/value include container headers and metadata; stage 0 = anchor only; ",
                   "throughput in million values per second, one core\n\n");
-  absl::StrAppendFormat(&s, "%-13s %-5s %9s %9s %11s %11s %10s %10s\n", "scheme", "stage", "bits/val",
-                        "stream", "KV NMSE", "attn vNMSE", "enc MV/s", "dec MV/s");
+  bool attributed = false;
+  for (const SchemeResult& sr : r.schemes) {
+    for (const StageResult& st : sr.stages) attributed = attributed || st.vnmse_k_only.has_value();
+  }
+  absl::StrAppendFormat(&s, "%-13s %-5s %9s %9s %11s %11s %10s %10s", "scheme", "stage", "bits/val", "stream",
+                        "KV NMSE", "attn vNMSE", "enc MV/s", "dec MV/s");
+  if (attributed) absl::StrAppendFormat(&s, " %11s %11s %11s %11s", "K NMSE", "V NMSE", "vNMSE K", "vNMSE V");
+  absl::StrAppend(&s, "\n");
   for (const SchemeResult& sr : r.schemes) {
     for (const StageResult& st : sr.stages) {
       const std::string vnmse = st.vnmse ? absl::StrFormat("%.3e", *st.vnmse) : "n/a";
       const std::string enc = st.stage == 0 ? absl::StrFormat("%.1f", sr.encode_values_per_s / 1e6) : "";
-      absl::StrAppendFormat(&s, "%-13s %-5s %9.3f %9.3f %11.3e %11s %10s %10.1f\n", sr.scheme, StageLabel(st),
+      absl::StrAppendFormat(&s, "%-13s %-5s %9.3f %9.3f %11.3e %11s %10s %10.1f", sr.scheme, StageLabel(st),
                             st.bits_per_value, st.stream_bits_per_value, st.kv_nmse, vnmse, enc,
                             st.decode_values_per_s / 1e6);
+      if (attributed) {
+        absl::StrAppendFormat(&s, " %11.3e %11.3e %11.3e %11.3e", st.k_nmse, st.v_nmse, st.vnmse_k_only.value_or(0),
+                              st.vnmse_v_only.value_or(0));
+      }
+      absl::StrAppend(&s, "\n");
     }
+  }
+  if (attributed) {
+    absl::StrAppend(&s, "\nvNMSE K: attention with this stage's K and the exact V; vNMSE V: the exact K and this "
+                        "stage's V\n");
   }
   absl::StrAppendFormat(&s, "\n%.1f s\n", r.seconds);
   return s;
@@ -88,6 +103,10 @@ nlohmann::json EvalReportJson(const EvalReport& r) {
                         {"k_nmse", st.k_nmse},
                         {"v_nmse", r.has_attention ? nlohmann::json(st.v_nmse) : nlohmann::json(nullptr)},
                         {"attention_vnmse", st.vnmse ? nlohmann::json(*st.vnmse) : nlohmann::json(nullptr)},
+                        {"attention_vnmse_k_only",
+                         st.vnmse_k_only ? nlohmann::json(*st.vnmse_k_only) : nlohmann::json(nullptr)},
+                        {"attention_vnmse_v_only",
+                         st.vnmse_v_only ? nlohmann::json(*st.vnmse_v_only) : nlohmann::json(nullptr)},
                         {"decode_values_per_s", st.decode_values_per_s}});
     }
     schemes.push_back(
