@@ -159,15 +159,6 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
   }
 }
 
-// Lets the next kernel of the stream start its blocks once every block of this grid has started (Hopper's
-// programmatic dependent launch; a no-op when the next kernel was launched plainly). The next kernel must not
-// rely on stream order for this grid's stores: the AllReduce kernels wait on the signals, which order them.
-__device__ __forceinline__ void LaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* __restrict__ in,
                                                                     const __grid_constant__ RoundParams p) {
@@ -351,44 +342,20 @@ absl::Status LaunchFindNonFiniteTyped(const void* out, uint64_t count, int sms, 
   return LaunchError("AllReduce finiteness check");
 }
 
-// Launches `kernel` on `blocks` x kThreads. With `early`, as a programmatic dependent of the stream's previous
-// kernel: its blocks may start while that kernel's last blocks still run (they wait on the peers' signals).
-template <typename... Params, typename... Args>
-absl::Status Launch(void (*kernel)(Params...), int blocks, bool early, cudaStream_t stream, const char* what,
-                    Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (early) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear it: the error is returned here
-    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-  }
-  return LaunchError(what);
-}
-
 template <typename T>
 absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool early, cudaStream_t stream) {
-  if (absl::Status s = Launch(ReduceScatterPushKernel<T>, p.sms * ResidentBlocks(ReduceScatterPushKernel<T>), false,
-                              stream, "AllReduce step-1 kernel", static_cast<const T*>(in), p);
+  if (absl::Status s = LaunchKernel(ReduceScatterPushKernel<T>, p.sms * ResidentBlocks(ReduceScatterPushKernel<T>),
+                                    kThreads, false, stream, "AllReduce step-1 kernel", static_cast<const T*>(in), p);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = Launch(ReduceGatherPushKernel<T>, p.sms * ResidentBlocks(ReduceGatherPushKernel<T>), early,
-                              stream, "AllReduce reduce kernel", p);
+  if (absl::Status s = LaunchKernel(ReduceGatherPushKernel<T>, p.sms * ResidentBlocks(ReduceGatherPushKernel<T>),
+                                    kThreads, early, stream, "AllReduce reduce kernel", p);
       !s.ok()) {
     return s;
   }
-  return Launch(GatherDecodeKernel<T>, p.sms * ResidentBlocks(GatherDecodeKernel<T>), early, stream,
-                "AllReduce step-2 kernel", static_cast<T*>(out), p);
+  return LaunchKernel(GatherDecodeKernel<T>, p.sms * ResidentBlocks(GatherDecodeKernel<T>), kThreads, early, stream,
+                      "AllReduce step-2 kernel", static_cast<T*>(out), p);
 }
 
 }  // namespace

@@ -184,7 +184,7 @@ absl::StatusOr<CudaDispatchResult> CudaExpertAllToAll::DispatchAsync(const void*
   const internal::MoeCall call =
       MakeCall(true, sequence, CallTag(kTagSeed, {1, sequence, ShapeTag(options_)}), options.timeout);
   KVT_RETURN_IF_ERROR(internal::LaunchDispatch(tokens, topk_experts, topk_weights, num_tokens, set.state, call,
-                                               group_->StreamOr(stream)));
+                                               options.early_launch, group_->StreamOr(stream)));
   set.valid = true;
   return set.result;
 }
@@ -214,7 +214,8 @@ absl::Status CudaExpertAllToAll::CombineAsync(const CudaDispatchResult& dispatch
   const uint64_t number = combines_++;
   const internal::MoeCall call = MakeCall(
       false, number, CallTag(kTagSeed, {2, number, dispatched.sequence, ShapeTag(options_)}), options.timeout);
-  return internal::LaunchCombine(expert_out, out, set.num_tokens, set.state, call, group_->StreamOr(stream));
+  return internal::LaunchCombine(expert_out, out, set.num_tokens, set.state, call, options.early_launch,
+                                 group_->StreamOr(stream));
 }
 
 absl::Status CudaExpertAllToAll::Synchronize(void* stream, absl::Time deadline) {

@@ -80,6 +80,10 @@ struct CudaExpertAllToAllOptions {
 struct CudaMoeCallOptions {
   // How long the GPU waits for the peers' signals. Default 30 s.
   absl::Duration timeout = absl::Seconds(30);
+  // Launch the receive kernel early, as a programmatic dependent of the send kernel (Hopper): its blocks start
+  // as the send kernel's finish and wait on the signals. false: a plain launch after the send kernel drains.
+  // The same bytes either way.
+  bool early_launch = true;
 };
 
 // One Dispatch's result in device memory, valid until the second Dispatch after it.

@@ -35,6 +35,7 @@ ABSL_FLAG(int, hidden, 7168, "token width");
 ABSL_FLAG(int, topk, 8, "experts per token");
 ABSL_FLAG(int, experts, 256, "experts in all");
 ABSL_FLAG(int, iters, 200, "timed calls per loop");
+ABSL_FLAG(bool, plain_launches, false, "launch the receive kernels plainly (CudaMoeCallOptions::early_launch off)");
 
 namespace kvt::collective {
 namespace {
@@ -116,9 +117,10 @@ int RunRank(ForkedRank& self, int world) {
   }
   void* const stream = a2a.stream();
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  const CudaMoeCallOptions call_options{.early_launch = !absl::GetFlag(FLAGS_plain_launches)};
   const auto dispatch = [&]() {
     return a2a.DispatchAsync(*d_tokens, static_cast<const int32_t*>(*d_experts), static_cast<const float*>(*d_weights),
-                             tokens, {}, stream);
+                             tokens, call_options, stream);
   };
   auto timer = codec::gpu::CudaEventTimer::Create();
   BENCH_CHECK(timer.status());
@@ -146,13 +148,13 @@ int RunRank(ForkedRank& self, int world) {
   });
   BENCH_CHECK(us.status());
   record[kDispatch] = *us;
-  us = time_loop([&]() { return a2a.CombineAsync(*last, *d_expert_out, *d_out, {}, stream); });
+  us = time_loop([&]() { return a2a.CombineAsync(*last, *d_expert_out, *d_out, call_options, stream); });
   BENCH_CHECK(us.status());
   record[kCombine] = *us;
   us = time_loop([&]() -> absl::Status {
     last = dispatch();
     if (!last.ok()) return last.status();
-    return a2a.CombineAsync(*last, *d_expert_out, *d_out, {}, stream);
+    return a2a.CombineAsync(*last, *d_expert_out, *d_out, call_options, stream);
   });
   BENCH_CHECK(us.status());
   record[kBoth] = *us;

@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kThreads) DispatchSendKernel(const T* __restri
                                                                const float* __restrict__ weights, int num_tokens,
                                                                DispatchState state,
                                                                const __grid_constant__ MoeCall c) {
+  LaunchDependents();
   const MoeLayout& l = c.layout;
   __shared__ int prefix[kMaxCudaWorld];
   __shared__ uint32_t masks[kMaxTokensPerBlock];
@@ -306,6 +307,7 @@ __global__ void __launch_bounds__(kThreads) DispatchReceiveKernel(DispatchState 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) CombineSendKernel(const T* __restrict__ expert_out, DispatchState state,
                                                               const __grid_constant__ MoeCall c) {
+  LaunchDependents();
   const MoeLayout& l = c.layout;
   const int units = l.hidden / kPerThread;
   const int all_rows = l.world * l.max_tokens;
@@ -371,34 +373,36 @@ int SendBlocks(int num_tokens, int sms) {
   return std::max(1, std::max(wanted, needed));
 }
 
+// The receive kernels are launched early (programmatic dependents of the send kernels) when `early`: they wait
+// on the peers' signals, which order every record they read; the send kernels are launched plainly, after the
+// stream's earlier work (the previous call's receive must be done with the slots before they are rewritten).
 template <typename T>
 absl::Status LaunchDispatchTyped(const void* tokens, const int32_t* experts, const float* weights, int num_tokens,
-                                 const DispatchState& state, const MoeCall& c, cudaStream_t stream) {
+                                 const DispatchState& state, const MoeCall& c, bool early, cudaStream_t stream) {
   const int send_blocks = SendBlocks(num_tokens, c.sms);
   const int receive_blocks = std::max(1, std::min(c.layout.world * c.layout.max_tokens, 4 * c.sms));
-  if (c.layout.fp8) {
-    DispatchSendKernel<T, true><<<send_blocks, kThreads, 0, stream>>>(static_cast<const T*>(tokens), experts,
-                                                                      weights, num_tokens, state, c);
-    if (absl::Status s = LaunchError("Dispatch send kernel"); !s.ok()) return s;
-    DispatchReceiveKernel<T, true><<<receive_blocks, kThreads, 0, stream>>>(state, c);
-  } else {
-    DispatchSendKernel<T, false><<<send_blocks, kThreads, 0, stream>>>(static_cast<const T*>(tokens), experts,
-                                                                       weights, num_tokens, state, c);
-    if (absl::Status s = LaunchError("Dispatch send kernel"); !s.ok()) return s;
-    DispatchReceiveKernel<T, false><<<receive_blocks, kThreads, 0, stream>>>(state, c);
+  const auto send = c.layout.fp8 ? DispatchSendKernel<T, true> : DispatchSendKernel<T, false>;
+  const auto receive = c.layout.fp8 ? DispatchReceiveKernel<T, true> : DispatchReceiveKernel<T, false>;
+  if (absl::Status s = LaunchKernel(send, send_blocks, kThreads, false, stream, "Dispatch send kernel",
+                                    static_cast<const T*>(tokens), experts, weights, num_tokens, state, c);
+      !s.ok()) {
+    return s;
   }
-  return LaunchError("Dispatch receive kernel");
+  return LaunchKernel(receive, receive_blocks, kThreads, early, stream, "Dispatch receive kernel", state, c);
 }
 
 template <typename T>
 absl::Status LaunchCombineTyped(const void* expert_out, void* out, int num_tokens, const DispatchState& state,
-                                const MoeCall& c, cudaStream_t stream) {
+                                const MoeCall& c, bool early, cudaStream_t stream) {
   const int send_blocks = std::max(1, std::min(c.layout.world * c.layout.max_tokens, 4 * c.sms));
-  CombineSendKernel<T><<<send_blocks, kThreads, 0, stream>>>(static_cast<const T*>(expert_out), state, c);
-  if (absl::Status s = LaunchError("Combine send kernel"); !s.ok()) return s;
+  if (absl::Status s = LaunchKernel(CombineSendKernel<T>, send_blocks, kThreads, false, stream, "Combine send kernel",
+                                    static_cast<const T*>(expert_out), state, c);
+      !s.ok()) {
+    return s;
+  }
   const int receive_blocks = std::max(1, std::min(num_tokens, 4 * c.sms));
-  CombineReceiveKernel<T><<<receive_blocks, kThreads, 0, stream>>>(static_cast<T*>(out), num_tokens, state, c);
-  return LaunchError("Combine receive kernel");
+  return LaunchKernel(CombineReceiveKernel<T>, receive_blocks, kThreads, early, stream, "Combine receive kernel",
+                      static_cast<T*>(out), num_tokens, state, c);
 }
 
 template <typename T>
@@ -452,29 +456,29 @@ uint64_t CombineSlotsOffset(const MoeLayout& l, int parity) {
 uint64_t MoeAreaBytes(const MoeLayout& l) { return CombineSlotsOffset(l, 2); }
 
 absl::Status LaunchDispatch(const void* tokens, const int32_t* experts, const float* weights, int num_tokens,
-                            const DispatchState& state, const MoeCall& call, void* stream) {
+                            const DispatchState& state, const MoeCall& call, bool early_launch, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (call.layout.type) {
     case ElementType::kFloat32:
-      return LaunchDispatchTyped<float>(tokens, experts, weights, num_tokens, state, call, s);
+      return LaunchDispatchTyped<float>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
     case ElementType::kBfloat16:
-      return LaunchDispatchTyped<__nv_bfloat16>(tokens, experts, weights, num_tokens, state, call, s);
+      return LaunchDispatchTyped<__nv_bfloat16>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
     case ElementType::kFloat16:
-      return LaunchDispatchTyped<__half>(tokens, experts, weights, num_tokens, state, call, s);
+      return LaunchDispatchTyped<__half>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }
 
 absl::Status LaunchCombine(const void* expert_out, void* out, int num_tokens, const DispatchState& state,
-                           const MoeCall& call, void* stream) {
+                           const MoeCall& call, bool early_launch, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (call.layout.type) {
     case ElementType::kFloat32:
-      return LaunchCombineTyped<float>(expert_out, out, num_tokens, state, call, s);
+      return LaunchCombineTyped<float>(expert_out, out, num_tokens, state, call, early_launch, s);
     case ElementType::kBfloat16:
-      return LaunchCombineTyped<__nv_bfloat16>(expert_out, out, num_tokens, state, call, s);
+      return LaunchCombineTyped<__nv_bfloat16>(expert_out, out, num_tokens, state, call, early_launch, s);
     case ElementType::kFloat16:
-      return LaunchCombineTyped<__half>(expert_out, out, num_tokens, state, call, s);
+      return LaunchCombineTyped<__half>(expert_out, out, num_tokens, state, call, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }

@@ -96,14 +96,18 @@ struct MoeCall {
 absl::Status LoadMoeKernels();
 
 // Enqueues Dispatch's two kernels on `stream`: `tokens` [num_tokens][hidden] elements, `topk_experts` and
-// `topk_weights` [num_tokens][topk] (device memory), num_tokens <= max_tokens. Launch errors as INTERNAL.
+// `topk_weights` [num_tokens][topk] (device memory), num_tokens <= max_tokens. With `early_launch` the receive
+// kernel is a programmatic dependent of the send kernel (its blocks start as the send's finish; it waits on the
+// signals either way). Launch errors as INTERNAL.
 absl::Status LaunchDispatch(const void* tokens, const int32_t* topk_experts, const float* topk_weights,
-                            int num_tokens, const DispatchState& state, const MoeCall& call, void* stream);
+                            int num_tokens, const DispatchState& state, const MoeCall& call, bool early_launch,
+                            void* stream);
 
 // Enqueues Combine's two kernels: `expert_out` [world * max_tokens][topk][hidden] elements (slot k of row r at
 // (r * topk + k)), `out` [num_tokens][hidden] elements, `state` the Dispatch's.
+// `early_launch` as LaunchDispatch's.
 absl::Status LaunchCombine(const void* expert_out, void* out, int num_tokens, const DispatchState& state,
-                           const MoeCall& call, void* stream);
+                           const MoeCall& call, bool early_launch, void* stream);
 
 }  // namespace kvt::collective::internal
 

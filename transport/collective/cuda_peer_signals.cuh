@@ -120,6 +120,40 @@ inline absl::Status LaunchError(const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
+// Lets the next kernel of the stream start its blocks once every block of this grid has started (Hopper's
+// programmatic dependent launch; a no-op when the next kernel was launched plainly). Call it first thing in a
+// kernel whose successor waits on the peers' signals rather than on stream order.
+__device__ __forceinline__ void LaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches `kernel` on `blocks` x `threads`. With `early`, as a programmatic dependent of the stream's previous
+// kernel: its blocks may start while that kernel's last blocks still run, so it must order what it reads by the
+// signals, not by the stream. Launch errors as INTERNAL, naming `what`.
+template <typename... Params, typename... Args>
+absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bool early, cudaStream_t stream,
+                          const char* what, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (early) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: the error is returned here
+    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+  }
+  return LaunchError(what);
+}
+
 }  // namespace kvt::collective::internal
 
 #endif  // KVT_TRANSPORT_COLLECTIVE_CUDA_PEER_SIGNALS_CUH_
