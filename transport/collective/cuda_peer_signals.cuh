@@ -113,12 +113,14 @@ __device__ inline bool WaitForPeers(const SignalSpec& s) {
   return ok != 0;
 }
 
-// The last launch's error as INTERNAL, naming `what`; OK when the launch went through.
-inline absl::Status LaunchError(const char* what) {
-  const cudaError_t e = cudaGetLastError();
+// `e` as INTERNAL, naming `what`; OK for cudaSuccess.
+inline absl::Status CudaLaunchStatus(const char* what, cudaError_t e) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
+
+// The last launch's error as INTERNAL, naming `what`; OK when the launch went through.
+inline absl::Status LaunchError(const char* what) { return CudaLaunchStatus(what, cudaGetLastError()); }
 
 // Lets the next kernel of the stream start its blocks once every block of this grid has started (Hopper's
 // programmatic dependent launch; a no-op when the next kernel was launched plainly). Call it first thing in a
@@ -147,11 +149,9 @@ absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bo
     config.numAttrs = 1;
   }
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear it: the error is returned here
-    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-  }
-  return LaunchError(what);
+  if (e == cudaSuccess) return LaunchError(what);
+  cudaGetLastError();  // clear it: the error is returned here
+  return CudaLaunchStatus(what, e);
 }
 
 }  // namespace kvt::collective::internal
