@@ -135,7 +135,7 @@ absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const M
     case SchemeKind::kFp8:
       return internal::DecodeFp8(streams[0], out);
     case SchemeKind::kLynx:
-      return internal::DecodeLynx(layout, streams, stages, options.anchor_rule, internal::KernelsFor(impl), out);
+      return internal::DecodeLynx(layout, streams, stages, options, internal::KernelsFor(impl), out);
   }
   return absl::InternalError("unreachable scheme kind");
 }

@@ -1,6 +1,7 @@
 // Codec throughput on one core: EncodePage and DecodePage (every stage count) of each scheme and
 // implementation on a realistic 256 x 1024 page, beside memcpy of the same float bytes in the same run.
-// Counters: values/s ("items_per_second") and input float bytes/s ("bytes_per_second").
+// Counters: values/s ("items_per_second") and input float bytes/s ("bytes_per_second"). Partial decodes run
+// with the default exact-extremes rule and again as ".../table-extremes" without it.
 //   bazel run -c opt //codec:codec_benchmark -- --benchmark_filter=lynx
 #include <cstring>
 #include <string>
@@ -61,7 +62,7 @@ void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl)
   state.counters["bits_per_value"] = 8.0 * bytes / (kTokens * kChannels);
 }
 
-void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int stages) {
+void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int stages, bool exact_extremes) {
   if (!ImplAvailable(impl)) {
     state.SkipWithError("implementation not supported by this CPU");
     return;
@@ -69,6 +70,7 @@ void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl,
   const Scheme scheme = *ParseScheme(scheme_name);
   CodecOptions options;
   options.impl = impl;
+  options.exact_extremes = exact_extremes;
   absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page().view());
   std::vector<float> out(Page().data.size());
   MutablePageView view{out.data(), kTokens, kChannels, 0};
@@ -94,8 +96,12 @@ void RegisterAll() {
       const std::string suffix = name + "/" + ImplName(impl);
       benchmark::RegisterBenchmark(("BM_Encode/" + suffix).c_str(), BM_Encode, name, impl);
       for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
-        benchmark::RegisterBenchmark(("BM_Decode/" + suffix + "/stages:" + std::to_string(stages)).c_str(),
-                                     BM_Decode, name, impl, stages);
+        const std::string decode = "BM_Decode/" + suffix + "/stages:" + std::to_string(stages);
+        benchmark::RegisterBenchmark(decode.c_str(), BM_Decode, name, impl, stages, true);
+        // A partial decode again without the exact-extremes rule, so its cost is seen side by side.
+        if (stages < scheme.num_streams()) {
+          benchmark::RegisterBenchmark((decode + "/table-extremes").c_str(), BM_Decode, name, impl, stages, false);
+        }
       }
     }
   }

@@ -122,11 +122,16 @@ TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
           for (int stages = 1; stages <= a->layout.scheme.num_streams(); ++stages) {
             for (AnchorRule rule :
                  {AnchorRule::kConditionalMean, AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
-              ref.anchor_rule = impl.anchor_rule = rule;
-              // Same float ops in every implementation: decoded values are equal (+0 == -0).
-              const std::vector<float> x = Decode(*a, stages, ref);
-              const std::vector<float> y = Decode(*a, stages, impl);
-              for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << "value " << i << " stages " << stages;
+              for (bool exact : {true, false}) {
+                ref.anchor_rule = impl.anchor_rule = rule;
+                ref.exact_extremes = impl.exact_extremes = exact;
+                // Same float ops in every implementation: decoded values are equal (+0 == -0).
+                const std::vector<float> x = Decode(*a, stages, ref);
+                const std::vector<float> y = Decode(*a, stages, impl);
+                for (size_t i = 0; i < x.size(); ++i) {
+                  ASSERT_EQ(x[i], y[i]) << "value " << i << " stages " << stages << " exact extremes " << exact;
+                }
+              }
             }
           }
         }

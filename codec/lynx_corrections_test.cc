@@ -17,10 +17,13 @@ namespace {
 
 using internal::LynxTables;
 
-std::vector<float> Decode(const EncodedPage& enc, int stages, AnchorRule rule = AnchorRule::kValueCentre) {
+// Partial decodes here test the anchor rules themselves: without the exact-extremes rule unless asked.
+std::vector<float> Decode(const EncodedPage& enc, int stages, AnchorRule rule = AnchorRule::kValueCentre,
+                          bool exact_extremes = false) {
   std::vector<float> out(static_cast<size_t>(enc.layout.tokens) * enc.layout.channels);
   CodecOptions o;
   o.anchor_rule = rule;
+  o.exact_extremes = exact_extremes;
   EXPECT_TRUE(DecodePage(enc.bytes, stages, MutablePageView{out.data(), enc.layout.tokens, enc.layout.channels, 0}, o)
                   .ok());
   return out;
@@ -231,6 +234,66 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
   EXPECT_LT(err_mean, 0.9 * err_centre);
   // The top cell holds each chunk's extremes (exactly +-1 with midrange centering): its mean lies near 1.
   EXPECT_GT(sum[7] / n[7], 0.95);
+}
+
+TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEnd) {
+  // mu = 0 and sigma = 1 in every chunk (each holds -1 and +1), Laplace values below the top cell (|x| >= ~0.86
+  // at the default alpha) between; a second value shares +1's top cell in every chunk of channels 8..15 (so the
+  // cell's page mean is below 1), and in chunk 2 +1's in channels 0..3 and -1's in channels 4..7.
+  const int tokens = 256, channels = 16;
+  std::vector<float> x(tokens * channels);
+  std::mt19937 rng(11);
+  std::exponential_distribution<float> expo(6.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      const float v = std::fmin(expo(rng), 0.8f) * (rng() % 2 ? 1.0f : -1.0f);
+      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : v);
+      if (t % 32 == 4 && c >= 8) x[t * channels + c] = 0.9f;
+    }
+  }
+  for (int c = 0; c < 8; ++c) x[(64 + 8) * channels + c] = c < 4 ? 0.99f : -0.99f;
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const EncodedPage enc = Encode("lynx", x, tokens, channels);
+  const std::vector<float> full = Decode(enc, 2);
+  const std::vector<float> table = Decode(enc, 1, AnchorRule::kConditionalMean, false);
+  const std::vector<float> exact = Decode(enc, 1, AnchorRule::kConditionalMean, true);
+  ASSERT_EQ(full[0], -1.0f);  // the chunk ends decode exactly at full precision
+  ASSERT_EQ(full[channels], 1.0f);
+  // Top-cell members per (chunk, channel, sign), from the input (x_final = x here).
+  auto top_cell = [&](size_t i) { return (internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4) == 7; };
+  int singles = 0, shared = 0;
+  double err_table = 0, err_exact = 0;
+  for (int k = 0; k < tokens / 32; ++k) {
+    for (int c = 0; c < channels; ++c) {
+      int members[2] = {0, 0};
+      for (int t = 32 * k; t < 32 * k + 32; ++t) {
+        const size_t i = static_cast<size_t>(t) * channels + c;
+        if (top_cell(i)) ++members[x[i] < 0.0f];
+      }
+      for (int t = 32 * k; t < 32 * k + 32; ++t) {
+        const size_t i = static_cast<size_t>(t) * channels + c;
+        if (top_cell(i) && members[x[i] < 0.0f] == 1) {
+          ++singles;
+          ASSERT_EQ(exact[i], full[i]) << "token " << t << " channel " << c;
+          ASSERT_EQ(std::fabs(exact[i]), 1.0f);
+        } else {
+          shared += top_cell(i);
+          ASSERT_EQ(exact[i], table[i]) << "token " << t << " channel " << c;
+        }
+        err_table += (table[i] - x[i]) * (table[i] - x[i]);
+        err_exact += (exact[i] - x[i]) * (exact[i] - x[i]);
+      }
+    }
+  }
+  EXPECT_EQ(singles, 2 * (tokens / 32) * channels - (tokens / 32) * 8 - 8);  // every chunk end but the shared ones
+  EXPECT_EQ(shared, 2 * (tokens / 32) * 8 + 16);
+  EXPECT_LT(err_exact, err_table);
+  // A full decode is untouched by the rule.
+  CodecOptions o;
+  o.exact_extremes = true;
+  std::vector<float> full_exact(x.size());
+  ASSERT_TRUE(DecodePage(enc.bytes, 2, MutablePageView{full_exact.data(), tokens, channels, 0}, o).ok());
+  EXPECT_EQ(full_exact, full);
 }
 
 }  // namespace

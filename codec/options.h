@@ -47,6 +47,10 @@ struct CodecOptions {
   // Decode-side only (every multi-stream lynx container carries the conditional-mean tables): how a decode with
   // fewer than all stages reconstructs values.
   AnchorRule anchor_rule = AnchorRule::kConditionalMean;  // the sweep in docs/CODEC.md
+  // Decode-side only, on top of anchor_rule: a partial decode puts the only value of a chunk-channel in the top
+  // cell of its sign (the chunk's extreme there, under midrange centering) at the full top code, i.e. the stored
+  // chunk end, instead of the cell's reconstruction point (docs/CODEC.md "Exact extremes").
+  bool exact_extremes = true;
   NonFinitePolicy non_finite = NonFinitePolicy::kReject;
   // kAvx2 / kAvx512 on a CPU without them: INVALID_ARGUMENT (see ImplAvailable).
   CodecImpl impl = CodecImpl::kAuto;

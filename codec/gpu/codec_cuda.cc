@@ -369,8 +369,9 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
                                 static_cast<internal::DeviceStatus*>(out.status_word()), stream.handle);
 }
 
-absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, AnchorRule rule, const PagedKvView& dst,
-                                  const int32_t* device_block_ids, CudaStream stream) {
+absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, const CodecOptions& options,
+                                  const PagedKvView& dst, const int32_t* device_block_ids, CudaStream stream) {
+  const AnchorRule rule = options.anchor_rule;
   const ContainerLayout& l = in.layout();
   KVT_RETURN_IF_ERROR(SpikeUnimplemented(l.scheme));
   KVT_RETURN_IF_ERROR(ValidateKv(dst, l.tokens, "destination KV"));
@@ -405,8 +406,13 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, Anch
     KVT_ASSIGN_OR_RETURN(const void* staged, in.StageTables(1, &tables, sizeof(tables), stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
-  return internal::LaunchDecode(l.scheme, stages, tp, StagingOf(in), Shape(in), Geometry(dst, l.tokens, device_block_ids),
-                                static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle);
+  const internal::KvGeometry geometry = Geometry(dst, l.tokens, device_block_ids);
+  KVT_RETURN_IF_ERROR(internal::LaunchDecode(l.scheme, stages, tp, StagingOf(in), Shape(in), geometry,
+                                             static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle));
+  if (l.scheme.kind == SchemeKind::kLynx && options.exact_extremes && stages < l.scheme.num_streams()) {
+    return internal::LaunchExactExtremes(l.scheme, stages, tp, StagingOf(in), Shape(in), geometry, stream.handle);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream) {
@@ -488,7 +494,7 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
   KVT_RETURN_IF_ERROR(in->FromContainers(containers, stages, stream));
   std::unique_ptr<DeviceBuffer> ids;
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, ids, stream));
-  KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(*in, stages, options.anchor_rule, dst, d_ids, stream));
+  KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(*in, stages, options, dst, d_ids, stream));
   return CheckDeviceStatus(*in, stream);
 }
 

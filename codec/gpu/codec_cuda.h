@@ -121,9 +121,10 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
 // Decodes every page of `in` using streams [0, stages) into `dst` (bf16, fp16 or fp32), page p into the blocks
 // device_block_ids[p * BlocksPerPage ..]. Decoded values are the CPU DecodePage's floats rounded to nearest even
 // into dst's dtype. Device-side errors (metadata no encoder writes: DATA_LOSS; a block id out of range) via
-// CheckDeviceStatus. UNIMPLEMENTED for spike reserving.
-absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, AnchorRule rule, const PagedKvView& dst,
-                                  const int32_t* device_block_ids, CudaStream stream = {});
+// CheckDeviceStatus. UNIMPLEMENTED for spike reserving. A partial decode reconstructs by options.anchor_rule and
+// options.exact_extremes (the other fields are the encoder's, read from the pages).
+absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, const CodecOptions& options,
+                                  const PagedKvView& dst, const int32_t* device_block_ids, CudaStream stream = {});
 
 // Synchronizes `stream`, reads and clears `pages`' device status word: INVALID_ARGUMENT naming the first NaN/Inf
 // (page, token, channel) or a bad block id, DATA_LOSS for corrupt metadata or values, else OK.
@@ -137,7 +138,7 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, c
                                                          absl::Span<const int32_t> block_ids, CudaStream stream = {});
 
 // Decodes containers (all of one scheme and shape) with `stages` streams into dst, container i into the blocks
-// block_ids[i * BlocksPerPage ..]. options.anchor_rule picks the anchor-only reconstruction.
+// block_ids[i * BlocksPerPage ..]. options.anchor_rule and exact_extremes pick the partial reconstruction.
 absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                              const CodecOptions& options, const PagedKvView& dst,
                              absl::Span<const int32_t> block_ids, CudaStream stream = {});

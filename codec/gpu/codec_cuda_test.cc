@@ -369,11 +369,16 @@ void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int chan
   for (const EncodedPage& e : enc) spans.push_back(e.bytes);
   const int total_blocks = num_pages * bpp + 2;
   const std::vector<int32_t> ids = ScatteredIds(num_pages * bpp, total_blocks, 99 + tokens);
-  for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
-    SCOPED_TRACE(scheme_name + " stages " + std::to_string(stages));
+  for (int run = 0; run < 2 * scheme.num_streams(); ++run) {
+    // Every stage count; partial decodes with and without the exact-extremes rule.
+    const int stages = run / 2 + 1;
+    const bool exact = run % 2 == 0;
+    if (!exact && stages == scheme.num_streams()) continue;
+    SCOPED_TRACE(scheme_name + " stages " + std::to_string(stages) + (exact ? " exact extremes" : ""));
     DeviceKv kv(dtype, layout, total_blocks, block_tokens, heads, channels / heads);
     CodecOptions o;
     o.anchor_rule = rule;
+    o.exact_extremes = exact;
     absl::Status st = DecodePagesCuda(spans, stages, o, kv.view(), ids);
     ASSERT_TRUE(st.ok()) << st;
     kv.Download();
@@ -447,7 +452,9 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   const int32_t* dev_ids = static_cast<const int32_t*>((*d_ids)->get());
   ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, src.view(), dev_ids, **pages).ok());
   DeviceKv dst(KvDType::kBfloat16, KvLayout::kHND, 32, 16, 8, 128);
-  ASSERT_TRUE(DecodePagesCudaAsync(**pages, 2, AnchorRule::kValueCentre, dst.view(), dev_ids).ok());
+  CodecOptions decode_options;
+  decode_options.anchor_rule = AnchorRule::kValueCentre;
+  ASSERT_TRUE(DecodePagesCudaAsync(**pages, 2, decode_options, dst.view(), dev_ids).ok());
   ASSERT_TRUE(CheckDeviceStatus(**pages).ok());
   dst.Download();
   absl::StatusOr<std::vector<EncodedPage>> containers = (*pages)->ToContainers();

@@ -118,6 +118,14 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* 
 absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
                           const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream);
 
+// The exact-extremes rule of a partial lynx decode (codec/internal/lynx_extremes.h), after LaunchDecode of the
+// same `stages` into the same dst: for each (page, chunk, channel) and sign, the only value whose known-bit
+// prefix is the top cell of that sign, if there is exactly one, is rewritten as Reconstruct(+-full_values[M]).
+// Needs stages < all (known < bits). Pages whose metadata or block ids are bad are skipped (LaunchDecode
+// reports them).
+absl::Status LaunchExactExtremes(const Scheme& scheme, int stages, const LynxDeviceTables* tables,
+                                 const Staging& in, const PageShape& shape, const KvGeometry& dst, void* stream);
+
 }  // namespace kvt::codec::gpu::internal
 
 #endif  // KVT_CODEC_GPU_CODEC_KERNELS_H_

@@ -142,7 +142,7 @@ void Run(const std::vector<std::string>& only) {
 
     auto decode_ms = [&](int stages) {
       return MedianMs(stream, [&](int r) {
-        return DecodePagesCudaAsync(*enc[r % kSets], stages, options.anchor_rule, out_kv[(r + 1) % kSets], dev_ids,
+        return DecodePagesCudaAsync(*enc[r % kSets], stages, options, out_kv[(r + 1) % kSets], dev_ids,
                                     stream);
       });
     };

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/internal/bitpack.h"
+#include "codec/internal/lynx_extremes.h"
 #include "codec/internal/lynx_math.h"
 
 namespace kvt::codec::internal {
@@ -122,6 +123,25 @@ std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const LynxPageMet
   return count;
 }
 
+// The exact-extremes rule (lynx_extremes.h) over every chunk of a partial decode: from the `known`-bit prefixes
+// (token-major bytes), or, with prefix == nullptr, from the one packed 4-bit stream `nibbles`.
+void ApplyExactExtremes(const uint8_t* prefix, const uint8_t* nibbles, int known, float top,
+                        const LynxKernels& kernels, const LynxPageMeta& meta, const MutablePageView& out) {
+  const size_t channels = static_cast<size_t>(meta.channels);
+  const size_t chunk_values = static_cast<size_t>(meta.chunk_len) * channels;
+  std::vector<int16_t> pos(channels), neg(channels);
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    if (prefix != nullptr) {
+      kernels.chunk_extremes(prefix + k * chunk_values, channels, meta.chunk_len, meta.channels,
+                             TopCellPositive(known), TopCellNegative(known), pos.data(), neg.data());
+    } else {
+      kernels.chunk_extremes_nibbles(nibbles + k * chunk_values / 2, meta.chunk_len, meta.channels, pos.data(),
+                                     neg.data());
+    }
+    kernels.apply_chunk_extremes(pos.data(), neg.data(), k, top, meta, out);
+  }
+}
+
 }  // namespace
 
 bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
@@ -191,7 +211,9 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
 }
 
 absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const uint8_t*, kMaxStreams>& streams,
-                        int stages, AnchorRule rule, const LynxKernels& kernels, const MutablePageView& out) {
+                        int stages, const CodecOptions& options, const LynxKernels& kernels,
+                        const MutablePageView& out) {
+  const AnchorRule rule = options.anchor_rule;
   const Scheme& scheme = layout.scheme;
   const int bits = scheme.total_code_bits();
   const auto tables = GetLynxTables(layout.alpha, bits);
@@ -268,11 +290,20 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   }
   const bool fused = kernels.reconstruct_nibbles != nullptr && NibbleStages(scheme, stages) &&
                      kernels.reconstruct_nibbles(code_streams.data(), stages, meta, table, out);
-  if (!fused) {
-    const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
-    CodeScratch prefix(n);
+  const bool extremes = options.exact_extremes && known < bits;
+  const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
+  // The prefixes, unless the fused kernel read the streams itself and the extremes can too (one 4-bit stream
+  // whose rows start on byte boundaries).
+  const bool need_prefix = !fused || (extremes && !(stages == 1 && scheme.stage_bits[0] == 4 &&
+                                                    layout.channels % 2 == 0));
+  CodeScratch prefix(need_prefix ? n : 0);
+  if (need_prefix) {
     for (int i = 0; i < stages; ++i) AppendField(code_streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
-    kernels.reconstruct(prefix.data(), meta, table, known, out);
+  }
+  if (!fused) kernels.reconstruct(prefix.data(), meta, table, known, out);
+  if (extremes) {
+    ApplyExactExtremes(need_prefix ? prefix.data() : nullptr, code_streams[0], known,
+                       tables->full_values[tables->max_code], kernels, meta, out);
   }
   if (scheme.spike_reserve) {
     for (int k = 0; k < meta.num_chunks; ++k) {

@@ -21,9 +21,11 @@ namespace kvt::codec::internal {
 bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
                 const std::array<uint8_t*, kMaxStreams>& streams);
 
-// Decodes with streams [0, stages) (their CRCs already checked). DATA_LOSS for metadata no encoder writes.
+// Decodes with streams [0, stages) (their CRCs already checked); a partial decode reconstructs by
+// options.anchor_rule and options.exact_extremes. DATA_LOSS for metadata no encoder writes.
 absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const uint8_t*, kMaxStreams>& streams,
-                        int stages, AnchorRule rule, const LynxKernels& kernels, const MutablePageView& out);
+                        int stages, const CodecOptions& options, const LynxKernels& kernels,
+                        const MutablePageView& out);
 
 }  // namespace kvt::codec::internal
 

@@ -5,6 +5,7 @@
 #ifndef KVT_CODEC_INTERNAL_LYNX_KERNELS_H_
 #define KVT_CODEC_INTERNAL_LYNX_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -71,6 +72,15 @@ struct LynxKernels {
   // read straight from the packed streams instead of through AppendField's byte-per-value prefix.
   bool (*reconstruct_nibbles)(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
                               const float* table, const MutablePageView& out);
+
+  // The exact-extremes search of one chunk (lynx_extremes.h): RefChunkExtremes and RefChunkExtremesNibbles, or
+  // vectorized equals (the search is integer-exact, so every implementation finds the same rows).
+  void (*chunk_extremes)(const uint8_t* prefix, size_t row_stride, int rows, int channels, uint8_t top_pos,
+                         uint8_t top_neg, int16_t* pos, int16_t* neg);
+  void (*chunk_extremes_nibbles)(const uint8_t* packed, int rows, int channels, int16_t* pos, int16_t* neg);
+  // RefApplyChunkExtremes, or a vectorized equal (the same float ops per value).
+  void (*apply_chunk_extremes)(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
+                               const MutablePageView& out);
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "codec/internal/lynx_extremes.h"
 #include "codec/internal/lynx_kernels.h"
 
 namespace kvt::codec::internal {
@@ -154,7 +155,8 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
-                             RefEndPairs, UnpackEndPairs, nullptr,     nullptr};
+                             RefEndPairs, UnpackEndPairs, nullptr,     nullptr,
+                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes};
   return k;
 }
 

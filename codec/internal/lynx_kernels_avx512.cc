@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/lynx_extremes.h"
 #include "codec/internal/lynx_kernels.h"
 #include "codec/internal/lynx_kernels_avx512_vbmi.h"
 
@@ -513,7 +514,8 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 
 const LynxKernels& Avx512LynxKernels() {
   static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
-                             EndPairs, UnpackEnds, CodesNibbles, ReconstructNibbles};
+                             EndPairs, UnpackEnds, CodesNibbles, ReconstructNibbles,
+                             Avx512ChunkExtremes, Avx512ChunkExtremesNibbles, Avx512ApplyChunkExtremes};
   return k;
 }
 

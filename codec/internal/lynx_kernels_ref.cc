@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "codec/internal/lynx_extremes.h"
 #include "codec/internal/lynx_kernels.h"
 
 namespace kvt::codec::internal {
@@ -237,7 +238,8 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 
 const LynxKernels& ReferenceLynxKernels() {
   static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
-                             RefEndPairs, UnpackEndPairs, nullptr, nullptr};
+                             RefEndPairs, UnpackEndPairs, nullptr, nullptr,
+                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes};
   return k;
 }
 

@@ -43,6 +43,7 @@ struct CodecFlags {
   double alpha = codec::CodecOptions{}.alpha;
   std::string centering;
   std::string anchor_rule;
+  std::string extremes;
   int chunk_tokens = codec::CodecOptions{}.chunk_tokens;
   int page_tokens = codec::eval::kDefaultPageTokens;
 
@@ -51,6 +52,8 @@ struct CodecFlags {
     flags.String("centering", &centering, "lynx chunk centring: midrange | mean (empty: the codec default)");
     flags.String("anchor-rule", &anchor_rule,
                  "anchor-only reconstruction: conditional-mean | code-centre | value-centre (empty: the codec default)");
+    flags.String("extremes", &extremes,
+                 "partial decodes' single top-cell values: exact (at the chunk end) | table (empty: the codec default)");
     flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity)");
     flags.Int("page-tokens", &page_tokens, "tokens per page (a multiple of --chunk-tokens)");
   }
@@ -70,6 +73,13 @@ absl::StatusOr<codec::AnchorRule> ParseAnchorRule(absl::string_view s) {
       absl::StrCat("unknown anchor rule '", s, "'; use conditional-mean, code-centre or value-centre"));
 }
 
+// --extremes: whether a partial decode puts a chunk-channel's single top-cell value at the chunk end.
+absl::StatusOr<bool> ParseExtremes(absl::string_view s) {
+  if (s == "exact") return true;
+  if (s == "table") return false;
+  return absl::InvalidArgumentError(absl::StrCat("unknown extremes rule '", s, "'; use exact or table"));
+}
+
 absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
   codec::CodecOptions o;
   o.alpha = static_cast<float>(f.alpha);
@@ -83,6 +93,11 @@ absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
     auto a = ParseAnchorRule(f.anchor_rule);
     if (!a.ok()) return a.status();
     o.anchor_rule = *a;
+  }
+  if (!f.extremes.empty()) {
+    auto e = ParseExtremes(f.extremes);
+    if (!e.ok()) return e.status();
+    o.exact_extremes = *e;
   }
   if (auto st = o.Validate(); !st.ok()) return st;
   return o;
@@ -240,7 +255,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "codec sweep";
   FlagSet flags("kvtctl codec sweep");
   std::string model = "llama-3.1-8b", bulks = "laplace,student-t", alphas = "1,2,4,8,16,32,64,128";
-  std::string centerings = "midrange,mean", anchor_rules = "conditional-mean,code-centre";
+  std::string centerings = "midrange,mean", anchor_rules = "conditional-mean,code-centre", extremes = "exact";
   std::string schemes = "lynx", baselines = "int8,int4";
   int tokens = 1024, layers = 2, queries = 8, chunk_tokens = codec::CodecOptions{}.chunk_tokens;
   uint64_t seed = 1;
@@ -252,6 +267,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("alphas", &alphas, "alpha values");
   flags.String("centerings", &centerings, "centerings: midrange, mean");
   flags.String("anchor-rules", &anchor_rules, "anchor rules: conditional-mean, code-centre, value-centre");
+  flags.String("extremes", &extremes, "partial decodes' single top-cell values: exact, table");
   flags.String("schemes", &schemes, "lynx-family schemes swept");
   flags.String("baselines", &baselines, "schemes evaluated once per data set for comparison");
   flags.Int("queries", &queries, "sampled queries per query head and layer");
@@ -285,11 +301,18 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
     if (!v.ok()) return UsageError(io, cmd, std::string(v.status().message()), flags.Usage());
     rule_list.push_back(*v);
   }
+  std::vector<bool> extremes_list;
+  for (const std::string& e : SplitList(extremes)) {
+    auto v = ParseExtremes(e);
+    if (!v.ok()) return UsageError(io, cmd, std::string(v.status().message()), flags.Usage());
+    extremes_list.push_back(*v);
+  }
   auto swept = ParseSchemeList(schemes);
   if (!swept.ok()) return UsageError(io, cmd, std::string(swept.status().message()), flags.Usage());
   auto base = ParseSchemeList(baselines);
   if (!base.ok()) return UsageError(io, cmd, std::string(base.status().message()), flags.Usage());
-  if (bulk_list.empty() || alpha_list.empty() || centering_list.empty() || rule_list.empty()) {
+  if (bulk_list.empty() || alpha_list.empty() || centering_list.empty() || rule_list.empty() ||
+      extremes_list.empty()) {
     return UsageError(io, cmd, "every swept list needs at least one value", flags.Usage());
   }
 
@@ -299,7 +322,8 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   };
   std::vector<Row> rows;
   const auto start = std::chrono::steady_clock::now();
-  const size_t total = bulk_list.size() * (1 + alpha_list.size() * centering_list.size() * rule_list.size());
+  const size_t total =
+      bulk_list.size() * (1 + alpha_list.size() * centering_list.size() * rule_list.size() * extremes_list.size());
   size_t done = 0;
   for (codec::eval::BulkDistribution bulk : bulk_list) {
     auto so = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
@@ -332,13 +356,18 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
     for (double alpha : alpha_list) {
       for (codec::Centering c : centering_list) {
         for (codec::AnchorRule r : rule_list) {
-          co.alpha = static_cast<float>(alpha);
-          co.centering = c;
-          co.anchor_rule = r;
-          if (absl::Status st = co.Validate(); !st.ok()) return UsageError(io, cmd, std::string(st.message()), flags.Usage());
-          const std::string config =
-              absl::StrFormat("alpha=%g %s %s", alpha, CenteringName(c), AnchorRuleName(r));
-          if (absl::Status st = run(*swept, co, config); !st.ok()) return Failure(io, cmd, st);
+          for (bool exact : extremes_list) {
+            co.alpha = static_cast<float>(alpha);
+            co.centering = c;
+            co.anchor_rule = r;
+            co.exact_extremes = exact;
+            if (absl::Status st = co.Validate(); !st.ok()) {
+              return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+            }
+            const std::string config = absl::StrFormat("alpha=%g %s %s %s", alpha, CenteringName(c),
+                                                       AnchorRuleName(r), ExtremesName(exact));
+            if (absl::Status st = run(*swept, co, config); !st.ok()) return Failure(io, cmd, st);
+          }
         }
       }
     }

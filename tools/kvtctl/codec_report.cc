@@ -25,6 +25,8 @@ const char* AnchorRuleName(codec::AnchorRule r) {
   return "unknown";
 }
 
+const char* ExtremesName(bool exact_extremes) { return exact_extremes ? "exact-extremes" : "table-extremes"; }
+
 std::string StageLabel(const StageResult& stage) { return stage.full ? "full" : absl::StrCat(stage.stage); }
 
 std::string FormatEvalTable(const EvalReport& r) {
@@ -39,8 +41,9 @@ std::string FormatEvalTable(const EvalReport& r) {
   } else {
     absl::StrAppend(&s, "attention vNMSE: n/a (a single [T, C] tensor has no K/V pairing)\n");
   }
-  absl::StrAppendFormat(&s, "lynx options: alpha %g, %s centering, %s anchors\n", r.codec.alpha,
-                        CenteringName(r.codec.centering), AnchorRuleName(r.codec.anchor_rule));
+  absl::StrAppendFormat(&s, "lynx options: alpha %g, %s centering, %s anchors, %s\n", r.codec.alpha,
+                        CenteringName(r.codec.centering), AnchorRuleName(r.codec.anchor_rule),
+                        ExtremesName(r.codec.exact_extremes));
   absl::StrAppend(&s, "bits/value include container headers and metadata; stage 0 = anchor only; ",
                   "throughput in million values per second, one core\n\n");
   bool attributed = false;
@@ -88,7 +91,8 @@ nlohmann::json EvalReportJson(const EvalReport& r) {
   j["codec_options"] = {{"chunk_tokens", r.codec.chunk_tokens},
                         {"alpha", r.codec.alpha},
                         {"centering", CenteringName(r.codec.centering)},
-                        {"anchor_rule", AnchorRuleName(r.codec.anchor_rule)}};
+                        {"anchor_rule", AnchorRuleName(r.codec.anchor_rule)},
+                        {"exact_extremes", r.codec.exact_extremes}};
   j["seconds"] = r.seconds;
   nlohmann::json schemes = nlohmann::json::array();
   for (const SchemeResult& sr : r.schemes) {

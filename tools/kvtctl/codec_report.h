@@ -22,6 +22,8 @@ nlohmann::json EvalReportJson(const codec::eval::EvalReport& report);
 
 const char* CenteringName(codec::Centering c);
 const char* AnchorRuleName(codec::AnchorRule r);
+// "exact-extremes" or "table-extremes" (CodecOptions::exact_extremes).
+const char* ExtremesName(bool exact_extremes);
 
 }  // namespace kvt::kvtctl
 

@@ -1,0 +1,60 @@
+// The exact-extremes rule of a partial lynx decode (docs/CODEC.md "Exact extremes").
+//
+// With midrange centering a chunk's largest value maps to x_final = +1 and its smallest to -1, so each has the
+// top magnitude code M, and its prefix (the known top bits of the code) is the top cell of its sign. A partial
+// decode cannot tell the values of the top cell apart and puts them all at one reconstruction point (the
+// cell's conditional mean, ~0.97): every chunk extreme shrinks a little, coherently across the channels a query
+// reads, which biases attention logits. But when exactly one value of a chunk-channel has the top cell of its
+// sign, that value is the chunk's extreme on that side: it decodes as the full code +-M (= the stored chunk end),
+// exactly what a full decode gives it. Decode-side only: no container change.
+//
+// The search is integer-exact, so every implementation (portable, AVX-512) finds the same tokens; the value
+// written is Reconstruct(+-full_values[M], mu, sigma, frame), the float ops of every other reconstruction.
+#ifndef KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_
+#define KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/internal/lynx_kernels.h"
+#include "codec/page.h"
+
+namespace kvt::codec::internal {
+
+// "No single value": zero or several values of the chunk-channel have the top cell of that sign.
+inline constexpr int16_t kNoExtreme = -1;
+
+// The top cells of a `known`-bit prefix (1 <= known < 8): sign 0 with every magnitude bit set, and sign 1 with
+// every magnitude bit set.
+inline uint8_t TopCellPositive(int known) { return static_cast<uint8_t>((1u << (known - 1)) - 1); }
+inline uint8_t TopCellNegative(int known) { return static_cast<uint8_t>((1u << known) - 1); }
+
+// One chunk of prefixes: `rows` (1..256) rows of `channels` bytes, `row_stride` bytes apart. For each channel c
+// in [0, channels): pos[c] = the row of the only prefix equal to top_pos, or kNoExtreme; likewise neg.
+void RefChunkExtremes(const uint8_t* prefix, size_t row_stride, int rows, int channels, uint8_t top_pos,
+                      uint8_t top_neg, int16_t* pos, int16_t* neg);
+
+// The same for a chunk of one packed 4-bit stream (the anchor-only decode of lynx / lynx4, known = 4): rows of
+// `channels` nibbles (value c in byte c / 2, low nibble first: bitpack.h's layout), `row_bytes` = channels / 2
+// apart, so `channels` must be even; top cells 0b0111 and 0b1111.
+void RefChunkExtremesNibbles(const uint8_t* packed, int rows, int channels, int16_t* pos, int16_t* neg);
+
+// AVX-512 (F, BW) equals of the two searches; only call them when the CPU has AVX-512BW.
+void Avx512ChunkExtremes(const uint8_t* prefix, size_t row_stride, int rows, int channels, uint8_t top_pos,
+                         uint8_t top_neg, int16_t* pos, int16_t* neg);
+void Avx512ChunkExtremesNibbles(const uint8_t* packed, int rows, int channels, int16_t* pos, int16_t* neg);
+
+// Writes the full-code reconstruction of chunk k's single extremes of channels [c_begin, c_end) into `out`
+// (token k * chunk_len + row): Reconstruct(top, mu, sigma, frame) for pos, Reconstruct(-top, ...) for neg, with
+// top = full_values[M].
+void RefApplyChunkExtremesRange(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
+                                const MutablePageView& out, int c_begin, int c_end);
+void RefApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
+                           const MutablePageView& out);
+// The same, 16 channels a vector (masked scatters); requires AVX-512 F/BW/VL.
+void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
+                              const MutablePageView& out);
+
+}  // namespace kvt::codec::internal
+
+#endif  // KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_
