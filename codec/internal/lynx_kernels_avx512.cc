@@ -489,6 +489,28 @@ KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, uint32_t* index) {
   if (i < n) UnpackEndPairs(in + i / kLanes * (kLanes * kEndPairBits / 8), n - i, index + i);
 }
 
+// RefPackEndPairs with the pair indices computed 16 at a time (64 per block, so every block starts on a byte
+// boundary); the packing is the shared PackEndPairs.
+KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out) {
+  constexpr size_t kBlock = 64;
+  alignas(64) uint32_t index[kBlock];
+  const __m512i one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+#pragma GCC unroll 4
+    for (size_t j = 0; j < kBlock; j += kLanes) {
+      const __m512i lo =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q_low + i + j)));
+      const __m512i hi =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q_high + i + j)));
+      const __m512i tri = _mm512_srli_epi32(_mm512_mullo_epi32(hi, _mm512_add_epi32(hi, one)), 1);
+      _mm512_store_si512(index + j, _mm512_add_epi32(tri, lo));
+    }
+    PackEndPairs(index, kBlock, out + i / 8 * kEndPairBits);
+  }
+  if (i < n) RefPackEndPairs(q_low + i, q_high + i, n - i, out + i / 8 * kEndPairBits);
+}
+
 KVT_AVX512 bool AllFinite(const PageView& page) {
   const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   const int full = page.channels / kLanes * kLanes;
@@ -513,7 +535,7 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 
 const LynxKernels& Avx512LynxKernels() {
   static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
-                             EndPairs, UnpackEnds, CodesNibbles, ReconstructNibbles};
+                             EndPairs, UnpackEnds, PackEnds,     CodesNibbles,       ReconstructNibbles};
   return k;
 }
 
