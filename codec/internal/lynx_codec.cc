@@ -177,9 +177,7 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
   std::memcpy(s0 + o.hi, meta.hi.data(), 4 * meta.hi.size());
-  uint32_t* pairs = scratch.pairs(chunk_values);
-  for (size_t i = 0; i < chunk_values; ++i) pairs[i] = EndPairIndex(meta.q_low[i], meta.q_high[i]);
-  PackEndPairs(pairs, chunk_values, s0 + o.ends);
+  kernels.pack_end_pairs(meta.q_low.data(), meta.q_high.data(), chunk_values, s0 + o.ends);
   if (scheme.spike_reserve) {
     std::memcpy(s0 + o.spike_value, meta.spike_value.data(), 4 * chunk_values);
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);

@@ -56,6 +56,9 @@ struct LynxKernels {
   bool (*end_pairs)(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
   // UnpackEndPairs (lynx_math.h): the n 23-bit fields of EndPairBytes(n) bytes at `in`; reads no byte past them.
   void (*unpack_end_pairs)(const uint8_t* in, size_t n, uint32_t* index);
+  // The inverse for the encoder: PackEndPairs of EndPairIndex(q_low[i], q_high[i]), i < n, into the
+  // EndPairBytes(n) bytes at `out`; writes no byte past them.
+  void (*pack_end_pairs)(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out);
 
   // Optional fused paths (nullptr where an implementation has none) for schemes whose every stage is 4 bits
   // wide (lynx, lynx4). Each returns false, having written nothing, for a page it does not handle (the caller
@@ -86,6 +89,8 @@ struct LynxKernels {
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()
 // The reference end_pairs: EndPairFromIndex per index.
 bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
+// The reference pack_end_pairs: EndPairIndex per pair, then PackEndPairs.
+void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out);
 
 const LynxKernels& ReferenceLynxKernels();
 const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)

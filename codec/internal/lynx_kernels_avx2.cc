@@ -155,7 +155,7 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
-                             RefEndPairs, UnpackEndPairs, nullptr,     nullptr,
+                             RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes};
   return k;
 }

@@ -98,27 +98,50 @@ struct NibbleCoder {
     small = _mm512_load_si512(first);
   }
 
-  // The b-bit codes of 16 values (FinalValue, MagnitudeCode and the sign, lane by lane). Requires sigma > 0 or
-  // x == mu in every lane (true without spike reserving: every value lies in its chunk's interval), so that
-  // inv_sigma == 0 needs no special case: (x - mu) * 0 = 0.
-  template <bool kSmall>
-  KVT_AVX512_VBMI __m512i Code(__m512 x, __m512 mu, __m512 inv) const {
-    const __m512 xf = _mm512_mul_ps(_mm512_sub_ps(x, mu), inv);
-    const __mmask16 neg = _mm512_cmp_ps_mask(xf, _mm512_setzero_ps(), _CMP_LT_OQ);
-    const __m512 a = _mm512_range_ps(xf, _mm512_set1_ps(1.0f), 0x0A);  // min(|xf|, 1), sign cleared
-    __m512i f;
+  // The b-bit codes of kN x 16 values from x[v * 16], mu[v * 16], inv[v * 16] (FinalValue, MagnitudeCode and
+  // the sign, lane by lane), into c[0 .. kN). Each step runs on all kN vectors before the next, so the
+  // out-of-order core sees kN independent operations side by side instead of kN long dependent chains one
+  // after another. Requires sigma > 0 or x == mu in every lane (true without spike reserving: every value
+  // lies in its chunk's interval), so that inv_sigma == 0 needs no special case: (x - mu) * 0 = 0.
+  template <bool kSmall, int kN>
+  KVT_AVX512_VBMI void Codes(const float* x, const float* mu, const float* inv, __m512i (&c)[4]) const {
+    __m512 a[kN];
+    __mmask16 neg[kN];
+    __m512i f[kN];
+#pragma GCC unroll 4
+    for (int v = 0; v < kN; ++v) {
+      const __m512 xf =
+          _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + kLanes * v), _mm512_loadu_ps(mu + kLanes * v)),
+                        _mm512_loadu_ps(inv + kLanes * v));
+      neg[v] = _mm512_cmp_ps_mask(xf, _mm512_setzero_ps(), _CMP_LT_OQ);
+      a[v] = _mm512_range_ps(xf, _mm512_set1_ps(1.0f), 0x0A);  // min(|xf|, 1), sign cleared
+    }
     if constexpr (kPoly) {
-      __m512 p = _mm512_fmadd_ps(a, c3, c2);
-      p = _mm512_fmadd_ps(a, p, c1);
-      p = _mm512_fmadd_ps(a, p, c0);
-      f = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a, p)), max_code);
+      __m512 p[kN];
+#pragma GCC unroll 4
+      for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], c3, c2);
+#pragma GCC unroll 4
+      for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], p[v], c1);
+#pragma GCC unroll 4
+      for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], p[v], c0);
+#pragma GCC unroll 4
+      for (int v = 0; v < kN; ++v)
+        f[v] = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a[v], p[v])), max_code);
     } else {
-      f = GuessCode(a, alpha, scale, max_code);
+#pragma GCC unroll 4
+      for (int v = 0; v < kN; ++v) f[v] = GuessCode(a[v], alpha, scale, max_code);
     }
     // a >= guess_high[f] compared as integers (both non-negative floats).
-    const __m512i th = kSmall ? _mm512_permutexvar_epi32(f, small) : high(_mm512_shuffle_epi8(f, bcast));
-    __m512i code = _mm512_mask_add_epi32(f, _mm512_cmpge_epu32_mask(_mm512_castps_si512(a), th), f, one);
-    return _mm512_mask_or_epi32(code, neg, code, sign_code);
+    __m512i th[kN];
+#pragma GCC unroll 4
+    for (int v = 0; v < kN; ++v)
+      th[v] = kSmall ? _mm512_permutexvar_epi32(f[v], small) : high(_mm512_shuffle_epi8(f[v], bcast));
+#pragma GCC unroll 4
+    for (int v = 0; v < kN; ++v) {
+      const __m512i code =
+          _mm512_mask_add_epi32(f[v], _mm512_cmpge_epu32_mask(_mm512_castps_si512(a[v]), th[v]), f[v], one);
+      c[v] = _mm512_mask_or_epi32(code, neg[v], code, sign_code);
+    }
   }
 };
 
@@ -183,12 +206,33 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
   const bool two_streams = tables.bits == 8;
   uint8_t* const lo_stream = two_streams ? streams[1] : streams[0];  // the code's low nibbles
   uint8_t* const hi_stream = streams[0];                              // its high nibbles, when bits == 8
-  const NibbleCoder<kPoly> coder(tables);
+  // Built out of line, then copied: the copy's address never escapes, so its tables stay in registers instead
+  // of being reloaded after every store through the (may-alias) stream pointers.
+  const NibbleCoder<kPoly> built(tables);
+  const NibbleCoder<kPoly> coder = built;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const __m512i even = _mm512_set_epi8(  // even bytes of the first operand, then even bytes of the second
       126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92, 90, 88, 86, 84, 82, 80,
       78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
       22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  // The packed nibbles of 64 code bytes in channel order (the last, partial step of a row): the low stream's 32
+  // bytes in the low half, the high stream's above.
+  auto pack = [&](__m512i b) KVT_AVX512_VBMI {
+    const __m512i w4 = _mm512_srli_epi16(b, 4);
+    // Per 16-bit word (codes 2j, 2j + 1): the low byte of lo is their low nibbles, of hi their high nibbles.
+    const __m512i lo = Select(nibble, b, w4);
+    return _mm512_permutex2var_epi8(lo, even, two_streams ? Select(nibble, w4, _mm512_srli_epi16(b, 8)) : lo);
+  };
+  const int full_end = channels / 64 * 64;
+  const __m512i keep = _mm512_set1_epi16(static_cast<int16_t>(0xF00F)), mid = _mm512_set1_epi16(0x00F0);
+  alignas(64) uint8_t order[64];
+  for (int w = 0; w < 32; ++w) {  // word w holds the codes of channels ch, ch + 1: stream byte ch / 2
+    const int b = 2 * w;
+    const int ch = 16 * ((b % 16) / 4) + 4 * (b / 16) + b % 4;
+    order[ch / 2] = static_cast<uint8_t>(b);
+    order[32 + ch / 2] = static_cast<uint8_t>(b + 1);
+  }
+  const __m512i unscramble = _mm512_load_si512(order);
   for (int t = 0; t < page.tokens; ++t) {
     const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
     const float* row = page.data + static_cast<size_t>(t) * page.stride();
@@ -199,48 +243,50 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
     const bool count_now = pending;
     pending = sampled;
     if (count_now) pairs_in_table += static_cast<size_t>(channels) / 2;
+    uint8_t* const lo_row = lo_stream + out;
+    uint8_t* const hi_row = hi_stream + out;
     if (sampled && pairs_in_table + static_cast<size_t>(channels) / 2 > 0xFFFF) {
       fold_pairs();
       std::fill(pair_count.begin(), pair_count.end(), uint16_t{0});
     }
-    for (int c0 = 0; c0 < channels; c0 += 64) {
-      const int vectors = std::min(4, (channels - c0) / kLanes);
-      auto code = [&](int v) KVT_AVX512_VBMI {
-        const int cv = c0 + kLanes * v;
-        return coder.template Code<kSmall>(_mm512_loadu_ps(row + cv), _mm512_loadu_ps(mu + cv),
-                                           _mm512_loadu_ps(inv + cv));
-      };
+    for (int c0 = 0; c0 < full_end; c0 += 64) {
       __m512i c[4];
-      if (vectors == 4) {  // spelled out so that the four vectors stay in registers
-        c[0] = code(0);
-        c[1] = code(1);
-        c[2] = code(2);
-        c[3] = code(3);
-      } else {
-        for (int v = 0; v < 4; ++v) c[v] = v < vectors ? code(v) : _mm512_setzero_si512();
+      coder.template Codes<kSmall, 4>(row + c0, mu + c0, inv + c0, c);
+      // In-lane packs: byte 16 L + 4 v + i of b is the code of channel c0 + 16 v + 4 L + i (codes of
+      // neighbouring channels 2j, 2j + 1 share a 16-bit word, all the nibble packing needs; the histogram
+      // ignores order).
+      const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+      // Per word: low byte (low nibbles of both codes) for the low stream, high byte (high nibbles) for the
+      // high one; then one byte permute puts the words' low bytes in channel order below their high bytes.
+      const __m512i nib = Select(keep, b, Select(mid, _mm512_srli_epi16(b, 4), _mm512_slli_epi16(b, 4)));
+      const __m512i packed = _mm512_permutexvar_epi8(unscramble, nib);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo_row + c0 / 2), _mm512_castsi512_si256(packed));
+      if (two_streams) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_row + c0 / 2),
+                            _mm512_extracti64x4_epi64(packed, 1));
+      }
+      if (count_now) count_pairs(row_buf.data() + c0 / 2, 32);
+      if (sampled) _mm512_storeu_si512(row_buf.data() + c0 / 2, pair_indices(b));
+    }
+    if (full_end < channels) {  // 16, 32 or 48 channels left
+      const int c0 = full_end;
+      const int vectors = (channels - c0) / kLanes;
+      __m512i c[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
+      for (int v = 0; v < vectors; ++v) {
+        __m512i one[4];
+        coder.template Codes<kSmall, 1>(row + c0 + kLanes * v, mu + c0 + kLanes * v, inv + c0 + kLanes * v,
+                                        one);
+        c[v] = one[0];
       }
       const __m512i b = CodeBytes(c);
-      const __m512i w4 = _mm512_srli_epi16(b, 4);
-      // Per 16-bit word (codes 2j, 2j + 1): the low byte of lo is their low nibbles, of hi their high nibbles.
-      const __m512i lo = Select(nibble, b, w4);
-      const __m512i packed = _mm512_permutex2var_epi8(
-          lo, even, two_streams ? Select(nibble, w4, _mm512_srli_epi16(b, 8)) : lo);
-      if (vectors == 4) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo_stream + out + c0 / 2), _mm512_castsi512_si256(packed));
-        if (two_streams) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_stream + out + c0 / 2),
-                              _mm512_extracti64x4_epi64(packed, 1));
-        }
-        if (count_now) count_pairs(row_buf.data() + c0 / 2, 32);
-        if (sampled) _mm512_storeu_si512(row_buf.data() + c0 / 2, pair_indices(b));
-      } else {
-        const __mmask32 bytes = (1u << (8 * vectors)) - 1;
-        _mm256_mask_storeu_epi8(lo_stream + out + c0 / 2, bytes, _mm512_castsi512_si256(packed));
-        if (two_streams) {
-          _mm256_mask_storeu_epi8(hi_stream + out + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
-        }
-        if (count_now) count_pairs(row_buf.data() + c0 / 2, 8 * vectors);
-        if (sampled) _mm512_mask_storeu_epi8(row_buf.data() + c0 / 2, (1ull << (16 * vectors)) - 1, pair_indices(b));
+      const __m512i packed = pack(b);
+      const __mmask32 bytes = (1u << (8 * vectors)) - 1;
+      _mm256_mask_storeu_epi8(lo_row + c0 / 2, bytes, _mm512_castsi512_si256(packed));
+      if (two_streams) _mm256_mask_storeu_epi8(hi_row + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
+      if (count_now) count_pairs(row_buf.data() + c0 / 2, 8 * vectors);
+      if (sampled) {
+        _mm512_mask_storeu_epi8(row_buf.data() + c0 / 2, (1ull << (16 * vectors)) - 1, pair_indices(b));
       }
     }
   }

@@ -1,4 +1,5 @@
 // The scalar reference of the lynx inner loops: the spec, written for clarity, not speed.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -159,6 +160,17 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
 
 void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
 
+void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out) {
+  // 64 fields at a time (1472 bits: every block starts on a byte boundary), so no page-sized scratch.
+  constexpr size_t kBlock = 64;
+  uint32_t index[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t m = std::min(kBlock, n - i);
+    for (size_t j = 0; j < m; ++j) index[j] = EndPairIndex(q_low[i + j], q_high[i + j]);
+    PackEndPairs(index, m, out + i / 8 * kEndPairBits);
+  }
+}
+
 bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high) {
   for (size_t i = 0; i < n; ++i) {
     int a, b;
@@ -238,7 +250,7 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 
 const LynxKernels& ReferenceLynxKernels() {
   static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
-                             RefEndPairs, UnpackEndPairs, nullptr, nullptr,
+                             RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes};
   return k;
 }
