@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
@@ -321,19 +322,44 @@ __device__ __forceinline__ void LoadVec(const T* p, float* out) {
     for (int i = 0; i < VEC; ++i) out[i] = ToFloat<T>(e[i]);
   }
 }
+// Two floats rounded to nearest-even into the 16-bit type T, first in the low half: one packed conversion
+// (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), rounding as FromFloat<T> does.
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
+// One 16-byte store (p 16-byte aligned), always as one instruction: a plain uint4 store at a run-time row offset
+// was split by nvcc into four 4-byte stores (for 6 of the lynx decode's 8 rows: 4 sectors' worth of requests
+// per 16 bytes).
+__device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+// Stores VEC values (16-byte aligned when VEC > 1) as whole 16-byte words built in registers.
 template <typename T, int VEC>
 __device__ __forceinline__ void StoreVec(T* p, const float* v) {
   if constexpr (VEC == 1) {
     p[0] = FromFloat<T>(v[0]);
+  } else if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int part = 0; part < VEC / 4; ++part) {
+      StoreGlobal16(p + 4 * part, __float_as_uint(v[4 * part]), __float_as_uint(v[4 * part + 1]),
+                    __float_as_uint(v[4 * part + 2]), __float_as_uint(v[4 * part + 3]));
+    }
   } else {
-    constexpr int kPer16 = 16 / sizeof(T);
+    static_assert(sizeof(T) == 2 && VEC % 8 == 0, "16-byte words of 16-bit values");
 #pragma unroll
-    for (int part = 0; part < VEC / kPer16; ++part) {
-      uint4 raw;
-      T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < kPer16; ++i) e[i] = FromFloat<T>(v[part * kPer16 + i]);
-      *reinterpret_cast<uint4*>(p + part * kPer16) = raw;
+    for (int part = 0; part < VEC / 8; ++part) {
+      const float* w = v + 8 * part;
+      StoreGlobal16(p + 8 * part, PackPair<T>(w[0], w[1]), PackPair<T>(w[2], w[3]), PackPair<T>(w[4], w[5]),
+                    PackPair<T>(w[6], w[7]));
     }
   }
 }
