@@ -407,12 +407,8 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
   const internal::KvGeometry geometry = Geometry(dst, l.tokens, device_block_ids);
-  KVT_RETURN_IF_ERROR(internal::LaunchDecode(l.scheme, stages, tp, StagingOf(in), Shape(in), geometry,
-                                             static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle));
-  if (l.scheme.kind == SchemeKind::kLynx && options.exact_extremes && stages < l.scheme.num_streams()) {
-    return internal::LaunchExactExtremes(l.scheme, stages, tp, StagingOf(in), Shape(in), geometry, stream.handle);
-  }
-  return absl::OkStatus();
+  return internal::LaunchDecode(l.scheme, stages, options.exact_extremes, tp, StagingOf(in), Shape(in), geometry,
+                                static_cast<internal::DeviceStatus*>(in.status_word()), stream.handle);
 }
 
 absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream) {

@@ -103,6 +103,9 @@ struct DecodeParams {
   int stages;
   int stage_bits[kMaxStreams];
   int total_bits;  // of the scheme (uniform: its code width)
+  // Lynx partial decodes in LynxTileDecodeKernel: apply the exact-extremes rule while writing (other kernels
+  // leave it to LaunchExactExtremes).
+  int exact_extremes;
 };
 
 // Where a thread's chunk parameters come from: derived per token from the metadata (chunks under 16 tokens),
@@ -371,7 +374,9 @@ __device__ __forceinline__ constexpr int ValueOfByte(int e) {
 // (block_tokens % 8 == 0). Its code loads and block id are issued first; then the block's decode table and the
 // tile's chunk parameters, each thread those of one channel (its frame computed once) and every other chunk; after
 // one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows. kLayout: see CodeLayout.
-template <typename OutT, CodeLayout kLayout>
+// kExact: apply the exact-extremes rule (a partial decode with DecodeParams::exact_extremes); a separate
+// instance, so that the other decodes pay nothing for it.
+template <typename OutT, CodeLayout kLayout, bool kExact>
 __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     LynxTileDecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kGroupChannels = kDecodeVecThreads * 8;
@@ -383,7 +388,19 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_lo[kGroupChannels];
   __shared__ __align__(16) float s_hi[kGroupChannels];
+  // Exact extremes: per sign, tile chunk and channel, how many of the chunk's values have the top cell, as bytes
+  // (a tile holds at most kDecodeTileTokens < 256 values of a chunk-channel) packed four to a word.
+  constexpr int kCountWords = 2 * kDecodeMaxTileChunks * kGroupChannels / 4;
+  __shared__ unsigned s_top_count[kExact ? kCountWords : 1];
   const int tid = threadIdx.x;
+  constexpr bool exact = kExact;
+  if constexpr (kExact) {
+    for (int i = tid; i < kCountWords; i += kThreads) s_top_count[i] = 0;
+  }
+  // Byte index of (sign, tile chunk, channel in the group) in s_top_count.
+  auto count_index = [](uint32_t negative, int chunk, int channel) {
+    return (static_cast<int>(negative) * kDecodeMaxTileChunks + chunk) * kGroupChannels + channel;
+  };
   const int page = blockIdx.z;
   const int tokens = p.shape.tokens;
   const int channels = p.shape.channels;
@@ -511,14 +528,37 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     if (bad) atomicOr(&p.status->errors, kErrBadChunkEnds);
   }
   __syncthreads();
+  const int kk = t_first / p.shape.chunk_len - k_first;
+  // Exact extremes (codec/internal/lynx_extremes.h): the thread's rows lie in one chunk, so it counts its top-cell
+  // values into the tile's per-(chunk, channel) counters; a value alone in its cell decodes as the full top code.
+  int known = 0;
+  for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+  const uint32_t top_pos = (1u << (known - 1)) - 1, top_neg = (1u << known) - 1;
+  if constexpr (kExact) {
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        if (i >= rows) continue;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
+          if (prefix == top_pos || prefix == top_neg) {
+            const int b = count_index(prefix == top_neg, kk, c - cg0 + ValueOfByte<kLayout>(e));
+            atomicAdd(&s_top_count[b >> 2], 1u << (8 * (b & 3)));
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
   if (!active) return;
   if (block < 0 || block >= p.dst.num_blocks) {
     atomicOr(&p.status->errors, kErrBadBlockId);
     return;
   }
+  const float top = kExact ? tables->full_values[tables->max_code] : 0.0f;
 
   float mu[8], sigma[8], lo[8], hi[8];
-  const int kk = t_first / p.shape.chunk_len - k_first;
   LoadShared<8>(&s_mu[kk][c - cg0], mu);
   LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
   LoadShared<8>(&s_lo[c - cg0], lo);
@@ -539,7 +579,12 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
         const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
         const int v = ValueOfByte<kLayout>(e);
-        y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
+        float tv = s_table[prefix];
+        if (exact && (prefix == top_pos || prefix == top_neg)) {
+          const int b = count_index(prefix == top_neg, kk, c - cg0 + v);
+          if (((s_top_count[b >> 2] >> (8 * (b & 3))) & 0xFF) == 1) tv = prefix == top_neg ? -top : top;
+        }
+        y[v] = fminf(fmaxf(mu[v] + sigma[v] * tv, lo[v]), hi[v]);
       }
       StoreVec<OutT, 8>(out + i * row_stride, y);
     }
@@ -565,11 +610,17 @@ absl::Status LaunchDecodeKind(const DecodeParams& p, const LynxDeviceTables* tb,
   if (kKind == Kind::kLynx && LynxTileDecodeFits(p)) {
     const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads), tiles.y, tiles.z);
     if (p.stages == 2 && p.stage_bits[0] == 4 && p.stage_bits[1] == 4) {
-      LynxTileDecodeKernel<OutT, CodeLayout::kTwo4><<<grid, kThreads, 0, stream>>>(p, tb);
+      LynxTileDecodeKernel<OutT, CodeLayout::kTwo4, false><<<grid, kThreads, 0, stream>>>(p, tb);
     } else if (p.stages == 1 && p.stage_bits[0] == 4) {
-      LynxTileDecodeKernel<OutT, CodeLayout::kOne4><<<grid, kThreads, 0, stream>>>(p, tb);
+      if (p.exact_extremes) {
+        LynxTileDecodeKernel<OutT, CodeLayout::kOne4, true><<<grid, kThreads, 0, stream>>>(p, tb);
+      } else {
+        LynxTileDecodeKernel<OutT, CodeLayout::kOne4, false><<<grid, kThreads, 0, stream>>>(p, tb);
+      }
+    } else if (p.exact_extremes) {
+      LynxTileDecodeKernel<OutT, CodeLayout::kAny, true><<<grid, kThreads, 0, stream>>>(p, tb);
     } else {
-      LynxTileDecodeKernel<OutT, CodeLayout::kAny><<<grid, kThreads, 0, stream>>>(p, tb);
+      LynxTileDecodeKernel<OutT, CodeLayout::kAny, false><<<grid, kThreads, 0, stream>>>(p, tb);
     }
     return LaunchError("LynxTileDecodeKernel");
   }
@@ -612,8 +663,9 @@ absl::Status LaunchDecodeTyped(SchemeKind kind, const DecodeParams& p, const Lyn
 
 }  // namespace
 
-absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
-                          const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream_handle) {
+absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes, const LynxDeviceTables* tables,
+                          const Staging& in, const PageShape& shape, const KvGeometry& dst, DeviceStatus* status,
+                          void* stream_handle) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   DecodeParams p;
   p.in = in;
@@ -628,15 +680,24 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTabl
   if ((scheme.kind == SchemeKind::kLynx) != (tb != nullptr)) {
     return absl::InternalError("lynx launches need device tables, other schemes none");
   }
-  switch (dst.dtype) {
-    case DType::kFloat32:
-      return LaunchDecodeTyped<float>(scheme.kind, p, tb, stream);
-    case DType::kBfloat16:
-      return LaunchDecodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
-    case DType::kFloat16:
-      return LaunchDecodeTyped<__half>(scheme.kind, p, tb, stream);
-  }
-  return absl::InternalError("unknown dtype");
+  const bool extremes = exact_extremes && scheme.kind == SchemeKind::kLynx && stages < scheme.num_streams();
+  // The tile kernel applies the rule as it writes; the other kernels get the separate pass after them.
+  const bool fused = extremes && LynxTileDecodeFits(p);
+  p.exact_extremes = fused ? 1 : 0;
+  auto launch = [&]() -> absl::Status {
+    switch (dst.dtype) {
+      case DType::kFloat32:
+        return LaunchDecodeTyped<float>(scheme.kind, p, tb, stream);
+      case DType::kBfloat16:
+        return LaunchDecodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
+      case DType::kFloat16:
+        return LaunchDecodeTyped<__half>(scheme.kind, p, tb, stream);
+    }
+    return absl::InternalError("unknown dtype");
+  };
+  const absl::Status st = launch();
+  if (!st.ok() || !extremes || fused) return st;
+  return LaunchExactExtremes(scheme, stages, tables, in, shape, dst, stream_handle);
 }
 
 }  // namespace kvt::codec::gpu::internal

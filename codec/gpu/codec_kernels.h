@@ -114,12 +114,14 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* 
                                   const PageShape& shape, const Staging& out, DeviceStatus* status, void* stream);
 
 // Decodes streams [0, stages) of every page into dst. `tables` (device memory; lynx only, else null) holds the
-// decode table for `stages`.
-absl::Status LaunchDecode(const Scheme& scheme, int stages, const LynxDeviceTables* tables, const Staging& in,
-                          const PageShape& shape, const KvGeometry& dst, DeviceStatus* status, void* stream);
+// decode table for `stages`. exact_extremes: a partial lynx decode applies the exact-extremes rule (fused into
+// the tile kernel, else LaunchExactExtremes after the decode).
+absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes, const LynxDeviceTables* tables,
+                          const Staging& in, const PageShape& shape, const KvGeometry& dst, DeviceStatus* status,
+                          void* stream);
 
-// The exact-extremes rule of a partial lynx decode (codec/internal/lynx_extremes.h), after LaunchDecode of the
-// same `stages` into the same dst: for each (page, chunk, channel) and sign, the only value whose known-bit
+// The exact-extremes rule of a partial lynx decode (codec/internal/lynx_extremes.h) as a separate pass, after a
+// decode of the same `stages` into the same dst (LaunchDecode runs it when its kernel does not fuse the rule): for each (page, chunk, channel) and sign, the only value whose known-bit
 // prefix is the top cell of that sign, if there is exactly one, is rewritten as Reconstruct(+-full_values[M]).
 // Needs stages < all (known < bits). Pages whose metadata or block ids are bad are skipped (LaunchDecode
 // reports them).
