@@ -393,7 +393,6 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   constexpr int kCountWords = 2 * kDecodeMaxTileChunks * kGroupChannels / 4;
   __shared__ unsigned s_top_count[kExact ? kCountWords : 1];
   const int tid = threadIdx.x;
-  constexpr bool exact = kExact;
   if constexpr (kExact) {
     for (int i = tid; i < kCountWords; i += kThreads) s_top_count[i] = 0;
   }
@@ -533,23 +532,42 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   // values into the tile's per-(chunk, channel) counters; a value alone in its cell decodes as the full top code.
   int known = 0;
   for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
-  const uint32_t top_pos = (1u << (known - 1)) - 1, top_neg = (1u << known) - 1;
+  const uint32_t top_pos = (1u << (known - 1)) - 1;  // the magnitude bits of a top-cell prefix
+  // single: bit 8 i + e says value (row i, prefix byte e) is alone in its chunk-channel's top cell. The thread's
+  // top-cell values are found with a byte test on each prefix word, and only those are visited.
+  unsigned long long single = 0;
   if constexpr (kExact) {
+    unsigned long long tops = 0;
     if (active) {
+      const unsigned long long mag = 0x0101010101010101ull * top_pos, low7 = 0x7F7F7F7F7F7F7F7Full;
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        if (i >= rows) continue;
+        const unsigned long long x = (pre[i] & mag) ^ mag;               // zero bytes: magnitude bits all set
+        const unsigned long long z = ~(((x & low7) + low7) | x | low7);  // 0x80 exactly at the zero bytes
+        const unsigned long long m = ((z >> 7) * 0x0102040810204080ull) >> 56;  // bit e: byte e
+        if (i < rows) tops |= m << (8 * i);
+      }
+      // Rows unrolled (pre[] stays in registers), then the row's top-cell bytes only.
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+      for (int i = 0; i < kRows; ++i) {
+        for (unsigned m = static_cast<unsigned>(tops >> (8 * i)) & 0xFF; m != 0; m &= m - 1) {
+          const int e = __ffs(m) - 1;
           const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
-          if (prefix == top_pos || prefix == top_neg) {
-            const int b = count_index(prefix == top_neg, kk, c - cg0 + ValueOfByte<kLayout>(e));
-            atomicAdd(&s_top_count[b >> 2], 1u << (8 * (b & 3)));
-          }
+          const int idx = count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e));
+          atomicAdd(&s_top_count[idx >> 2], 1u << (8 * (idx & 3)));
         }
       }
     }
     __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      for (unsigned m = static_cast<unsigned>(tops >> (8 * i)) & 0xFF; m != 0; m &= m - 1) {
+        const int e = __ffs(m) - 1;
+        const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
+        const int idx = count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e));
+        if (((s_top_count[idx >> 2] >> (8 * (idx & 3))) & 0xFF) == 1) single |= 1ull << (8 * i + e);
+      }
+    }
   }
   if (!active) return;
   if (block < 0 || block >= p.dst.num_blocks) {
@@ -580,9 +598,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
         const int v = ValueOfByte<kLayout>(e);
         float tv = s_table[prefix];
-        if (exact && (prefix == top_pos || prefix == top_neg)) {
-          const int b = count_index(prefix == top_neg, kk, c - cg0 + v);
-          if (((s_top_count[b >> 2] >> (8 * (b & 3))) & 0xFF) == 1) tv = prefix == top_neg ? -top : top;
+        if constexpr (kExact) {
+          const float full = prefix >> (known - 1) ? -top : top;
+          tv = (single >> (8 * i + e)) & 1 ? full : tv;
         }
         y[v] = fminf(fmaxf(mu[v] + sigma[v] * tv, lo[v]), hi[v]);
       }
