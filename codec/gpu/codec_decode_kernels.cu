@@ -547,27 +547,24 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         const unsigned long long m = ((z >> 7) * 0x0102040810204080ull) >> 56;  // bit e: byte e
         if (i < rows) tops |= m << (8 * i);
       }
-      // Rows unrolled (pre[] stays in registers), then the row's top-cell bytes only.
+    }
+    // Calls visit(bit, counter byte index) for each of the thread's top-cell values: rows unrolled (pre[] stays in
+    // registers), then the row's top-cell bytes only.
+    auto for_each_top = [&](auto&& visit) {
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
         for (unsigned m = static_cast<unsigned>(tops >> (8 * i)) & 0xFF; m != 0; m &= m - 1) {
           const int e = __ffs(m) - 1;
           const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
-          const int idx = count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e));
-          atomicAdd(&s_top_count[idx >> 2], 1u << (8 * (idx & 3)));
+          visit(8 * i + e, count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e)));
         }
       }
-    }
+    };
+    for_each_top([&](int, int idx) { atomicAdd(&s_top_count[idx >> 2], 1u << (8 * (idx & 3))); });
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      for (unsigned m = static_cast<unsigned>(tops >> (8 * i)) & 0xFF; m != 0; m &= m - 1) {
-        const int e = __ffs(m) - 1;
-        const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
-        const int idx = count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e));
-        if (((s_top_count[idx >> 2] >> (8 * (idx & 3))) & 0xFF) == 1) single |= 1ull << (8 * i + e);
-      }
-    }
+    for_each_top([&](int bit, int idx) {
+      if (((s_top_count[idx >> 2] >> (8 * (idx & 3))) & 0xFF) == 1) single |= 1ull << bit;
+    });
   }
   if (!active) return;
   if (block < 0 || block >= p.dst.num_blocks) {

@@ -129,16 +129,19 @@ void ApplyExactExtremes(const uint8_t* prefix, const uint8_t* nibbles, int known
                         const LynxKernels& kernels, const LynxPageMeta& meta, const MutablePageView& out) {
   const size_t channels = static_cast<size_t>(meta.channels);
   const size_t chunk_values = static_cast<size_t>(meta.chunk_len) * channels;
-  std::vector<int16_t> pos(channels), neg(channels);
+  // Per-thread, like the other decode scratch: no allocation per page (at most 2 x 64 Ki int16).
+  thread_local std::vector<int16_t> scratch;
+  scratch.resize(2 * channels);
+  int16_t* pos = scratch.data();
+  int16_t* neg = pos + channels;
   for (int k = 0; k < meta.num_chunks; ++k) {
     if (prefix != nullptr) {
       kernels.chunk_extremes(prefix + k * chunk_values, channels, meta.chunk_len, meta.channels,
-                             TopCellPositive(known), TopCellNegative(known), pos.data(), neg.data());
+                             TopCellPositive(known), TopCellNegative(known), pos, neg);
     } else {
-      kernels.chunk_extremes_nibbles(nibbles + k * chunk_values / 2, meta.chunk_len, meta.channels, pos.data(),
-                                     neg.data());
+      kernels.chunk_extremes_nibbles(nibbles + k * chunk_values / 2, meta.chunk_len, meta.channels, pos, neg);
     }
-    kernels.apply_chunk_extremes(pos.data(), neg.data(), k, top, meta, out);
+    kernels.apply_chunk_extremes(pos, neg, k, top, meta, out);
   }
 }
 

@@ -42,8 +42,8 @@ void RefChunkExtremesNibbles(const uint8_t* packed, int rows, int channels, int1
     const uint8_t* row = packed + static_cast<size_t>(r) * row_bytes;
     for (int c = 0; c < channels; ++c) {
       const uint8_t p = (c & 1) ? (row[c / 2] >> 4) : (row[c / 2] & 0x0F);
-      Track(p == 0x7, r, pos[c]);
-      Track(p == 0xF, r, neg[c]);
+      Track(p == TopCellPositive(4), r, pos[c]);
+      Track(p == TopCellNegative(4), r, neg[c]);
     }
   }
   Finish(channels, pos, neg);

@@ -51,7 +51,8 @@ void RefApplyChunkExtremesRange(const int16_t* pos, const int16_t* neg, int k, f
                                 const MutablePageView& out, int c_begin, int c_end);
 void RefApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                            const MutablePageView& out);
-// The same, 16 channels a vector (masked scatters); requires AVX-512 F/BW/VL.
+// The same, 16 channels a vector, the values compressed into a list and stored in one loop; requires AVX-512
+// F/BW/VL.
 void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                               const MutablePageView& out);
 

@@ -59,7 +59,8 @@ KVT_AVX512 void Avx512ChunkExtremesNibbles(const uint8_t* packed, int rows, int 
                                            int16_t* neg) {
   const size_t row_bytes = static_cast<size_t>(channels) / 2;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i top_pos = _mm512_set1_epi8(0x7), top_neg = _mm512_set1_epi8(0xF);
+  const __m512i top_pos = _mm512_set1_epi8(static_cast<char>(TopCellPositive(4)));
+  const __m512i top_neg = _mm512_set1_epi8(static_cast<char>(TopCellNegative(4)));
   // Byte j of a row vector holds channels 2j (low nibble) and 2j + 1 (high): int16 lane i of the output takes
   // even lane i / 2 or odd lane i / 2 (index 32 + i / 2 of the pair), for each 32-lane half.
   alignas(64) int16_t interleave[32];
