@@ -29,9 +29,12 @@ std::vector<float> Decode(const EncodedPage& enc, int stages, AnchorRule rule = 
   return out;
 }
 
-EncodedPage Encode(const char* scheme, const std::vector<float>& data, int tokens, int channels) {
-  absl::StatusOr<EncodedPage> enc =
-      EncodePage(*ParseScheme(scheme), CodecOptions{}, PageView{data.data(), tokens, channels, 0});
+// exact_extremes also shapes the encoder's anchor tables (the rule's singles are left out of the top cell's).
+EncodedPage Encode(const char* scheme, const std::vector<float>& data, int tokens, int channels,
+                   bool exact_extremes = true) {
+  CodecOptions o;
+  o.exact_extremes = exact_extremes;
+  absl::StatusOr<EncodedPage> enc = EncodePage(*ParseScheme(scheme), o, PageView{data.data(), tokens, channels, 0});
   EXPECT_TRUE(enc.ok()) << enc.status();
   return *std::move(enc);
 }
@@ -208,7 +211,7 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
     }
   }
   const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
-  const EncodedPage enc = Encode("lynx", x, tokens, channels);
+  const EncodedPage enc = Encode("lynx", x, tokens, channels, /*exact_extremes=*/false);
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> mean_rule = Decode(enc, 1, AnchorRule::kConditionalMean);
   const std::vector<float> centre_rule = Decode(enc, 1, AnchorRule::kCodeCentre);
@@ -294,6 +297,66 @@ TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEn
   std::vector<float> full_exact(x.size());
   ASSERT_TRUE(DecodePage(enc.bytes, 2, MutablePageView{full_exact.data(), tokens, channels, 0}, o).ok());
   EXPECT_EQ(full_exact, full);
+}
+
+TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheValuesItStillDecodes) {
+  // As above: every chunk holds -1 and +1 (x_final = x), and a second value (0.9) shares +1's top cell in
+  // channels 8..15, so the top cell holds singles (decoded at the chunk ends) and shared values (by the table).
+  // All of them sit at sampled tokens (t % 4 == 0), so the table sees every one.
+  const int tokens = 256, channels = 16;
+  std::vector<float> x(tokens * channels);
+  std::mt19937 rng(5);
+  std::exponential_distribution<float> expo(6.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      const float v = std::fmin(expo(rng), 0.8f) * (rng() % 2 ? 1.0f : -1.0f);
+      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 8 ? 1.0f : v);
+      if (t % 32 == 4 && c >= 8) x[t * channels + c] = 0.9f;
+    }
+  }
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  auto top_cell = [&](size_t i) { return (internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4) == 7; };
+  // Whether value i is its chunk-channel's only top-cell value of its sign.
+  auto single = [&](size_t i) {
+    const size_t t = i / channels, c = i % channels;
+    int n = 0;
+    for (size_t r = t / 32 * 32; r < t / 32 * 32 + 32; ++r) {
+      n += top_cell(r * channels + c) && (x[r * channels + c] < 0.0f) == (x[i] < 0.0f);
+    }
+    return n == 1;
+  };
+  const EncodedPage with_rule = Encode("lynx", x, tokens, channels, true);
+  const EncodedPage without = Encode("lynx", x, tokens, channels, false);
+  const std::vector<float> full = Decode(with_rule, 2);
+  const std::vector<float> exact = Decode(with_rule, 1, AnchorRule::kConditionalMean, true);
+  const std::vector<float> old_table = Decode(without, 1, AnchorRule::kConditionalMean, true);
+  ASSERT_EQ(full, Decode(without, 2));  // only the tables differ
+  double sum = 0;
+  int n = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if ((i / channels) % internal::kAnchorSampleStride == 0 && top_cell(i) && !single(i)) {
+      sum += std::fabs(full[i]);
+      ++n;
+    }
+  }
+  ASSERT_GT(n, 0);
+  double err_new = 0, err_old = 0;
+  int shared = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!top_cell(i)) continue;
+    if (single(i)) {
+      ASSERT_EQ(exact[i], full[i]) << i;  // the rule, whichever table
+      ASSERT_EQ(old_table[i], full[i]) << i;
+      continue;
+    }
+    ++shared;
+    ASSERT_NEAR(std::fabs(exact[i]), sum / n, 1e-6) << i;
+    err_new += (exact[i] - x[i]) * (exact[i] - x[i]);
+    err_old += (old_table[i] - x[i]) * (old_table[i] - x[i]);
+  }
+  EXPECT_EQ(shared, 2 * (tokens / 32) * 8);
+  // Left in, the singles (at 1) pull the entry up; the shared values (0.9 and 1) then decode too far out.
+  EXPECT_LT(err_new, err_old);
 }
 
 }  // namespace

@@ -132,6 +132,7 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
       const size_t n = static_cast<size_t>(pages.num_pages());
       st.group_histograms = st.histogram + 256 * n;
       st.page_arrivals = st.group_histograms + 256 * n * TileGroups(l.channels);
+      st.exclusions = reinterpret_cast<uint32_t*>(st.page_arrivals + n);
     }
   }
   for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
@@ -230,8 +231,10 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(offset));
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
     // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), 256 per (page, tile group)
-    // (the tile encoder), one arrival counter per page (zero here; each tile launch leaves it zero).
-    const size_t words = static_cast<size_t>(num_pages) * (256 + 256 * TileGroups(shape.channels) + 1);
+    // (the tile encoder), one arrival counter per page (zero here; each tile launch leaves it zero), and 256 per
+    // (page, partial stage) for the exact-extremes rule's singles (the general encoder).
+    const size_t words = static_cast<size_t>(num_pages) * (256 + 256 * TileGroups(shape.channels) + 1 +
+                                                           256 * (shape.scheme.num_streams() - 1));
     KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
     KVT_RETURN_IF_ERROR(FillDevice(p->histogram_->get(), 0, sizeof(uint32_t) * words));
   }
@@ -364,7 +367,7 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
     KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
-  return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, tp,
+  return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, options.exact_extremes, tp,
                                 Geometry(src, l.tokens, device_block_ids), Shape(out), StagingOf(out),
                                 static_cast<internal::DeviceStatus*>(out.status_word()), stream.handle);
 }

@@ -387,8 +387,10 @@ __global__ void __launch_bounds__(128) AnchorTableKernel(const EncodeParams p, c
   const int page = blockIdx.x;
   const int j = threadIdx.x;
   if (j >= p.out.table_floats) return;
-  const float v = AnchorTableEntry(j, p.out.histogram + static_cast<size_t>(page) * 256, p.num_streams, p.stage_bits,
-                                   p.total_bits, tables);
+  const uint32_t* excl =
+      p.out.exclusions != nullptr ? p.out.exclusions + static_cast<size_t>(page) * 256 * (p.num_streams - 1) : nullptr;
+  const float v = AnchorTableEntry(j, p.out.histogram + static_cast<size_t>(page) * 256, excl, p.num_streams,
+                                   p.stage_bits, p.total_bits, tables);
   StoreF32(p.out.meta + page * p.out.meta_stride + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
 }
 
@@ -492,9 +494,9 @@ absl::Status LaunchEncodeTyped(SchemeKind kind, const EncodeParams& p, const Lyn
 
 }  // namespace
 
-absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxDeviceTables* tables,
-                          const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
-                          void* stream_handle) {
+absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_extremes,
+                          const LynxDeviceTables* tables, const KvGeometry& src, const PageShape& shape,
+                          const Staging& out, DeviceStatus* status, void* stream_handle) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   EncodeParams p;
   p.src = src;
@@ -506,9 +508,9 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.centering_mean = centering_mean;
-  if (LynxTileEncodeFits(scheme, centering_mean, src, shape, out)) {
+  if (LynxTileEncodeFits(scheme, centering_mean, exact_extremes, src, shape, out)) {
     if (tables == nullptr) return absl::InternalError("lynx launches need device tables");
-    return LaunchLynxTileEncode(scheme, tables, src, shape, out, status, stream_handle);
+    return LaunchLynxTileEncode(scheme, exact_extremes, tables, src, shape, out, status, stream_handle);
   }
   // With channels % 8 != 0 the warp-per-row packer runs, and streams whose rows do not start on 32-bit words
   // share boundary words between groups, which it ORs in: zero those streams first.
@@ -547,6 +549,12 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxD
     return absl::InternalError("unknown dtype");
   }();
   if (!st.ok() || scheme.kind != SchemeKind::kLynx || p.num_streams == 1) return st;
+  if (exact_extremes) {
+    const absl::Status excluded = LaunchExcludeSingleExtremes(scheme, p.out, shape, stream_handle);
+    if (!excluded.ok()) return excluded;
+  } else {
+    p.out.exclusions = nullptr;  // the tables count every sampled value
+  }
   AnchorTableKernel<<<shape.num_pages, 128, 0, stream>>>(p, tb);
   return LaunchError("AnchorTableKernel");
 }

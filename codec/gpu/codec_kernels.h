@@ -48,6 +48,9 @@ struct Staging {
   uint32_t* histogram = nullptr;
   uint32_t* group_histograms = nullptr;
   unsigned int* page_arrivals = nullptr;
+  // The general encoder with the exact-extremes rule: the singles' code counts that each partial stage's table
+  // leaves out, [page][partial stage][code] (256 * (streams - 1) u32 per page; zeroed by the launch).
+  uint32_t* exclusions = nullptr;
   uint8_t* codes[kMaxStreams] = {};
   size_t codes_stride[kMaxStreams] = {};
 };
@@ -98,20 +101,28 @@ struct LynxDeviceTables {
 // Channels per block of the lynx tile encoder (LaunchEncode's fast path, codec_lynx_tile_encode.cu).
 inline constexpr int kTileChannels = 64;
 
-// Encodes every page of the batch. centering_mean: Centering::kMean. `status` and `tables` (lynx only, else
-// null) are device memory.
-absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, const LynxDeviceTables* tables,
+// Encodes every page of the batch. centering_mean: Centering::kMean. exact_extremes: CodecOptions'; the anchor
+// tables then leave out the rule's singles (lynx_extremes.h ExcludeSingleExtremes). `status` and `tables` (lynx
+// only, else null) are device memory.
+absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_extremes, const LynxDeviceTables* tables,
                           const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
                           void* stream);
 
 // The lynx tile encoder, which LaunchEncode uses when it fits: midrange centering, 32-token chunks, whole pages
 // of 1..8 chunks, channels % kTileChannels == 0, 8 consecutive channels contiguous and 16-byte aligned in `src`,
-// and (multi-stream) the tile scratch in `out`. One launch writes every byte of the metadata (no zeroing first)
+// and (multi-stream) the tile scratch in `out`; with exact_extremes, at most two streams (it finds the rule's
+// singles itself). One launch writes every byte of the metadata (no zeroing first)
 // and, for multi-stream schemes, the anchor tables.
-bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, const KvGeometry& src, const PageShape& shape,
-                        const Staging& out);
-absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* tables, const KvGeometry& src,
-                                  const PageShape& shape, const Staging& out, DeviceStatus* status, void* stream);
+bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
+                        const PageShape& shape, const Staging& out);
+absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
+                                  const KvGeometry& src, const PageShape& shape, const Staging& out,
+                                  DeviceStatus* status, void* stream);
+
+// The general encoder's half of the exact-extremes rule: after the codes are written, counts into
+// out.exclusions (zeroed) the code of every single top-cell value at a sampled token, per partial stage.
+absl::Status LaunchExcludeSingleExtremes(const Scheme& scheme, const Staging& out, const PageShape& shape,
+                                         void* stream);
 
 // Decodes streams [0, stages) of every page into dst. `tables` (device memory; lynx only, else null) holds the
 // decode table for `stages`. exact_extremes: a partial lynx decode applies the exact-extremes rule (fused into

@@ -445,22 +445,27 @@ __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
 
 // Entry j of a page's concatenated anchor tables (the partial stages' tables, 2^(known - 1) entries each) from its
 // 256 code counts `hist` (sign:magnitude codes of the sampled tokens): lynx_math.cc ConditionalMeanTable, the
-// CPU's double operations in the CPU's order.
-__device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, int num_streams, const int* stage_bits,
-                                                  int total_bits, const LynxDeviceTables* tables) {
-  int known = 0, first = 0;
+// CPU's double operations in the CPU's order. `excl` (null: none): the page's [partial stage][code] counts of
+// the exact-extremes rule's singles, left out of that stage's table (lynx_extremes.h ExcludeSingleExtremes).
+__device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, const uint32_t* excl, int num_streams,
+                                                  const int* stage_bits, int total_bits,
+                                                  const LynxDeviceTables* tables) {
+  int known = 0, first = 0, stage = 0;
   for (int s = 0; s + 1 < num_streams; ++s) {
     known += stage_bits[s];
+    stage = s;
     if (j < first + (1 << (known - 1))) break;
     first += 1 << (known - 1);
   }
+  const uint32_t* minus = excl != nullptr ? excl + 256 * stage : nullptr;
   const int h = j - first;
   const int unknown = total_bits - known;
   const int sign = 1 << (total_bits - 1);
   double sum = 0.0;
   unsigned long long n = 0;
   for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
-    const unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
+    unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
+    if (minus != nullptr) c -= static_cast<unsigned long long>(minus[i]) + minus[i | sign];
     sum += static_cast<double>(c) * static_cast<double>(tables->full_values[i]);
     n += c;
   }

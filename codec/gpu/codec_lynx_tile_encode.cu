@@ -35,7 +35,9 @@ struct TileParams {
   int num_streams;
   int stage_bits[kMaxStreams];
   int total_bits;
+  bool exact_extremes;  // two-stream schemes: the anchor table leaves out the rule's singles
 };
+
 
 // 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
 template <typename T>
@@ -492,6 +494,14 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     inv[7] = i1.w;
   }
   const bool counting = p.num_streams > 1;
+  // The exact-extremes rule's singles leave the anchor table (lynx_extremes.h ExcludeSingleExtremes; two-stream
+  // schemes only, so the one table's counts can lose them directly). Per channel e of the lane, bit 4 e: the
+  // top positive anchor cell, bit 4 e + 1: the top negative one; `one` = seen in the lane's slice, `two` = seen
+  // twice; `sampled` the hits of rows 0 (bits 4 e, 4 e + 1) and 4 (bits 4 e + 2, 4 e + 3), the slice's sampled
+  // tokens (t0 % 8 == 0); `keep` what their codes need: rows 0 and 4's residual words (kTwo4) or code bytes.
+  const bool excluding = counting && p.exact_extremes;
+  uint32_t ex_one = 0, ex_two = 0, ex_sampled = 0;
+  uint32_t keep[4] = {0, 0, 0, 0};
   // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has < 2^24 values).
   const unsigned octet0 = (static_cast<unsigned>(t0) * channels + c0 + 8 * g) >> 3;
   const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
@@ -513,6 +523,25 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       }
       const uint32_t lo4 = Bytes4(code[0], code[1], code[2], code[3]);
       const uint32_t hi4 = Bytes4(code[4], code[5], code[6], code[7]);
+      if constexpr (kStreams == Streams::kAnyStreams) {
+        if (excluding) {  // the one partial stage's prefixes, compared one by one
+          const int shift = p.total_bits - p.stage_bits[0];
+          const uint32_t top_pos = (1u << (p.stage_bits[0] - 1)) - 1, top_neg = (1u << p.stage_bits[0]) - 1;
+          uint32_t m = 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const uint32_t prefix = code[e] >> shift;
+            m |= (prefix == top_pos ? 1u : 0u) << (4 * e) | (prefix == top_neg ? 2u : 0u) << (4 * e);
+          }
+          ex_two |= ex_one & m;
+          ex_one |= m;
+          if (i % kAnchorSampleStride == 0) {
+            ex_sampled |= m << (i == 0 ? 0 : 2);
+            keep[i == 0 ? 0 : 2] = lo4;
+            keep[i == 0 ? 1 : 3] = hi4;
+          }
+        }
+      }
       const unsigned octet = octet0 + i * row_octets;
       if constexpr (kStreams == Streams::kOne8) {
         *reinterpret_cast<uint2*>(out0 + octet * 8) = make_uint2(lo4, hi4);
@@ -522,10 +551,21 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       } else if constexpr (kStreams == Streams::kTwo4) {
         const uint32_t a_lo = (lo4 >> 4) & 0x0F0F0F0Fu, a_hi = (hi4 >> 4) & 0x0F0F0F0Fu;
         const uint32_t r_lo = lo4 & 0x0F0F0F0Fu, r_hi = hi4 & 0x0F0F0F0Fu;
-        *reinterpret_cast<uint32_t*>(out0 + octet * 4) =
-            __byte_perm(a_lo, a_hi, 0x6420) | (__byte_perm(a_lo, a_hi, 0x7531) << 4);
-        *reinterpret_cast<uint32_t*>(out1 + octet * 4) =
-            __byte_perm(r_lo, r_hi, 0x6420) | (__byte_perm(r_lo, r_hi, 0x7531) << 4);
+        const uint32_t anchor = __byte_perm(a_lo, a_hi, 0x6420) | (__byte_perm(a_lo, a_hi, 0x7531) << 4);
+        const uint32_t resid = __byte_perm(r_lo, r_hi, 0x6420) | (__byte_perm(r_lo, r_hi, 0x7531) << 4);
+        *reinterpret_cast<uint32_t*>(out0 + octet * 4) = anchor;
+        *reinterpret_cast<uint32_t*>(out1 + octet * 4) = resid;
+        if (excluding) {  // nibble e of the anchor word is channel e's anchor: 0x7 and 0xF are the top cells
+          // Low three bits set (bit 4 e), then the sign bit moves a negative's mark up to bit 4 e + 1.
+          const uint32_t top = anchor & (anchor >> 1) & (anchor >> 2) & 0x11111111u;
+          const uint32_t m = top + (top & (anchor >> 3));
+          ex_two |= ex_one & m;
+          ex_one |= m;
+          if (i % kAnchorSampleStride == 0) {
+            ex_sampled |= m << (i == 0 ? 0 : 2);
+            keep[i == 0 ? 0 : 1] = resid;
+          }
+        }
       } else {
         int shift = p.total_bits;
         for (int st = 0; st < p.num_streams; ++st) {
@@ -555,6 +595,32 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   } else {
     code_rows(std::false_type{});
   }
+  if (excluding) {
+    // The chunk's four slices (lanes g, g + 8, g + 16, g + 24) combine their marks; the lane whose slice holds a
+    // chunk-channel's only top-cell value of a sign takes its code back out of the counts if its row is sampled.
+    const uint32_t mine = ex_one;
+#pragma unroll
+    for (int off = 8; off <= 16; off <<= 1) {
+      const uint32_t one = __shfl_xor_sync(~0u, ex_one, off), two = __shfl_xor_sync(~0u, ex_two, off);
+      ex_two |= two | (ex_one & one);
+      ex_one |= one;
+    }
+    const uint32_t single = ex_one & ~ex_two & mine;
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      for (uint32_t m = (ex_sampled >> (2 * row)) & single & 0x33333333u; m != 0; m &= m - 1) {
+        const int b = __ffs(m) - 1;
+        const int e = b >> 2;
+        uint32_t code;
+        if constexpr (kStreams == Streams::kTwo4) {
+          code = ((b & 1) ? 0xF0u : 0x70u) | ((keep[row] >> (4 * e)) & 0xFu);
+        } else {
+          code = ((e < 4 ? keep[2 * row] : keep[2 * row + 1]) >> (8 * (e & 3))) & 0xFFu;
+        }
+        atomicSub(&s_hist[code], 1u);
+      }
+    }
+  }
   if (!counting) return;
 
   // Multi-stream: this block's counts, then the page's last block writes the anchor tables.
@@ -578,16 +644,18 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   }
   __syncthreads();
   for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
-    const float v = AnchorTableEntry(j, s_hist, p.num_streams, p.stage_bits, p.total_bits, tables);
+    const float v = AnchorTableEntry(j, s_hist, nullptr, p.num_streams, p.stage_bits, p.total_bits, tables);
     StoreF32(meta + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
   }
 }
 
 }  // namespace
 
-bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, const KvGeometry& src, const PageShape& shape,
-                        const Staging& out) {
+bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
+                        const PageShape& shape, const Staging& out) {
   if (scheme.kind != SchemeKind::kLynx || centering_mean) return false;
+  // The exact-extremes rule's singles come out of the one table's counts here: two-stream schemes only.
+  if (exact_extremes && scheme.num_streams() > 2) return false;
   if (shape.chunk_len != kChunkTokens || shape.num_chunks < 1 || shape.num_chunks > kMaxChunks ||
       shape.tokens != shape.num_chunks * kChunkTokens) {
     return false;
@@ -600,9 +668,9 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, const KvGeome
   return true;
 }
 
-absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* tables, const KvGeometry& src,
-                                  const PageShape& shape, const Staging& out, DeviceStatus* status,
-                                  void* stream_handle) {
+absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
+                                  const KvGeometry& src, const PageShape& shape, const Staging& out,
+                                  DeviceStatus* status, void* stream_handle) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   TileParams p;
   p.src = src;
@@ -613,6 +681,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, const LynxDeviceTables* 
   p.total_bits = 0;
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
+  p.exact_extremes = exact_extremes;
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
   const int n = p.num_streams;

@@ -175,7 +175,10 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
                       NibbleStages(scheme, scheme.num_streams()) &&
                       kernels.codes_nibbles(page, meta, *tables, code_streams.data(),
                                             scheme.num_streams() > 1 ? byte_count.data() : nullptr);
-  CodeScratch codes(packed ? 0 : n);
+  // The packed path keeps no code bytes; the table side of the exact-extremes rule rebuilds them from the
+  // streams when the anchor's rows do not start on bytes (odd channel counts), for the nibble search.
+  const bool rebuild = packed && options.exact_extremes && scheme.num_streams() > 1 && page.channels % 2 != 0;
+  CodeScratch codes(packed && !rebuild ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
@@ -193,11 +196,23 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
     } else {
       count = MagnitudeHistogram(codes.data(), meta, tables->max_code);
     }
+    // With the exact-extremes rule each stage's table leaves out the values the rule decodes at the chunk end,
+    // found from the code bytes or, on the packed path, from lynx's two nibble streams (NibbleStages).
+    if (rebuild) {
+      for (int i = 0; i < scheme.num_streams(); ++i) {
+        AppendField(code_streams[i], n, scheme.stage_bits[i], i == 0, codes.data());
+      }
+    }
+    const uint8_t* code_bytes = packed && !rebuild ? nullptr : codes.data();
     uint8_t* out = s0 + o.tables;
     int known = 0;
     for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
       known += scheme.stage_bits[s];
-      const std::vector<float> table = ConditionalMeanTable(*tables, count.data(), known);
+      std::vector<uint64_t> stage_count = count;
+      if (options.exact_extremes) {
+        ExcludeSingleExtremes(code_bytes, code_streams.data(), bits, known, kernels, meta, stage_count.data());
+      }
+      const std::vector<float> table = ConditionalMeanTable(*tables, stage_count.data(), known);
       std::memcpy(out, table.data(), 4 * table.size());
       out += 4 * table.size();
     }

@@ -1,5 +1,10 @@
 #include "codec/internal/lynx_extremes.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "codec/internal/bitpack.h"
 #include "codec/internal/lynx_math.h"
 
 namespace kvt::codec::internal {
@@ -64,6 +69,92 @@ void RefApplyChunkExtremesRange(const int16_t* pos, const int16_t* neg, int k, f
 void RefApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                            const MutablePageView& out) {
   RefApplyChunkExtremesRange(pos, neg, k, top, meta, out, 0, meta.channels);
+}
+
+namespace {
+
+// 0x80 in every zero byte of v, 0 elsewhere (exact: no borrow reaches a neighbouring byte).
+inline uint64_t ZeroBytes(uint64_t v) {
+  constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full;
+  return ~(((v & kLow7) + kLow7) | v | kLow7);
+}
+
+}  // namespace
+
+size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
+                              uint8_t top_neg, int phase, uint32_t* out) {
+  constexpr uint64_t kBytes = 0x0101010101010101ull;
+  const uint64_t h = high * kBytes, tp = top_pos * kBytes, tn = top_neg * kBytes;
+  const size_t row_bytes = static_cast<size_t>(channels);
+  const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+  size_t n = 0;
+  for (int c0 = 0; c0 < channels; c0 += 8) {
+    const int width = channels - c0 < 8 ? channels - c0 : 8;
+    // Byte e of each mask: 0x80 when channel c0 + e's top cell (of that sign) was seen once / again.
+    auto matches = [&](int r, uint64_t& pos, uint64_t& neg) {
+      uint64_t x = 0;
+      std::memcpy(&x, codes + r * row_bytes + c0, width);
+      x &= h;
+      pos = ZeroBytes(x ^ tp);
+      neg = ZeroBytes(x ^ tn);
+    };
+    uint64_t one_p = 0, two_p = 0, one_n = 0, two_n = 0;
+    for (int r = 0; r < rows; ++r) {
+      uint64_t pos, neg;
+      matches(r, pos, neg);
+      two_p |= one_p & pos;
+      one_p |= pos;
+      two_n |= one_n & neg;
+      one_n |= neg;
+    }
+    const uint64_t valid = width == 8 ? ~0ull : (1ull << (8 * width)) - 1;  // zero padding can match too
+    const uint64_t single_p = one_p & ~two_p & valid, single_n = one_n & ~two_n & valid;
+    if ((single_p | single_n) == 0) continue;
+    for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {
+      uint64_t pos, neg;
+      matches(r, pos, neg);
+      for (uint64_t m = (pos & single_p) | (neg & single_n); m != 0; m &= m - 1) {
+        out[n++] = static_cast<uint32_t>(r * row_bytes + c0 + __builtin_ctzll(m) / 8);
+      }
+    }
+  }
+  // Channel blocks were the outer loop: put the list in (row, channel) order, as the vector version gives it.
+  std::sort(out, out + n);
+  return n;
+}
+
+void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, int bits, int known,
+                           const LynxKernels& kernels, const LynxPageMeta& meta, uint64_t* count) {
+  const size_t channels = static_cast<size_t>(meta.channels);
+  const size_t chunk_values = static_cast<size_t>(meta.chunk_len) * channels;
+  const int max_code = (1 << (bits - 1)) - 1;
+  thread_local std::vector<uint8_t> anchor;  // the packed path's chunk of anchor nibbles, a byte each
+  thread_local std::vector<uint32_t> singles;
+  if (codes == nullptr) anchor.resize(chunk_values);
+  singles.resize(2 * channels);
+  const int shift = codes != nullptr ? bits - known : 0;
+  const uint8_t high = static_cast<uint8_t>(0xFFu << shift);
+  const uint8_t top_pos = static_cast<uint8_t>(TopCellPositive(known) << shift);
+  const uint8_t top_neg = static_cast<uint8_t>(TopCellNegative(known) << shift);
+  auto nibble = [](const uint8_t* stream, size_t i) { return (stream[i / 2] >> (4 * (i % 2))) & 0xF; };
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t first = static_cast<size_t>(k) * chunk_values;  // the chunk's first value
+    const uint8_t* prefix = codes + first;
+    if (codes == nullptr) {  // whole bytes: chunk_values is even, as channels is
+      AppendField(nibbles[0] + first / 2, chunk_values, 4, true, anchor.data());
+      prefix = anchor.data();
+    }
+    const int phase = static_cast<int>((static_cast<size_t>(k) * meta.chunk_len) % kAnchorSampleStride);
+    const size_t n = kernels.chunk_sampled_singles(prefix, meta.chunk_len, meta.channels, high, top_pos, top_neg,
+                                                   phase, singles.data());
+    for (size_t j = 0; j < n; ++j) {
+      const size_t r = singles[j] / channels, c = singles[j] % channels;
+      if (meta.spikes && meta.spike_index[k * channels + c] == r) continue;  // not counted in the first place
+      const size_t i = first + singles[j];
+      const int code = codes != nullptr ? codes[i] : (nibble(nibbles[0], i) << 4) | nibble(nibbles[1], i);
+      --count[code & max_code];
+    }
+  }
 }
 
 }  // namespace kvt::codec::internal

@@ -56,6 +56,32 @@ void RefApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float 
 void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                               const MutablePageView& out);
 
+// ---- The table side of the rule (the encoder) ----------------------------------------------------------------
+
+// One chunk of code bytes (`rows` rows of `channels` bytes, row r at codes + r * channels) whose bits `high` hold
+// a partial stage's prefix, top cells top_pos / top_neg in place: writes to `out` the in-chunk index
+// r * channels + c of every value at a sampled row ((phase + r) % kAnchorSampleStride == 0) that is the only
+// value of its channel in the top cell of its sign, in increasing order, and returns how many. `out` must hold
+// 2 * channels entries (at most one per channel and sign). Portable (8 channels a 64-bit word) and AVX-512BW
+// (64 a vector) versions; integer-exact, so both give the same list.
+size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
+                              uint8_t top_neg, int phase, uint32_t* out);
+size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
+                                 uint8_t top_neg, int phase, uint32_t* out);
+
+// The values the rule rewrites decode at the chunk end, not at their cell's conditional mean, so the top cell's
+// table entry should be the mean of the others: with them in it, the entry sits near 1 and every value that
+// shares its top cell (the ones the table does decode) comes back too large (docs/CODEC.md "Exact extremes").
+// For the partial stage that knows the top `known` bits of the `bits`-bit codes: subtracts from count[I]
+// (MagnitudeHistogram's counts of magnitude codes I over the sampled tokens, t % kAnchorSampleStride == 0,
+// spikes already excluded) the magnitude code of every single top-cell value at a sampled token, unless it is
+// its chunk-channel's spike. Integer counts, so every implementation gets the same table.
+//
+// The codes come either as token-major code bytes (`codes`), or, with codes == nullptr, as lynx's two packed
+// 4-bit streams (`nibbles[0]` the anchor, `nibbles[1]` the residual; bits == 8, known == 4, channels even).
+void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, int bits, int known,
+                           const LynxKernels& kernels, const LynxPageMeta& meta, uint64_t* count);
+
 }  // namespace kvt::codec::internal
 
 #endif  // KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_

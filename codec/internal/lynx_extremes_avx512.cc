@@ -8,6 +8,7 @@
 
 #include "codec/internal/lynx_avx512_common.h"
 #include "codec/internal/lynx_extremes.h"
+#include "codec/internal/lynx_math.h"
 
 namespace kvt::codec::internal {
 namespace {
@@ -151,6 +152,50 @@ KVT_AVX512 void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg,
   }
   flush();
   if (c < meta.channels) RefApplyChunkExtremesRange(pos, neg, k, top, meta, out, c, meta.channels);
+}
+
+KVT_AVX512 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high,
+                                            uint8_t top_pos, uint8_t top_neg, int phase, uint32_t* out) {
+  const __m512i h = _mm512_set1_epi8(static_cast<char>(high));
+  const __m512i tp = _mm512_set1_epi8(static_cast<char>(top_pos));
+  const __m512i tn = _mm512_set1_epi8(static_cast<char>(top_neg));
+  const size_t row_bytes = static_cast<size_t>(channels);
+  const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+  // Pass 1, per block of 64 channels: "seen once" / "seen again" masks over the chunk's rows, kept per block.
+  constexpr int kMaxBlocks = 1024;  // 65536 channels
+  __mmask64 single_p[kMaxBlocks], single_n[kMaxBlocks];
+  const int blocks = (channels + 63) / 64;
+  if (blocks > kMaxBlocks) return RefChunkSampledSingles(codes, rows, channels, high, top_pos, top_neg, phase, out);
+  for (int b = 0; b < blocks; ++b) {
+    const int c0 = 64 * b;
+    const __mmask64 lanes = channels - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c0)) - 1;
+    __mmask64 one_p = 0, two_p = 0, one_n = 0, two_n = 0;
+    for (int r = 0; r < rows; ++r) {
+      const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi8(lanes, codes + r * row_bytes + c0), h);
+      const __mmask64 pos = _mm512_mask_cmpeq_epi8_mask(lanes, x, tp);
+      const __mmask64 neg = _mm512_mask_cmpeq_epi8_mask(lanes, x, tn);
+      two_p |= one_p & pos;
+      one_p |= pos;
+      two_n |= one_n & neg;
+      one_n |= neg;
+    }
+    single_p[b] = one_p & ~two_p;
+    single_n[b] = one_n & ~two_n;
+  }
+  // Pass 2, the sampled rows in order: their values that are single.
+  size_t n = 0;
+  for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {
+    for (int b = 0; b < blocks; ++b) {
+      if ((single_p[b] | single_n[b]) == 0) continue;
+      const int c0 = 64 * b;
+      const __mmask64 lanes = channels - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c0)) - 1;
+      const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi8(lanes, codes + r * row_bytes + c0), h);
+      __mmask64 m = (_mm512_mask_cmpeq_epi8_mask(lanes, x, tp) & single_p[b]) |
+                    (_mm512_mask_cmpeq_epi8_mask(lanes, x, tn) & single_n[b]);
+      for (; m != 0; m &= m - 1) out[n++] = static_cast<uint32_t>(r * row_bytes + c0 + __builtin_ctzll(m));
+    }
+  }
+  return n;
 }
 
 }  // namespace kvt::codec::internal

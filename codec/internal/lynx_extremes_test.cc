@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "codec/internal/bitpack.h"
+#include "codec/internal/lynx_math.h"
 #include "gtest/gtest.h"
 
 namespace kvt::codec::internal {
@@ -107,6 +108,61 @@ TEST(LynxExtremesTest, Avx512SearchEqualsTheReference) {
       }
     }
   }
+}
+
+// The table side's list, by brute force: for each sampled row, each channel's value if it is the only one of
+// its channel in its sign's top cell (the bits `high` of the code bytes).
+std::vector<uint32_t> BruteSampledSingles(const std::vector<uint8_t>& codes, int rows, int channels, uint8_t high,
+                                          uint8_t tp, uint8_t tn, int phase) {
+  std::vector<uint32_t> out;
+  for (int r = 0; r < rows; ++r) {
+    if ((phase + r) % kAnchorSampleStride != 0) continue;
+    for (int c = 0; c < channels; ++c) {
+      const uint8_t v = codes[r * channels + c] & high;
+      if (v != tp && v != tn) continue;
+      int same = 0;
+      for (int q = 0; q < rows; ++q) same += (codes[q * channels + c] & high) == v;
+      if (same == 1) out.push_back(static_cast<uint32_t>(r * channels + c));
+    }
+  }
+  return out;
+}
+
+TEST(LynxExtremesTest, SampledSinglesEqualBruteForceInEveryImplementation) {
+  std::mt19937 rng(3);
+  int lists = 0;
+  for (int channels : {1, 7, 8, 63, 64, 65, 130, 1024}) {
+    for (int rows : {1, 3, 32, 256}) {
+      for (int known : {2, 4}) {
+        for (int shift : {0, 8 - known}) {
+          const uint8_t high = static_cast<uint8_t>(0xFFu << shift);
+          const uint8_t tp = static_cast<uint8_t>(TopCellPositive(known) << shift);
+          const uint8_t tn = static_cast<uint8_t>(TopCellNegative(known) << shift);
+          // Top cells rare enough that many channels hold exactly one.
+          std::vector<uint8_t> codes(static_cast<size_t>(rows) * channels);
+          for (uint8_t& b : codes) {
+            const uint32_t u = rng();
+            b = static_cast<uint8_t>(u % 97 == 0 ? tp | (u >> 8 & ~high) : u % 89 == 0 ? tn | (u >> 8 & ~high) : (u >> 8) & 0x3F & high);
+          }
+          for (int phase = 0; phase < kAnchorSampleStride; ++phase) {
+            SCOPED_TRACE(::testing::Message() << channels << " channels, " << rows << " rows, known " << known
+                                              << ", shift " << shift << ", phase " << phase);
+            const std::vector<uint32_t> want = BruteSampledSingles(codes, rows, channels, high, tp, tn, phase);
+            std::vector<uint32_t> got(2 * channels);
+            got.resize(RefChunkSampledSingles(codes.data(), rows, channels, high, tp, tn, phase, got.data()));
+            EXPECT_EQ(got, want);
+            if (Avx512BwAvailable()) {
+              std::vector<uint32_t> vec(2 * channels);
+              vec.resize(Avx512ChunkSampledSingles(codes.data(), rows, channels, high, tp, tn, phase, vec.data()));
+              EXPECT_EQ(vec, want);
+            }
+            lists += !want.empty();
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(lists, 100);  // the data does hold singles at sampled rows
 }
 
 }  // namespace

@@ -84,6 +84,9 @@ struct LynxKernels {
   // RefApplyChunkExtremes, or a vectorized equal (the same float ops per value).
   void (*apply_chunk_extremes)(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                                const MutablePageView& out);
+  // The encoder's side of the rule: RefChunkSampledSingles, or a vectorized equal.
+  size_t (*chunk_sampled_singles)(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
+                                  uint8_t top_neg, int phase, uint32_t* out);
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()

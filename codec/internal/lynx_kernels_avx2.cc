@@ -156,7 +156,8 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
-                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes};
+                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes,
+                             RefChunkSampledSingles};
   return k;
 }
 
