@@ -240,7 +240,7 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
 }
 
 TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEnd) {
-  // mu = 0 and sigma = 1 in every chunk (each holds -1 and +1), Laplace values below the top cell (|x| >= ~0.86
+  // mu = 0 and sigma = 1 in every chunk (each holds -1 and +1), Laplace values below the top cell (|x| >= ~0.87
   // at the default alpha) between; a second value shares +1's top cell in every chunk of channels 8..15 (so the
   // cell's page mean is below 1), and in chunk 2 +1's in channels 0..3 and -1's in channels 4..7.
   const int tokens = 256, channels = 16;

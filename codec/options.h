@@ -41,15 +41,17 @@ struct CodecOptions {
   int chunk_tokens = 32;
   // The lynx log curve's steepness, in [kMinAlpha, kMaxAlpha]; chosen by the sweep in docs/CODEC.md. It travels
   // in the container, so the decoder uses the encoder's value (the decode-side field is ignored).
-  float alpha = 0.5f;  // the sweep: near-linear beats steeper curves on KV at 8 and 4 bits
+  float alpha = 0.1f;  // docs/CODEC.md "Version 2.1": near-linear; 0.5 until the exact-extremes tables
   // Encode-side only (the decoder needs no knowledge of it).
   Centering centering = Centering::kMidrange;
   // Decode-side only (every multi-stream lynx container carries the conditional-mean tables): how a decode with
   // fewer than all stages reconstructs values.
   AnchorRule anchor_rule = AnchorRule::kConditionalMean;  // the sweep in docs/CODEC.md
-  // Decode-side only, on top of anchor_rule: a partial decode puts the only value of a chunk-channel in the top
-  // cell of its sign (the chunk's extreme there, under midrange centering) at the full top code, i.e. the stored
-  // chunk end, instead of the cell's reconstruction point (docs/CODEC.md "Exact extremes").
+  // On top of anchor_rule: a partial decode puts the only value of a chunk-channel in the top cell of its sign
+  // (the chunk's extreme there, under midrange centering) at the full top code, i.e. the stored chunk end,
+  // instead of the cell's reconstruction point (docs/CODEC.md "Exact extremes"). Read by the decoder and the
+  // encoder: the encoder's conditional-mean tables then leave those values out of the top cells' means (the
+  // container does not record which; a decode with the other setting still works, slightly less well).
   bool exact_extremes = true;
   NonFinitePolicy non_finite = NonFinitePolicy::kReject;
   // kAvx2 / kAvx512 on a CPU without them: INVALID_ARGUMENT (see ImplAvailable).
