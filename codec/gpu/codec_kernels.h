@@ -42,9 +42,10 @@ struct Staging {
   size_t ends_offset = 0, tables_offset = 0;
   int table_floats = 0;
   // Multi-stream lynx encode, the anchor tables' input: 256 u32 code counts per page (zeroed by the launch);
-  // the tile encoder's instead: 256 counts per (page, group of kTileChannels channels), [page][group][code], each
-  // written whole by its block, and one arrival counter per page (zero when allocated; every tile launch leaves
-  // it zero).
+  // the tile encoder's instead: kTileGroupCounts per (page, group of kTileChannels channels), [page][group][...]
+  // (the 256 code counts, then with the exact-extremes rule and 3+ streams each partial stage's 256 exclusion
+  // counts), each written by its block, and one arrival counter per page (zero when allocated; every tile launch
+  // leaves it zero).
   uint32_t* histogram = nullptr;
   uint32_t* group_histograms = nullptr;
   unsigned int* page_arrivals = nullptr;
@@ -100,6 +101,10 @@ struct LynxDeviceTables {
 
 // Channels per block of the lynx tile encoder (LaunchEncode's fast path, codec_lynx_tile_encode.cu).
 inline constexpr int kTileChannels = 64;
+// Partial stages whose exact-extremes exclusions the tile encoder keeps (schemes of up to 4 streams), and its
+// scratch counts per (page, group): 256 code counts and 256 per such stage.
+inline constexpr int kTileExclusionStages = 3;
+inline constexpr int kTileGroupCounts = 256 * (1 + kTileExclusionStages);
 
 // Encodes every page of the batch. centering_mean: Centering::kMean. exact_extremes: CodecOptions'; the anchor
 // tables then leave out the rule's singles (lynx_extremes.h ExcludeSingleExtremes). `status` and `tables` (lynx
@@ -110,8 +115,8 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
 
 // The lynx tile encoder, which LaunchEncode uses when it fits: midrange centering, 32-token chunks, whole pages
 // of 1..8 chunks, channels % kTileChannels == 0, 8 consecutive channels contiguous and 16-byte aligned in `src`,
-// and (multi-stream) the tile scratch in `out`; with exact_extremes, at most two streams (it finds the rule's
-// singles itself). One launch writes every byte of the metadata (no zeroing first)
+// and (multi-stream) the tile scratch in `out`; with exact_extremes, at most 1 + kTileExclusionStages streams
+// (it finds the rule's singles itself). One launch writes every byte of the metadata (no zeroing first)
 // and, for multi-stream schemes, the anchor tables.
 bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
                         const PageShape& shape, const Staging& out);

@@ -35,7 +35,7 @@ struct TileParams {
   int num_streams;
   int stage_bits[kMaxStreams];
   int total_bits;
-  bool exact_extremes;  // two-stream schemes: the anchor table leaves out the rule's singles
+  bool exact_extremes;  // the anchor tables leave out the rule's singles
 };
 
 
@@ -260,8 +260,10 @@ struct TypeTag {
   using type = T;
 };
 
-// Stream layouts with their own code: every other scheme takes kAnyStreams.
-enum class Streams { kAnyStreams, kOne8, kOne4, kTwo4 };
+// Stream layouts with their own code: every other scheme takes kAnyStreams, or kStaged when it has 3 or more
+// streams (the same code, plus one exclusion count array per partial stage for the exact-extremes rule, whose
+// registers would cost the two-stream schemes spills).
+enum class Streams { kAnyStreams, kOne8, kOne4, kTwo4, kStaged };
 
 // Blocks per SM the register budget aims at: bf16 fits 64 registers (32 warps an SM); fp16's conversions and
 // fp32's wider tile need more.
@@ -275,6 +277,10 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   __shared__ uint2 s_bucket[kMaxBuckets + 1];
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ unsigned s_hist[256];
+  constexpr bool kGeneric = kStreams == Streams::kAnyStreams || kStreams == Streams::kStaged;
+  // kStaged with the rule: each partial stage's exclusion counts (its own table's).
+  constexpr int kExclStages = kStreams == Streams::kStaged ? kTileExclusionStages : 1;
+  __shared__ unsigned s_excl[kStreams == Streams::kStaged ? kTileExclusionStages * 256 : 1];
   __shared__ __align__(16) float s_cmin[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_cmax[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_mu[kMaxChunks][kTileChannels];
@@ -364,6 +370,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     }
   }
   for (int i = tid; i < 256; i += blockDim.x) s_hist[i] = 0;
+  if constexpr (kStreams == Streams::kStaged) {
+    for (int i = tid; i < kTileExclusionStages * 256; i += blockDim.x) s_excl[i] = 0;
+  }
 
   // Chunk minimum and maximum of the lane's 8 channels: over its 8 tokens, then over the warp's 4 token slices.
   float cmin[8], cmax[8];
@@ -494,13 +503,17 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     inv[7] = i1.w;
   }
   const bool counting = p.num_streams > 1;
-  // The exact-extremes rule's singles leave the anchor table (lynx_extremes.h ExcludeSingleExtremes; two-stream
-  // schemes only, so the one table's counts can lose them directly). Per channel e of the lane, bit 4 e: the
-  // top positive anchor cell, bit 4 e + 1: the top negative one; `one` = seen in the lane's slice, `two` = seen
-  // twice; `sampled` the hits of rows 0 (bits 4 e, 4 e + 1) and 4 (bits 4 e + 2, 4 e + 3), the slice's sampled
-  // tokens (t0 % 8 == 0); `keep` what their codes need: rows 0 and 4's residual words (kTwo4) or code bytes.
+  // The exact-extremes rule's singles leave the anchor tables (lynx_extremes.h ExcludeSingleExtremes): with two
+  // streams straight out of the one table's counts, with more into each partial stage's s_excl. Per partial
+  // stage st and channel e of the lane, bit 4 e: the top positive cell, bit 4 e + 1: the top negative one;
+  // ex_one[st] = seen in the lane's slice, ex_two[st] = seen twice; ex_sampled[st] the hits of rows 0 (bits 4 e,
+  // 4 e + 1) and 4 (bits 4 e + 2, 4 e + 3), the slice's sampled tokens (t0 % 8 == 0); `keep` what their codes
+  // need: rows 0 and 4's residual words (kTwo4) or code bytes.
   const bool excluding = counting && p.exact_extremes;
-  uint32_t ex_one = 0, ex_two = 0, ex_sampled = 0;
+  const int partial = p.num_streams - 1;
+  uint32_t ex_one[kExclStages], ex_two[kExclStages], ex_sampled[kExclStages];
+#pragma unroll
+  for (int st = 0; st < kExclStages; ++st) ex_one[st] = ex_two[st] = ex_sampled[st] = 0;
   uint32_t keep[4] = {0, 0, 0, 0};
   // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has < 2^24 values).
   const unsigned octet0 = (static_cast<unsigned>(t0) * channels + c0 + 8 * g) >> 3;
@@ -523,20 +536,26 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       }
       const uint32_t lo4 = Bytes4(code[0], code[1], code[2], code[3]);
       const uint32_t hi4 = Bytes4(code[4], code[5], code[6], code[7]);
-      if constexpr (kStreams == Streams::kAnyStreams) {
-        if (excluding) {  // the one partial stage's prefixes, compared one by one
-          const int shift = p.total_bits - p.stage_bits[0];
-          const uint32_t top_pos = (1u << (p.stage_bits[0] - 1)) - 1, top_neg = (1u << p.stage_bits[0]) - 1;
-          uint32_t m = 0;
+      if constexpr (kGeneric) {
+        if (excluding) {  // each partial stage's prefixes, compared one by one
+          int known = 0;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const uint32_t prefix = code[e] >> shift;
-            m |= (prefix == top_pos ? 1u : 0u) << (4 * e) | (prefix == top_neg ? 2u : 0u) << (4 * e);
+          for (int st = 0; st < kExclStages; ++st) {
+            if (st >= partial) break;
+            known += p.stage_bits[st];
+            const int shift = p.total_bits - known;
+            const uint32_t top_pos = (1u << (known - 1)) - 1, top_neg = (1u << known) - 1;
+            uint32_t m = 0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const uint32_t prefix = code[e] >> shift;
+              m |= (prefix == top_pos ? 1u : 0u) << (4 * e) | (prefix == top_neg ? 2u : 0u) << (4 * e);
+            }
+            ex_two[st] |= ex_one[st] & m;
+            ex_one[st] |= m;
+            if (i % kAnchorSampleStride == 0) ex_sampled[st] |= m << (i == 0 ? 0 : 2);
           }
-          ex_two |= ex_one & m;
-          ex_one |= m;
           if (i % kAnchorSampleStride == 0) {
-            ex_sampled |= m << (i == 0 ? 0 : 2);
             keep[i == 0 ? 0 : 2] = lo4;
             keep[i == 0 ? 1 : 3] = hi4;
           }
@@ -559,10 +578,10 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           // Low three bits set (bit 4 e), then the sign bit moves a negative's mark up to bit 4 e + 1.
           const uint32_t top = anchor & (anchor >> 1) & (anchor >> 2) & 0x11111111u;
           const uint32_t m = top + (top & (anchor >> 3));
-          ex_two |= ex_one & m;
-          ex_one |= m;
+          ex_two[0] |= ex_one[0] & m;
+          ex_one[0] |= m;
           if (i % kAnchorSampleStride == 0) {
-            ex_sampled |= m << (i == 0 ? 0 : 2);
+            ex_sampled[0] |= m << (i == 0 ? 0 : 2);
             keep[i == 0 ? 0 : 1] = resid;
           }
         }
@@ -596,28 +615,37 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     code_rows(std::false_type{});
   }
   if (excluding) {
-    // The chunk's four slices (lanes g, g + 8, g + 16, g + 24) combine their marks; the lane whose slice holds a
-    // chunk-channel's only top-cell value of a sign takes its code back out of the counts if its row is sampled.
-    const uint32_t mine = ex_one;
+    // Per partial stage, the chunk's four slices (lanes g, g + 8, g + 16, g + 24) combine their marks; the lane
+    // whose slice holds a chunk-channel's only top-cell value of a sign takes its code back out of the counts if
+    // its row is sampled.
 #pragma unroll
-    for (int off = 8; off <= 16; off <<= 1) {
-      const uint32_t one = __shfl_xor_sync(~0u, ex_one, off), two = __shfl_xor_sync(~0u, ex_two, off);
-      ex_two |= two | (ex_one & one);
-      ex_one |= one;
-    }
-    const uint32_t single = ex_one & ~ex_two & mine;
+    for (int st = 0; st < kExclStages; ++st) {
+      if (st >= partial) break;
+      const uint32_t mine = ex_one[st];
 #pragma unroll
-    for (int row = 0; row < 2; ++row) {
-      for (uint32_t m = (ex_sampled >> (2 * row)) & single & 0x33333333u; m != 0; m &= m - 1) {
-        const int b = __ffs(m) - 1;
-        const int e = b >> 2;
-        uint32_t code;
-        if constexpr (kStreams == Streams::kTwo4) {
-          code = ((b & 1) ? 0xF0u : 0x70u) | ((keep[row] >> (4 * e)) & 0xFu);
-        } else {
-          code = ((e < 4 ? keep[2 * row] : keep[2 * row + 1]) >> (8 * (e & 3))) & 0xFFu;
+      for (int off = 8; off <= 16; off <<= 1) {
+        const uint32_t one = __shfl_xor_sync(~0u, ex_one[st], off), two = __shfl_xor_sync(~0u, ex_two[st], off);
+        ex_two[st] |= two | (ex_one[st] & one);
+        ex_one[st] |= one;
+      }
+      const uint32_t single = ex_one[st] & ~ex_two[st] & mine;
+#pragma unroll
+      for (int row = 0; row < 2; ++row) {
+        for (uint32_t m = (ex_sampled[st] >> (2 * row)) & single & 0x33333333u; m != 0; m &= m - 1) {
+          const int b = __ffs(m) - 1;
+          const int e = b >> 2;
+          uint32_t code;
+          if constexpr (kStreams == Streams::kTwo4) {
+            code = ((b & 1) ? 0xF0u : 0x70u) | ((keep[row] >> (4 * e)) & 0xFu);
+          } else {
+            code = ((e < 4 ? keep[2 * row] : keep[2 * row + 1]) >> (8 * (e & 3))) & 0xFFu;
+          }
+          if (partial == 1) {
+            atomicSub(&s_hist[code], 1u);  // the one table's counts
+          } else if constexpr (kStreams == Streams::kStaged) {
+            atomicAdd(&s_excl[256 * st + code], 1u);
+          }
         }
-        atomicSub(&s_hist[code], 1u);
       }
     }
   }
@@ -626,8 +654,13 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   // Multi-stream: this block's counts, then the page's last block writes the anchor tables.
   __syncthreads();
   const int groups = channels / kTileChannels;
-  uint32_t* page_hist = p.out.group_histograms + static_cast<size_t>(page) * groups * 256;
-  for (int i = tid; i < 256; i += blockDim.x) page_hist[blockIdx.x * 256 + i] = s_hist[i];
+  // Counts a block publishes: the code counts, then (3+ streams with the rule) each partial stage's exclusions.
+  const bool staged = kStreams == Streams::kStaged && excluding && partial > 1;
+  const int counts = staged ? 256 * (1 + partial) : 256;
+  uint32_t* page_hist = p.out.group_histograms + static_cast<size_t>(page) * groups * kTileGroupCounts;
+  for (int i = tid; i < counts; i += blockDim.x) {
+    page_hist[blockIdx.x * kTileGroupCounts + i] = i < 256 ? s_hist[i] : s_excl[kExclStages == 1 ? 0 : i - 256];
+  }
   __threadfence();
   __syncthreads();
   if (tid == 0) {
@@ -637,14 +670,19 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  for (int i = tid; i < 256; i += blockDim.x) {
+  for (int i = tid; i < counts; i += blockDim.x) {
     unsigned n = 0;
-    for (int gg = 0; gg < groups; ++gg) n += __ldcg(page_hist + gg * 256 + i);
-    s_hist[i] = n;
+    for (int gg = 0; gg < groups; ++gg) n += __ldcg(page_hist + gg * kTileGroupCounts + i);
+    if (i < 256) {
+      s_hist[i] = n;
+    } else {
+      s_excl[kExclStages == 1 ? 0 : i - 256] = n;
+    }
   }
   __syncthreads();
   for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
-    const float v = AnchorTableEntry(j, s_hist, nullptr, p.num_streams, p.stage_bits, p.total_bits, tables);
+    const float v = AnchorTableEntry(j, s_hist, staged ? s_excl : nullptr, p.num_streams, p.stage_bits,
+                                     p.total_bits, tables);
     StoreF32(meta + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
   }
 }
@@ -654,8 +692,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
 bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
                         const PageShape& shape, const Staging& out) {
   if (scheme.kind != SchemeKind::kLynx || centering_mean) return false;
-  // The exact-extremes rule's singles come out of the one table's counts here: two-stream schemes only.
-  if (exact_extremes && scheme.num_streams() > 2) return false;
+  // The exact-extremes rule's singles are counted here for up to kTileExclusionStages partial stages.
+  if (exact_extremes && scheme.num_streams() > 1 + kTileExclusionStages) return false;
   if (shape.chunk_len != kChunkTokens || shape.num_chunks < 1 || shape.num_chunks > kMaxChunks ||
       shape.tokens != shape.num_chunks * kChunkTokens) {
     return false;
@@ -688,6 +726,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   const Streams streams = n == 1 && p.stage_bits[0] == 8   ? Streams::kOne8
                           : n == 1 && p.stage_bits[0] == 4 ? Streams::kOne4
                           : n == 2 && p.stage_bits[0] == 4 && p.stage_bits[1] == 4 ? Streams::kTwo4
+                          : n > 2                                                  ? Streams::kStaged
                                                                                    : Streams::kAnyStreams;
   auto launch = [&](auto* kernel) { kernel<<<grid, threads, 0, stream>>>(p, tables); };
   auto by_streams = [&](auto type_tag) {
@@ -701,6 +740,8 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
         return launch(LynxTileEncodeKernel<T, Streams::kTwo4>);
       case Streams::kAnyStreams:
         return launch(LynxTileEncodeKernel<T, Streams::kAnyStreams>);
+      case Streams::kStaged:
+        return launch(LynxTileEncodeKernel<T, Streams::kStaged>);
     }
   };
   switch (src.dtype) {
