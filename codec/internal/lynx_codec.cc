@@ -123,10 +123,10 @@ std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const LynxPageMet
   return count;
 }
 
-// The exact-extremes rule (lynx_extremes.h) over every chunk of a partial decode: from the `known`-bit prefixes
-// (token-major bytes), or, with prefix == nullptr, from the one packed 4-bit stream `nibbles`.
-void ApplyExactExtremes(const uint8_t* prefix, const uint8_t* nibbles, int known, float top,
-                        const LynxKernels& kernels, const LynxPageMeta& meta, const MutablePageView& out) {
+// The exact-extremes rule (lynx_extremes.h) over every chunk of a partial decode, from the `known`-bit prefixes
+// (token-major bytes). The fused nibble kernel applies it itself.
+void ApplyExactExtremes(const uint8_t* prefix, int known, float top, const LynxKernels& kernels,
+                        const LynxPageMeta& meta, const MutablePageView& out) {
   const size_t channels = static_cast<size_t>(meta.channels);
   const size_t chunk_values = static_cast<size_t>(meta.chunk_len) * channels;
   // Per-thread, like the other decode scratch: no allocation per page (at most 2 x 64 Ki int16).
@@ -135,12 +135,8 @@ void ApplyExactExtremes(const uint8_t* prefix, const uint8_t* nibbles, int known
   int16_t* pos = scratch.data();
   int16_t* neg = pos + channels;
   for (int k = 0; k < meta.num_chunks; ++k) {
-    if (prefix != nullptr) {
-      kernels.chunk_extremes(prefix + k * chunk_values, channels, meta.chunk_len, meta.channels,
-                             TopCellPositive(known), TopCellNegative(known), pos, neg);
-    } else {
-      kernels.chunk_extremes_nibbles(nibbles + k * chunk_values / 2, meta.chunk_len, meta.channels, pos, neg);
-    }
+    kernels.chunk_extremes(prefix + k * chunk_values, channels, meta.chunk_len, meta.channels,
+                           TopCellPositive(known), TopCellNegative(known), pos, neg);
     kernels.apply_chunk_extremes(pos, neg, k, top, meta, out);
   }
 }
@@ -304,22 +300,18 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
     }
     table = signed_table.data();
   }
-  const bool fused = kernels.reconstruct_nibbles != nullptr && NibbleStages(scheme, stages) &&
-                     kernels.reconstruct_nibbles(code_streams.data(), stages, meta, table, out);
   const bool extremes = options.exact_extremes && known < bits;
+  const float top = tables->full_values[tables->max_code];
+  // The fused kernel reads the streams itself and applies the exact-extremes rule as it writes each row.
+  const bool fused = kernels.reconstruct_nibbles != nullptr && NibbleStages(scheme, stages) &&
+                     kernels.reconstruct_nibbles(code_streams.data(), stages, meta, table, extremes ? &top : nullptr,
+                                                 out);
   const size_t n = static_cast<size_t>(layout.tokens) * layout.channels;
-  // The prefixes, unless the fused kernel read the streams itself and the extremes can too (one 4-bit stream
-  // whose rows start on byte boundaries).
-  const bool need_prefix = !fused || (extremes && !(stages == 1 && scheme.stage_bits[0] == 4 &&
-                                                    layout.channels % 2 == 0));
-  CodeScratch prefix(need_prefix ? n : 0);
-  if (need_prefix) {
+  CodeScratch prefix(fused ? 0 : n);
+  if (!fused) {
     for (int i = 0; i < stages; ++i) AppendField(code_streams[i], n, scheme.stage_bits[i], i == 0, prefix.data());
-  }
-  if (!fused) kernels.reconstruct(prefix.data(), meta, table, known, out);
-  if (extremes) {
-    ApplyExactExtremes(need_prefix ? prefix.data() : nullptr, code_streams[0], known,
-                       tables->full_values[tables->max_code], kernels, meta, out);
+    kernels.reconstruct(prefix.data(), meta, table, known, out);
+    if (extremes) ApplyExactExtremes(prefix.data(), known, top, kernels, meta, out);
   }
   if (scheme.spike_reserve) {
     for (int k = 0; k < meta.num_chunks; ++k) {

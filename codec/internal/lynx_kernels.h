@@ -72,15 +72,16 @@ struct LynxKernels {
   bool (*codes_nibbles)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
                         uint8_t* const* streams, uint32_t* byte_count);
   // reconstruct_nibbles: `reconstruct` of the prefix of streams [0, stages) (4 bits each, known = 4 * stages),
-  // read straight from the packed streams instead of through AppendField's byte-per-value prefix.
+  // read straight from the packed streams instead of through AppendField's byte-per-value prefix. With
+  // exact_top != null (a partial decode under the exact-extremes rule, lynx_extremes.h) it applies the rule as
+  // it writes each row: a chunk-channel's single top-cell value decodes as +-*exact_top, the full top code.
   bool (*reconstruct_nibbles)(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
-                              const float* table, const MutablePageView& out);
+                              const float* table, const float* exact_top, const MutablePageView& out);
 
-  // The exact-extremes search of one chunk (lynx_extremes.h): RefChunkExtremes and RefChunkExtremesNibbles, or
-  // vectorized equals (the search is integer-exact, so every implementation finds the same rows).
+  // The exact-extremes search of one chunk (lynx_extremes.h): RefChunkExtremes, or a vectorized equal (the
+  // search is integer-exact, so every implementation finds the same rows).
   void (*chunk_extremes)(const uint8_t* prefix, size_t row_stride, int rows, int channels, uint8_t top_pos,
                          uint8_t top_neg, int16_t* pos, int16_t* neg);
-  void (*chunk_extremes_nibbles)(const uint8_t* packed, int rows, int channels, int16_t* pos, int16_t* neg);
   // RefApplyChunkExtremes, or a vectorized equal (the same float ops per value).
   void (*apply_chunk_extremes)(const int16_t* pos, const int16_t* neg, int k, float top, const LynxPageMeta& meta,
                                const MutablePageView& out);

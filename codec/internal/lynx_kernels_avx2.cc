@@ -156,7 +156,7 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
-                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes,
+                             RefChunkExtremes, RefApplyChunkExtremes,
                              RefChunkSampledSingles};
   return k;
 }

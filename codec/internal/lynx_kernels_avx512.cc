@@ -538,7 +538,7 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 const LynxKernels& Avx512LynxKernels() {
   static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
                              EndPairs, UnpackEnds, PackEnds,     CodesNibbles,       ReconstructNibbles,
-                             Avx512ChunkExtremes, Avx512ChunkExtremesNibbles, Avx512ApplyChunkExtremes,
+                             Avx512ChunkExtremes, Avx512ApplyChunkExtremes,
                              Avx512ChunkSampledSingles};
   return k;
 }

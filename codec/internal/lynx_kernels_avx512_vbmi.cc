@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/lynx_extremes.h"
 
 namespace kvt::codec::internal {
 namespace {
@@ -315,7 +316,7 @@ KVT_AVX512_VBMI bool CodesNibblesVbmi(const PageView& page, const LynxPageMeta& 
 
 // Reconstruct (below) straight from one or two 4-bit streams. 64 values per step, as CodesNibbles.
 KVT_AVX512_VBMI bool ReconstructNibblesVbmi(const uint8_t* const* streams, int stages, const LynxPageMeta& meta,
-                                            const float* table, const MutablePageView& out) {
+                                            const float* table, const float* exact_top, const MutablePageView& out) {
   const int channels = meta.channels;
   if (!VbmiAvailable() || channels % kLanes != 0 || stages < 1 || stages > 2) return false;
   const size_t half_row = static_cast<size_t>(channels) / 2;
@@ -325,13 +326,30 @@ KVT_AVX512_VBMI bool ReconstructNibblesVbmi(const uint8_t* const* streams, int s
     // two dwords.
     const __m512 signed_table = _mm512_loadu_ps(table);
     const __m512i split = _mm512_set1_epi64(0x0000000400000000ll);
+    // The exact-extremes rule, blended in: at each chunk's first row its single top-cell rows per channel
+    // (the nibble search), then in row r the lanes whose single row is r take +-top instead of the table value,
+    // which the reconstruction below turns into exactly Reconstruct(+-top, ...), the rule's value.
+    thread_local std::vector<int16_t> singles;
+    if (exact_top != nullptr) singles.resize(2 * static_cast<size_t>(channels));
+    int16_t* pos = singles.data();
+    int16_t* neg = pos + channels;
+    const __m512 top = _mm512_set1_ps(exact_top != nullptr ? *exact_top : 0.0f);
+    const __m512 neg_top = _mm512_set1_ps(exact_top != nullptr ? -*exact_top : 0.0f);
     for (int t = 0; t < meta.tokens; ++t) {
       const size_t k = static_cast<size_t>(t / meta.chunk_len) * channels;
       const uint8_t* in = streams[0] + t * half_row;
       float* row = out.data + static_cast<size_t>(t) * out.stride();
+      const int r = t % meta.chunk_len;
+      if (exact_top != nullptr && r == 0) Avx512ChunkExtremesNibbles(in, meta.chunk_len, channels, pos, neg);
+      const __m256i rv = _mm256_set1_epi16(static_cast<int16_t>(r));
       for (int c0 = 0; c0 < channels; c0 += kLanes) {
         const __m512i bytes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c0 / 2)));
-        const __m512 v = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(split, bytes), signed_table);
+        __m512 v = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(split, bytes), signed_table);
+        if (exact_top != nullptr) {
+          const __mmask16 p = _mm256_cmpeq_epi16_mask(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + c0)), rv);
+          const __mmask16 n = _mm256_cmpeq_epi16_mask(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(neg + c0)), rv);
+          v = _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, p, top), n, neg_top);
+        }
         const __m512 y = _mm512_add_ps(_mm512_loadu_ps(meta.mu.data() + k + c0),
                                        _mm512_mul_ps(_mm512_loadu_ps(meta.sigma.data() + k + c0), v));
         _mm512_storeu_ps(row + c0,
@@ -409,8 +427,8 @@ bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTabl
 }
 
 bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,
-                        const MutablePageView& out) {
-  return ReconstructNibblesVbmi(streams, stages, meta, table, out);
+                        const float* exact_top, const MutablePageView& out) {
+  return ReconstructNibblesVbmi(streams, stages, meta, table, exact_top, out);
 }
 
 }  // namespace kvt::codec::internal

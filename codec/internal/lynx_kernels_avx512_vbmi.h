@@ -13,7 +13,7 @@ namespace kvt::codec::internal {
 bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* const* streams,
                   uint32_t* byte_count);
 bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,
-                        const MutablePageView& out);
+                        const float* exact_top, const MutablePageView& out);
 
 }  // namespace kvt::codec::internal
 

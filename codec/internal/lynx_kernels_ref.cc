@@ -251,7 +251,7 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
 const LynxKernels& ReferenceLynxKernels() {
   static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
-                             RefChunkExtremes, RefChunkExtremesNibbles, RefApplyChunkExtremes,
+                             RefChunkExtremes, RefApplyChunkExtremes,
                              RefChunkSampledSingles};
   return k;
 }
