@@ -239,21 +239,28 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
   EXPECT_GT(sum[7] / n[7], 0.95);
 }
 
+// 32-token chunks whose first row is -1 and row plus_row +1 (mu = 0, sigma = 1: x_final = x), Laplace values
+// capped at 0.8 (below the top cell) elsewhere, and 0.9 (in +1's top cell) at row 4 of channels 8 and up.
+std::vector<float> ChunkEndsPage(int tokens, int channels, int plus_row, unsigned seed) {
+  std::vector<float> x(static_cast<size_t>(tokens) * channels);
+  std::mt19937 rng(seed);
+  std::exponential_distribution<float> expo(6.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      const float v = std::fmin(expo(rng), 0.8f) * (rng() % 2 ? 1.0f : -1.0f);
+      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == plus_row ? 1.0f : v);
+      if (t % 32 == 4 && c >= 8) x[t * channels + c] = 0.9f;
+    }
+  }
+  return x;
+}
+
 TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEnd) {
   // mu = 0 and sigma = 1 in every chunk (each holds -1 and +1), Laplace values below the top cell (|x| >= ~0.87
   // at the default alpha) between; a second value shares +1's top cell in every chunk of channels 8..15 (so the
   // cell's page mean is below 1), and in chunk 2 +1's in channels 0..3 and -1's in channels 4..7.
   const int tokens = 256, channels = 16;
-  std::vector<float> x(tokens * channels);
-  std::mt19937 rng(11);
-  std::exponential_distribution<float> expo(6.0f);
-  for (int t = 0; t < tokens; ++t) {
-    for (int c = 0; c < channels; ++c) {
-      const float v = std::fmin(expo(rng), 0.8f) * (rng() % 2 ? 1.0f : -1.0f);
-      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : v);
-      if (t % 32 == 4 && c >= 8) x[t * channels + c] = 0.9f;
-    }
-  }
+  std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/1, /*seed=*/11);
   for (int c = 0; c < 8; ++c) x[(64 + 8) * channels + c] = c < 4 ? 0.99f : -0.99f;
   const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
   const EncodedPage enc = Encode("lynx", x, tokens, channels);
@@ -304,16 +311,7 @@ TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheVa
   // channels 8..15, so the top cell holds singles (decoded at the chunk ends) and shared values (by the table).
   // All of them sit at sampled tokens (t % 4 == 0), so the table sees every one.
   const int tokens = 256, channels = 16;
-  std::vector<float> x(tokens * channels);
-  std::mt19937 rng(5);
-  std::exponential_distribution<float> expo(6.0f);
-  for (int t = 0; t < tokens; ++t) {
-    for (int c = 0; c < channels; ++c) {
-      const float v = std::fmin(expo(rng), 0.8f) * (rng() % 2 ? 1.0f : -1.0f);
-      x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 8 ? 1.0f : v);
-      if (t % 32 == 4 && c >= 8) x[t * channels + c] = 0.9f;
-    }
-  }
+  const std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/8, /*seed=*/5);
   const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
   auto top_cell = [&](size_t i) { return (internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4) == 7; };
   // Whether value i is its chunk-channel's only top-cell value of its sign.

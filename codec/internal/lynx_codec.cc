@@ -172,7 +172,7 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
                       kernels.codes_nibbles(page, meta, *tables, code_streams.data(),
                                             scheme.num_streams() > 1 ? byte_count.data() : nullptr);
   // The packed path keeps no code bytes; the table side of the exact-extremes rule rebuilds them from the
-  // streams when the anchor's rows do not start on bytes (odd channel counts), for the nibble search.
+  // streams when the anchor's rows do not start on bytes (odd channel counts), where it cannot unpack a chunk.
   const bool rebuild = packed && options.exact_extremes && scheme.num_streams() > 1 && page.channels % 2 != 0;
   CodeScratch codes(packed && !rebuild ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());

@@ -139,10 +139,11 @@ void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, 
   auto nibble = [](const uint8_t* stream, size_t i) { return (stream[i / 2] >> (4 * (i % 2))) & 0xF; };
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t first = static_cast<size_t>(k) * chunk_values;  // the chunk's first value
-    const uint8_t* prefix = codes + first;
-    if (codes == nullptr) {  // whole bytes: chunk_values is even, as channels is
+    const uint8_t* prefix = anchor.data();
+    if (codes != nullptr) {
+      prefix = codes + first;
+    } else {  // whole bytes: chunk_values is even, as channels is
       AppendField(nibbles[0] + first / 2, chunk_values, 4, true, anchor.data());
-      prefix = anchor.data();
     }
     const int phase = static_cast<int>((static_cast<size_t>(k) * meta.chunk_len) % kAnchorSampleStride);
     const size_t n = kernels.chunk_sampled_singles(prefix, meta.chunk_len, meta.channels, high, top_pos, top_neg,
