@@ -11,7 +11,9 @@
 // atomics) and each lane codes its 64 values: one 8-byte shared load per value (bucket base and the one threshold
 // left to compare) and whole bytes of every stream per store. Multi-stream schemes: each block stores its code
 // counts, and the page's last block to finish (an arrival counter that wraps back to zero) sums them and writes
-// the anchor tables, so one launch is the whole encode.
+// the anchor tables, so one launch is the whole encode. With the exact-extremes rule the lanes also mark their
+// top-cell values as they code, and the values that are alone in their chunk-channel's top cell leave the counts
+// (lynx_extremes.h ExcludeSingleExtremes).
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
@@ -37,7 +39,6 @@ struct TileParams {
   int total_bits;
   bool exact_extremes;  // the anchor tables leave out the rule's singles
 };
-
 
 // 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
 template <typename T>
