@@ -138,7 +138,9 @@ struct EvalFlags {
     flags.String("model", &model,
                  absl::StrCat("synthetic KV model preset: ", absl::StrJoin(codec::eval::ModelPresetNames(), ", ")));
     flags.Int("tokens", &tokens, "synthetic context length in tokens");
-    flags.Int("layers", &layers, "layers evaluated, spread evenly over the depth (0 = all)");
+    flags.Int("layers", &layers,
+              "layers evaluated, spread evenly over the depth (0 = all; compare schemes on all: a few layers swing "
+              "the ratios by +-10%)");
     flags.String("in", &in,
                  "evaluate a KV dump (.npy or .safetensors) [L, 2, T, H, D] or [T, C] instead of synthetic KV");
     flags.String("tensor", &tensor, "the tensor of a .safetensors --in (needed if it holds several)");
