@@ -62,10 +62,13 @@ void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, flo
 // a partial stage's prefix, top cells top_pos / top_neg in place: writes to `out` the in-chunk index
 // r * channels + c of every value at a sampled row ((phase + r) % kAnchorSampleStride == 0) that is the only
 // value of its channel in the top cell of its sign, in increasing order, and returns how many. `out` must hold
-// 2 * channels entries (at most one per channel and sign). Portable (8 channels a 64-bit word) and AVX-512BW
-// (64 a vector) versions; integer-exact, so both give the same list.
+// 2 * channels entries (at most one per channel and sign). Portable (8 channels a 64-bit word), AVX2 (32 a
+// vector) and AVX-512BW (64 a vector) versions; integer-exact, so all give the same list. Call the vector ones
+// only on CPUs that have the instructions.
 size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
                               uint8_t top_neg, int phase, uint32_t* out);
+size_t Avx2ChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
+                               uint8_t top_neg, int phase, uint32_t* out);
 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
                                  uint8_t top_neg, int phase, uint32_t* out);
 

@@ -151,6 +151,11 @@ TEST(LynxExtremesTest, SampledSinglesEqualBruteForceInEveryImplementation) {
             std::vector<uint32_t> got(2 * channels);
             got.resize(RefChunkSampledSingles(codes.data(), rows, channels, high, tp, tn, phase, got.data()));
             EXPECT_EQ(got, want);
+            if (__builtin_cpu_supports("avx2")) {
+              std::vector<uint32_t> vec(2 * channels);
+              vec.resize(Avx2ChunkSampledSingles(codes.data(), rows, channels, high, tp, tn, phase, vec.data()));
+              EXPECT_EQ(vec, want);
+            }
             if (Avx512BwAvailable()) {
               std::vector<uint32_t> vec(2 * channels);
               vec.resize(Avx512ChunkSampledSingles(codes.data(), rows, channels, high, tp, tn, phase, vec.data()));

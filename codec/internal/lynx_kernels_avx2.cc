@@ -157,7 +157,7 @@ const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefApplyChunkExtremes,
-                             RefChunkSampledSingles};
+                             Avx2ChunkSampledSingles};
   return k;
 }
 
