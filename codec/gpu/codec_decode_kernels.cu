@@ -699,18 +699,9 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
   // The tile kernel applies the rule as it writes; the other kernels get the separate pass after them.
   const bool fused = extremes && LynxTileDecodeFits(p);
   p.exact_extremes = fused ? 1 : 0;
-  auto launch = [&]() -> absl::Status {
-    switch (dst.dtype) {
-      case DType::kFloat32:
-        return LaunchDecodeTyped<float>(scheme.kind, p, tb, stream);
-      case DType::kBfloat16:
-        return LaunchDecodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
-      case DType::kFloat16:
-        return LaunchDecodeTyped<__half>(scheme.kind, p, tb, stream);
-    }
-    return absl::InternalError("unknown dtype");
-  };
-  const absl::Status st = launch();
+  const absl::Status st = ForDType(dst.dtype, [&](auto tag) {
+    return LaunchDecodeTyped<typename decltype(tag)::type>(scheme.kind, p, tb, stream);
+  });
   if (!st.ok() || !extremes || fused) return st;
   return LaunchExactExtremes(scheme, stages, tables, in, shape, dst, stream_handle);
 }

@@ -537,17 +537,9 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
       return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
     }
   }
-  const absl::Status st = [&]() -> absl::Status {
-    switch (src.dtype) {
-      case DType::kFloat32:
-        return LaunchEncodeTyped<float>(scheme.kind, p, tb, stream);
-      case DType::kBfloat16:
-        return LaunchEncodeTyped<__nv_bfloat16>(scheme.kind, p, tb, stream);
-      case DType::kFloat16:
-        return LaunchEncodeTyped<__half>(scheme.kind, p, tb, stream);
-    }
-    return absl::InternalError("unknown dtype");
-  }();
+  const absl::Status st = ForDType(src.dtype, [&](auto tag) {
+    return LaunchEncodeTyped<typename decltype(tag)::type>(scheme.kind, p, tb, stream);
+  });
   if (!st.ok() || scheme.kind != SchemeKind::kLynx || p.num_streams == 1) return st;
   if (exact_extremes) {
     const absl::Status excluded = LaunchExcludeSingleExtremes(scheme, p.out, shape, stream_handle);

@@ -150,18 +150,10 @@ absl::Status LaunchExactExtremes(const Scheme& scheme, int stages, const LynxDev
   if (shape.num_pages == 0 || shape.num_chunks == 0) return absl::OkStatus();
   const dim3 grid((shape.channels + kThreads - 1) / kThreads, shape.num_chunks, shape.num_pages);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
-  switch (dst.dtype) {
-    case DType::kFloat32:
-      ExactExtremesKernel<float><<<grid, kThreads, 0, stream>>>(p, tables);
-      break;
-    case DType::kBfloat16:
-      ExactExtremesKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, tables);
-      break;
-    case DType::kFloat16:
-      ExactExtremesKernel<__half><<<grid, kThreads, 0, stream>>>(p, tables);
-      break;
-  }
-  return LaunchError("ExactExtremesKernel");
+  return ForDType(dst.dtype, [&](auto tag) {
+    ExactExtremesKernel<typename decltype(tag)::type><<<grid, kThreads, 0, stream>>>(p, tables);
+    return LaunchError("ExactExtremesKernel");
+  });
 }
 
 }  // namespace kvt::codec::gpu::internal

@@ -485,6 +485,25 @@ absl::Status LaunchError(const char* kernel) {
   return absl::InternalError(msg);
 }
 
+// The CUDA element type of a DType, as a tag: ForDType(dtype, f) calls f(TypeTag<T>{}) with T = float,
+// __nv_bfloat16 or __half and returns what f returns (INTERNAL for a DType it does not know).
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+template <typename F>
+absl::Status ForDType(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return f(TypeTag<float>{});
+    case DType::kBfloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case DType::kFloat16:
+      return f(TypeTag<__half>{});
+  }
+  return absl::InternalError("unknown dtype");
+}
+
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace

@@ -256,11 +256,6 @@ __device__ __forceinline__ uint32_t Bytes4(uint32_t c0, uint32_t c1, uint32_t c2
   return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 // Stream layouts with their own code: every other scheme takes kAnyStreams, or kStaged when it has 3 or more
 // streams (the same code, plus one exclusion count array per partial stage for the exact-extremes rule, whose
 // registers would cost the two-stream schemes spills).
@@ -745,18 +740,10 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
         return launch(LynxTileEncodeKernel<T, Streams::kStaged>);
     }
   };
-  switch (src.dtype) {
-    case DType::kFloat32:
-      by_streams(TypeTag<float>{});
-      break;
-    case DType::kBfloat16:
-      by_streams(TypeTag<__nv_bfloat16>{});
-      break;
-    case DType::kFloat16:
-      by_streams(TypeTag<__half>{});
-      break;
-  }
-  return LaunchError("LynxTileEncodeKernel");
+  return ForDType(src.dtype, [&](auto tag) {
+    by_streams(tag);
+    return LaunchError("LynxTileEncodeKernel");
+  });
 }
 
 }  // namespace kvt::codec::gpu::internal

@@ -164,17 +164,16 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
   uint8_t* s0 = streams[0];
   // The fused kernel writes the packed streams and counts the sampled tokens' code bytes itself (no code bytes).
+  // Even channel counts only: the anchor tables' search (ExcludeSingleExtremes) reads a chunk's packed anchor
+  // rows, which then start on bytes.
   std::array<uint8_t*, kMaxStreams> code_streams = streams;
   code_streams[0] = s0 + o.codes;
   std::array<uint32_t, 256> byte_count{};
-  const bool packed = kernels.codes_nibbles != nullptr && !scheme.spike_reserve &&
+  const bool packed = kernels.codes_nibbles != nullptr && !scheme.spike_reserve && page.channels % 2 == 0 &&
                       NibbleStages(scheme, scheme.num_streams()) &&
                       kernels.codes_nibbles(page, meta, *tables, code_streams.data(),
                                             scheme.num_streams() > 1 ? byte_count.data() : nullptr);
-  // The packed path keeps no code bytes; the table side of the exact-extremes rule rebuilds them from the
-  // streams when the anchor's rows do not start on bytes (odd channel counts), where it cannot unpack a chunk.
-  const bool rebuild = packed && options.exact_extremes && scheme.num_streams() > 1 && page.channels % 2 != 0;
-  CodeScratch codes(packed && !rebuild ? 0 : n);
+  CodeScratch codes(packed ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
@@ -194,21 +193,19 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
     }
     // With the exact-extremes rule each stage's table leaves out the values the rule decodes at the chunk end,
     // found from the code bytes or, on the packed path, from lynx's two nibble streams (NibbleStages).
-    if (rebuild) {
-      for (int i = 0; i < scheme.num_streams(); ++i) {
-        AppendField(code_streams[i], n, scheme.stage_bits[i], i == 0, codes.data());
-      }
-    }
-    const uint8_t* code_bytes = packed && !rebuild ? nullptr : codes.data();
     uint8_t* out = s0 + o.tables;
     int known = 0;
+    std::vector<uint64_t> stage_count;
     for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
       known += scheme.stage_bits[s];
-      std::vector<uint64_t> stage_count = count;
+      const uint64_t* table_count = count.data();
       if (options.exact_extremes) {
-        ExcludeSingleExtremes(code_bytes, code_streams.data(), bits, known, kernels, meta, stage_count.data());
+        stage_count.assign(count.begin(), count.end());
+        ExcludeSingleExtremes(packed ? nullptr : codes.data(), code_streams.data(), bits, known, kernels, meta,
+                              stage_count.data());
+        table_count = stage_count.data();
       }
-      const std::vector<float> table = ConditionalMeanTable(*tables, stage_count.data(), known);
+      const std::vector<float> table = ConditionalMeanTable(*tables, table_count, known);
       std::memcpy(out, table.data(), 4 * table.size());
       out += 4 * table.size();
     }

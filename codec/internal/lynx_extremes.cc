@@ -1,6 +1,5 @@
 #include "codec/internal/lynx_extremes.h"
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -87,39 +86,46 @@ size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint
   const uint64_t h = high * kBytes, tp = top_pos * kBytes, tn = top_neg * kBytes;
   const size_t row_bytes = static_cast<size_t>(channels);
   const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
-  size_t n = 0;
-  for (int c0 = 0; c0 < channels; c0 += 8) {
-    const int width = channels - c0 < 8 ? channels - c0 : 8;
-    // Byte e of each mask: 0x80 when channel c0 + e's top cell (of that sign) was seen once / again.
-    auto matches = [&](int r, uint64_t& pos, uint64_t& neg) {
-      uint64_t x = 0;
-      std::memcpy(&x, codes + r * row_bytes + c0, width);
-      x &= h;
-      pos = ZeroBytes(x ^ tp);
-      neg = ZeroBytes(x ^ tn);
-    };
+  const int blocks = (channels + 7) / 8;
+  // Byte e of a block's masks: 0x80 where channel 8 b + e's value in row r is the top cell of that sign.
+  auto matches = [&](int r, int b, uint64_t& pos, uint64_t& neg) {
+    const int c0 = 8 * b;
+    uint64_t x = 0;  // zero padding past the row's end, masked out of the singles below
+    std::memcpy(&x, codes + r * row_bytes + c0, channels - c0 < 8 ? channels - c0 : 8);
+    x &= h;
+    pos = ZeroBytes(x ^ tp);
+    neg = ZeroBytes(x ^ tn);
+  };
+  // Pass 1, per block of 8 channels: "seen once" / "seen again" over the chunk's rows.
+  thread_local std::vector<uint64_t> singles;  // per block: positive then negative single masks
+  singles.resize(2 * static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
     uint64_t one_p = 0, two_p = 0, one_n = 0, two_n = 0;
     for (int r = 0; r < rows; ++r) {
       uint64_t pos, neg;
-      matches(r, pos, neg);
+      matches(r, b, pos, neg);
       two_p |= one_p & pos;
       one_p |= pos;
       two_n |= one_n & neg;
       one_n |= neg;
     }
-    const uint64_t valid = width == 8 ? ~0ull : (1ull << (8 * width)) - 1;  // zero padding can match too
-    const uint64_t single_p = one_p & ~two_p & valid, single_n = one_n & ~two_n & valid;
-    if ((single_p | single_n) == 0) continue;
-    for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {
+    const int width = channels - 8 * b < 8 ? channels - 8 * b : 8;
+    const uint64_t valid = width == 8 ? ~0ull : (1ull << (8 * width)) - 1;
+    singles[2 * b] = one_p & ~two_p & valid;
+    singles[2 * b + 1] = one_n & ~two_n & valid;
+  }
+  // Pass 2, the sampled rows in order: their values that are single.
+  size_t n = 0;
+  for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {
+    for (int b = 0; b < blocks; ++b) {
+      if ((singles[2 * b] | singles[2 * b + 1]) == 0) continue;
       uint64_t pos, neg;
-      matches(r, pos, neg);
-      for (uint64_t m = (pos & single_p) | (neg & single_n); m != 0; m &= m - 1) {
-        out[n++] = static_cast<uint32_t>(r * row_bytes + c0 + __builtin_ctzll(m) / 8);
+      matches(r, b, pos, neg);
+      for (uint64_t m = (pos & singles[2 * b]) | (neg & singles[2 * b + 1]); m != 0; m &= m - 1) {
+        out[n++] = static_cast<uint32_t>(r * row_bytes + 8 * b + __builtin_ctzll(m) / 8);
       }
     }
   }
-  // Channel blocks were the outer loop: put the list in (row, channel) order, as the vector version gives it.
-  std::sort(out, out + n);
   return n;
 }
 

@@ -3,13 +3,14 @@
 // With midrange centering a chunk's largest value maps to x_final = +1 and its smallest to -1, so each has the
 // top magnitude code M, and its prefix (the known top bits of the code) is the top cell of its sign. A partial
 // decode cannot tell the values of the top cell apart and puts them all at one reconstruction point (the
-// cell's conditional mean, ~0.97): every chunk extreme shrinks a little, coherently across the channels a query
-// reads, which biases attention logits. But when exactly one value of a chunk-channel has the top cell of its
-// sign, that value is the chunk's extreme on that side: it decodes as the full code +-M (= the stored chunk end),
-// exactly what a full decode gives it. Decode-side only: no container change.
+// cell's conditional mean): every chunk extreme shrinks a little, coherently across the channels a query reads,
+// which biases attention logits. But when exactly one value of a chunk-channel has the top cell of its sign,
+// that value is the chunk's extreme on that side: it decodes as the full code +-M (= the stored chunk end),
+// exactly what a full decode gives it. No container change; the encoder's side is only that the anchor tables
+// leave those values out (ExcludeSingleExtremes below).
 //
-// The search is integer-exact, so every implementation (portable, AVX-512) finds the same tokens; the value
-// written is Reconstruct(+-full_values[M], mu, sigma, frame), the float ops of every other reconstruction.
+// The searches are integer-exact, so every implementation (portable, AVX2, AVX-512) finds the same tokens; the
+// value written is Reconstruct(+-full_values[M], mu, sigma, frame), the float ops of every other reconstruction.
 #ifndef KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_
 #define KVT_CODEC_INTERNAL_LYNX_EXTREMES_H_
 
@@ -74,7 +75,7 @@ size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, u
 
 // The values the rule rewrites decode at the chunk end, not at their cell's conditional mean, so the top cell's
 // table entry should be the mean of the others: with them in it, the entry sits near 1 and every value that
-// shares its top cell (the ones the table does decode) comes back too large (docs/CODEC.md "Exact extremes").
+// shares its top cell (the ones the table does decode) comes back too large (docs/CODEC.md "Version 2.1").
 // For the partial stage that knows the top `known` bits of the `bits`-bit codes: subtracts from count[I]
 // (MagnitudeHistogram's counts of magnitude codes I over the sampled tokens, t % kAnchorSampleStride == 0,
 // spikes already excluded) the magnitude code of every single top-cell value at a sampled token, unless it is

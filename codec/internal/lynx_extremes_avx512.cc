@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "codec/internal/lynx_avx512_common.h"
 #include "codec/internal/lynx_extremes.h"
@@ -161,17 +162,21 @@ KVT_AVX512 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int 
   const __m512i tn = _mm512_set1_epi8(static_cast<char>(top_neg));
   const size_t row_bytes = static_cast<size_t>(channels);
   const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
-  // Pass 1, per block of 64 channels: "seen once" / "seen again" masks over the chunk's rows, kept per block.
-  constexpr int kMaxBlocks = 1024;  // 65536 channels
-  __mmask64 single_p[kMaxBlocks], single_n[kMaxBlocks];
   const int blocks = (channels + 63) / 64;
-  if (blocks > kMaxBlocks) return RefChunkSampledSingles(codes, rows, channels, high, top_pos, top_neg, phase, out);
-  for (int b = 0; b < blocks; ++b) {
+  // Row r's prefixes of the 64-channel block b (bytes past the row's end: masked out of every compare).
+  auto prefixes = [&](int r, int b, __mmask64& lanes) KVT_AVX512 {
     const int c0 = 64 * b;
-    const __mmask64 lanes = channels - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c0)) - 1;
+    lanes = channels - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c0)) - 1;
+    return _mm512_and_si512(_mm512_maskz_loadu_epi8(lanes, codes + r * row_bytes + c0), h);
+  };
+  // Pass 1, per block: "seen once" / "seen again" masks over the chunk's rows.
+  thread_local std::vector<__mmask64> singles;  // per block: positive then negative single masks
+  singles.resize(2 * static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
     __mmask64 one_p = 0, two_p = 0, one_n = 0, two_n = 0;
     for (int r = 0; r < rows; ++r) {
-      const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi8(lanes, codes + r * row_bytes + c0), h);
+      __mmask64 lanes;
+      const __m512i x = prefixes(r, b, lanes);
       const __mmask64 pos = _mm512_mask_cmpeq_epi8_mask(lanes, x, tp);
       const __mmask64 neg = _mm512_mask_cmpeq_epi8_mask(lanes, x, tn);
       two_p |= one_p & pos;
@@ -179,20 +184,19 @@ KVT_AVX512 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int 
       two_n |= one_n & neg;
       one_n |= neg;
     }
-    single_p[b] = one_p & ~two_p;
-    single_n[b] = one_n & ~two_n;
+    singles[2 * b] = one_p & ~two_p;
+    singles[2 * b + 1] = one_n & ~two_n;
   }
   // Pass 2, the sampled rows in order: their values that are single.
   size_t n = 0;
   for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {
     for (int b = 0; b < blocks; ++b) {
-      if ((single_p[b] | single_n[b]) == 0) continue;
-      const int c0 = 64 * b;
-      const __mmask64 lanes = channels - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c0)) - 1;
-      const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi8(lanes, codes + r * row_bytes + c0), h);
-      __mmask64 m = (_mm512_mask_cmpeq_epi8_mask(lanes, x, tp) & single_p[b]) |
-                    (_mm512_mask_cmpeq_epi8_mask(lanes, x, tn) & single_n[b]);
-      for (; m != 0; m &= m - 1) out[n++] = static_cast<uint32_t>(r * row_bytes + c0 + __builtin_ctzll(m));
+      if ((singles[2 * b] | singles[2 * b + 1]) == 0) continue;
+      __mmask64 lanes;
+      const __m512i x = prefixes(r, b, lanes);
+      __mmask64 m = (_mm512_mask_cmpeq_epi8_mask(lanes, x, tp) & singles[2 * b]) |
+                    (_mm512_mask_cmpeq_epi8_mask(lanes, x, tn) & singles[2 * b + 1]);
+      for (; m != 0; m &= m - 1) out[n++] = static_cast<uint32_t>(r * row_bytes + 64 * b + __builtin_ctzll(m));
     }
   }
   return n;
