@@ -97,13 +97,10 @@ std::vector<std::shared_ptr<RequestRecord>> RequestBook::Live() const {
   kvt::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<RequestRecord>> out;
   out.reserve(live_.size());
-  for (const auto& [key, record] : live_) out.push_back(record);
+  for (const auto& [key, record] : live_) {
+    if (!record->events.finished()) out.push_back(record);
+  }
   return out;
-}
-
-size_t RequestBook::live_count() const {
-  kvt::MutexLock lock(&mu_);
-  return live_.size();
 }
 
 }  // namespace kvt::server

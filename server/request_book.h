@@ -104,8 +104,10 @@ class RequestBook {
 
   // The live or retained request `id` on `side` (null if none).
   std::shared_ptr<RequestRecord> Find(Side side, const std::string& id) const;
+  // The requests still running: live and not yet finished. A request whose DONE or FAILED is published is
+  // left out even in the moment before its side retires it, so Stats never counts as in flight a request a
+  // watcher has already seen end.
   std::vector<std::shared_ptr<RequestRecord>> Live() const;
-  size_t live_count() const;
 
  private:
   using Key = std::pair<int, std::string>;
