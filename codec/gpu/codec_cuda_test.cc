@@ -376,7 +376,7 @@ TEST(CudaEncodeTest, BadArgumentsAreRejectedBeforeAnyLaunch) {
 
 // Decodes CPU containers on the GPU into scattered blocks and compares with the CPU decode rounded to dtype.
 void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int channels, int heads, KvDType dtype,
-                            KvLayout layout, int block_tokens, AnchorRule rule) {
+                            KvLayout layout, int block_tokens, AnchorRule rule, int chunk_tokens = 32) {
   const Scheme scheme = MustParse(scheme_name);
   const int num_pages = 3;
   const int bpp = (tokens + block_tokens - 1) / block_tokens;
@@ -385,6 +385,7 @@ void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int chan
     std::vector<float> page = Realistic(tokens, channels, 20 + p);
     CodecOptions o;
     o.impl = CodecImpl::kReference;
+    o.chunk_tokens = chunk_tokens;
     absl::StatusOr<EncodedPage> e = EncodePage(scheme, o, PageView{page.data(), tokens, channels, 0});
     ASSERT_TRUE(e.ok()) << e.status();
     enc.push_back(std::move(*e));
@@ -450,6 +451,24 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
     ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
     ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean);
     ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kConditionalMean);
+  }
+}
+
+// The tile decoder counts a chunk's top cells within its 128-token tile: chunks that straddle tiles (48 tokens;
+// 256; a 200-token page shorter than its 256-token chunk) must still get the rule over the whole chunk.
+TEST(CudaDecodeTest, ExactExtremesHoldForChunksThatStraddleDecodeTiles) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string name : {"lynx", "lynx-a2r2r4"}) {
+    ExpectDecodeMatchesCpu(name, 384, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+                           48);
+    ExpectDecodeMatchesCpu(name, 512, 256, 2, KvDType::kBfloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean,
+                           256);
+    ExpectDecodeMatchesCpu(name, 200, 128, 1, KvDType::kFloat16, KvLayout::kNHD, 8, AnchorRule::kConditionalMean,
+                           256);
+    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+                           128);
+    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+                           16);
   }
 }
 

@@ -357,6 +357,24 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
   }
 }
 
+// Which top cells (of 8 channels x 2 signs: bit e = prefix byte e's channel, positive; bit 8 + e = negative) a set
+// of rows of one chunk has seen once or more (seen) and twice or more (again). Merging is associative, so rows can
+// be folded in any grouping.
+struct TopCells {
+  uint32_t seen = 0, again = 0;
+  __device__ __forceinline__ void Add(uint32_t cells) {
+    again |= seen & cells;
+    seen |= cells;
+  }
+  __device__ __forceinline__ void Merge(const TopCells& o) {
+    again |= o.again | (seen & o.seen);
+    seen |= o.seen;
+  }
+  __device__ __forceinline__ uint32_t Once() const { return seen & ~again; }
+  __device__ __forceinline__ uint32_t Pack() const { return seen | (again << 16); }
+  __device__ __forceinline__ static TopCells Unpack(uint32_t w) { return TopCells{w & 0xFFFFu, w >> 16}; }
+};
+
 constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
 
 // Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
@@ -388,18 +406,10 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_lo[kGroupChannels];
   __shared__ __align__(16) float s_hi[kGroupChannels];
-  // Exact extremes: per sign, tile chunk and channel, how many of the chunk's values have the top cell, as bytes
-  // (a tile holds at most kDecodeTileTokens < 256 values of a chunk-channel) packed four to a word.
-  constexpr int kCountWords = 2 * kDecodeMaxTileChunks * kGroupChannels / 4;
-  __shared__ unsigned s_top_count[kExact ? kCountWords : 1];
+  // Exact extremes: per warp and vector lane, the top cells its two slices saw (TopCells), for the chunk's other
+  // warps to merge after the block's one barrier.
+  __shared__ uint32_t s_tops[kExact ? kThreads / 32 : 1][kDecodeVecThreads];
   const int tid = threadIdx.x;
-  if constexpr (kExact) {
-    for (int i = tid; i < kCountWords; i += kThreads) s_top_count[i] = 0;
-  }
-  // Byte index of (sign, tile chunk, channel in the group) in s_top_count.
-  auto count_index = [](uint32_t negative, int chunk, int channel) {
-    return (static_cast<int>(negative) * kDecodeMaxTileChunks + chunk) * kGroupChannels + channel;
-  };
   const int page = blockIdx.z;
   const int tokens = p.shape.tokens;
   const int channels = p.shape.channels;
@@ -494,6 +504,11 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         v = tables->decode[tid];
       }
       s_table[tid] = v;
+      // Exact extremes: entry entries + prefix is the full top code of the prefix's sign (the value a single takes).
+      if constexpr (kExact) {
+        const float top = tables->full_values[tables->max_code];
+        s_table[entries + tid] = tid < (entries >> 1) ? top : -top;
+      }
     }
   }
   // The tile's chunk parameters of channel cc.
@@ -526,52 +541,66 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
     if (bad) atomicOr(&p.status->errors, kErrBadChunkEnds);
   }
-  __syncthreads();
-  const int kk = t_first / p.shape.chunk_len - k_first;
-  // Exact extremes (codec/internal/lynx_extremes.h): the thread's rows lie in one chunk, so it counts its top-cell
-  // values into the tile's per-(chunk, channel) counters; a value alone in its cell decodes as the full top code.
-  int known = 0;
-  for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
-  const uint32_t top_pos = (1u << (known - 1)) - 1;  // the magnitude bits of a top-cell prefix
-  // single: bit 8 i + e says value (row i, prefix byte e) is alone in its chunk-channel's top cell. The thread's
-  // top-cell values are found with a byte test on each prefix word, and only those are visited.
-  unsigned long long single = 0;
+  // Exact extremes (codec/internal/lynx_extremes.h): a value alone in its chunk-channel's top cell (of its sign)
+  // decodes as the full top code. The launch guarantees that each chunk lies in this tile, in chunk_len / 8
+  // consecutive slices (whole warps, or the two slices of one warp). Each thread finds its top-cell values with
+  // byte tests on its prefix words and folds them into TopCells; the warp's two slices merge by a shuffle, the
+  // chunk's warps through s_tops across the barrier above the table work.
+  // The prefix bits a value has (a constant for the fixed layouts).
+  int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
+  if constexpr (kLayout == CodeLayout::kAny) {
+    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+  }
+  // Row i's top-cell values (bit e: prefix byte e) and its negative ones: recomputed where needed rather than kept
+  // across the barrier, which would spill.
+  auto top_cells_of_row = [&](int i, uint32_t& top, uint32_t& negative) {
+    const uint32_t top_pos = (1u << (known - 1)) - 1;  // the magnitude bits of a top-cell prefix
+    const unsigned long long mag = 0x0101010101010101ull * top_pos, low7 = 0x7F7F7F7F7F7F7F7Full;
+    const unsigned long long x = (pre[i] & mag) ^ mag;               // zero bytes: magnitude bits all set
+    const unsigned long long z = ~(((x & low7) + low7) | x | low7);  // 0x80 exactly at the zero bytes
+    top = static_cast<uint32_t>(((z >> 7) * 0x0102040810204080ull) >> 56);  // bit e: byte e
+    negative = static_cast<uint32_t>((((pre[i] >> (known - 1)) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+  };
+  TopCells cells;
   if constexpr (kExact) {
-    unsigned long long tops = 0;
     if (active) {
-      const unsigned long long mag = 0x0101010101010101ull * top_pos, low7 = 0x7F7F7F7F7F7F7F7Full;
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        const unsigned long long x = (pre[i] & mag) ^ mag;               // zero bytes: magnitude bits all set
-        const unsigned long long z = ~(((x & low7) + low7) | x | low7);  // 0x80 exactly at the zero bytes
-        const unsigned long long m = ((z >> 7) * 0x0102040810204080ull) >> 56;  // bit e: byte e
-        if (i < rows) tops |= m << (8 * i);
+        uint32_t m, n;
+        top_cells_of_row(i, m, n);
+        if (i < rows) cells.Add((m & ~n) | ((m & n) << 8));
       }
     }
-    // Calls visit(bit, counter byte index) for each of the thread's top-cell values: rows unrolled (pre[] stays in
-    // registers), then the row's top-cell bytes only.
-    auto for_each_top = [&](auto&& visit) {
+    cells.Merge(TopCells::Unpack(__shfl_xor_sync(0xFFFFFFFFu, cells.Pack(), kDecodeVecThreads)));
+    if (tid % 32 < kDecodeVecThreads) s_tops[tid / 32][tid % 32] = cells.Pack();
+  }
+  __syncthreads();
+  const int kk = t_first / p.shape.chunk_len - k_first;
+  // once: the top cells (TopCells bits) that the thread's chunk has exactly one value in.
+  uint32_t once = 0;
+  if constexpr (kExact) {
+    const int chunk_warps = p.shape.chunk_len / (2 * kRows);
+    if (chunk_warps > 1) {
+      const int w0 = tid / 32 / chunk_warps * chunk_warps;
+      cells = TopCells{};
+      for (int w = w0; w < w0 + chunk_warps; ++w) cells.Merge(TopCells::Unpack(s_tops[w][tid % kDecodeVecThreads]));
+    }
+    once = cells.Once();
+  }
+  // The same as bytes: 0x01 at byte e where prefix byte e's channel has one top-cell value, positive; negative.
+  unsigned long long once_pos = 0, once_neg = 0;
+  if constexpr (kExact) {
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        for (unsigned m = static_cast<unsigned>(tops >> (8 * i)) & 0xFF; m != 0; m &= m - 1) {
-          const int e = __ffs(m) - 1;
-          const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
-          visit(8 * i + e, count_index(prefix >> (known - 1), kk, c - cg0 + ValueOfByte<kLayout>(e)));
-        }
-      }
-    };
-    for_each_top([&](int, int idx) { atomicAdd(&s_top_count[idx >> 2], 1u << (8 * (idx & 3))); });
-    __syncthreads();
-    for_each_top([&](int bit, int idx) {
-      if (((s_top_count[idx >> 2] >> (8 * (idx & 3))) & 0xFF) == 1) single |= 1ull << bit;
-    });
+    for (int e = 0; e < 8; ++e) {
+      once_pos |= static_cast<unsigned long long>((once >> e) & 1) << (8 * e);
+      once_neg |= static_cast<unsigned long long>((once >> (8 + e)) & 1) << (8 * e);
+    }
   }
   if (!active) return;
   if (block < 0 || block >= p.dst.num_blocks) {
     atomicOr(&p.status->errors, kErrBadBlockId);
     return;
   }
-  const float top = kExact ? tables->full_values[tables->max_code] : 0.0f;
 
   float mu[8], sigma[8], lo[8], hi[8];
   LoadShared<8>(&s_mu[kk][c - cg0], mu);
@@ -589,17 +618,22 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   for (int i = 0; i < kRows; ++i) {
     if (i < rows) {
       float y[8];
+      // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
+      unsigned long long w = pre[i];
+      if constexpr (kExact) {
+        const unsigned long long ones = 0x0101010101010101ull, low7 = 0x7F7F7F7F7F7F7F7Full;
+        const unsigned long long mag = ones * ((1u << (known - 1)) - 1);
+        const unsigned long long x = (w & mag) ^ mag;                                // zero bytes: top cell
+        const unsigned long long top_bytes = ~(((x & low7) + low7) | x | low7) >> 7;  // 0x01 at those bytes
+        const unsigned long long neg_bytes = (w >> (known - 1)) & ones;
+        w |= (top_bytes & ((neg_bytes & once_neg) | (~neg_bytes & once_pos))) << known;
+      }
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
-        const uint32_t prefix = static_cast<uint32_t>(pre[i] >> (8 * e)) & 0xFF;
+        const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
         const int v = ValueOfByte<kLayout>(e);
-        float tv = s_table[prefix];
-        if constexpr (kExact) {
-          const float full = prefix >> (known - 1) ? -top : top;
-          tv = (single >> (8 * i + e)) & 1 ? full : tv;
-        }
-        y[v] = fminf(fmaxf(mu[v] + sigma[v] * tv, lo[v]), hi[v]);
+        y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
       }
       StoreVec<OutT, 8>(out + i * row_stride, y);
     }
@@ -696,8 +730,9 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
     return absl::InternalError("lynx launches need device tables, other schemes none");
   }
   const bool extremes = exact_extremes && scheme.kind == SchemeKind::kLynx && stages < scheme.num_streams();
-  // The tile kernel applies the rule as it writes; the other kernels get the separate pass after them.
-  const bool fused = extremes && LynxTileDecodeFits(p);
+  // The tile kernel applies the rule as it writes when each chunk lies in one tile (it counts a tile's values
+  // only); the other kernels and shapes get the separate pass after them.
+  const bool fused = extremes && LynxTileDecodeFits(p) && kDecodeTileTokens % shape.chunk_len == 0;
   p.exact_extremes = fused ? 1 : 0;
   const absl::Status st = ForDType(dst.dtype, [&](auto tag) {
     return LaunchDecodeTyped<typename decltype(tag)::type>(scheme.kind, p, tb, stream);
