@@ -1,11 +1,14 @@
 #include "server/gpu_pages.h"
 
 #include <map>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "codec/gpu/codec_cuda.h"
 #include "common/cuda_ipc.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 
 namespace kvt::server {
@@ -35,6 +38,53 @@ std::vector<int32_t> PageBlocks(const KvLayout& layout, absl::Span<const uint32_
   }
   return ids;
 }
+
+// What one page decode needs on a device beyond the region: a stream and the decode staging, kept between
+// pages because allocating the staging per page (cudaMalloc, and cudaFree, which waits for the whole device)
+// cost more than the decode. A thread takes a slot for one decode and gives it back; slots are per device.
+struct DecodeSlot {
+  int device = 0;
+  std::unique_ptr<codec::gpu::OwnedCudaStream> stream;
+  codec::gpu::DecodeStaging staging;
+};
+
+class DecodeSlots {
+ public:
+  // The process's slots (never destroyed: the CUDA runtime may be gone at exit).
+  static DecodeSlots& Get() {
+    static DecodeSlots* slots = new DecodeSlots();
+    return *slots;
+  }
+
+  // A free slot of the current device `device`, or a new one.
+  absl::StatusOr<std::unique_ptr<DecodeSlot>> Acquire(int device) {
+    {
+      kvt::MutexLock lock(&mu_);
+      std::vector<std::unique_ptr<DecodeSlot>>& free = free_[device];
+      if (!free.empty()) {
+        std::unique_ptr<DecodeSlot> slot = std::move(free.back());
+        free.pop_back();
+        return slot;
+      }
+    }
+    auto slot = std::make_unique<DecodeSlot>();
+    slot->device = device;
+    KVT_ASSIGN_OR_RETURN(slot->stream, codec::gpu::OwnedCudaStream::Create());
+    return slot;
+  }
+
+  // Keeps up to kMaxFree slots a device (as many as decodes ran at once, within that bound).
+  void Release(std::unique_ptr<DecodeSlot> slot) {
+    kvt::MutexLock lock(&mu_);
+    std::vector<std::unique_ptr<DecodeSlot>>& free = free_[slot->device];
+    if (free.size() < kMaxFree) free.push_back(std::move(slot));
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 8;
+  kvt::Mutex mu_;
+  std::map<int, std::vector<std::unique_ptr<DecodeSlot>>> free_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace
 
@@ -93,8 +143,12 @@ absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> bl
   KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
   const std::vector<int32_t> ids = PageBlocks(region.layout(), block_ids, page);
   const absl::Span<const uint8_t> containers[] = {container};
-  return codec::gpu::DecodePagesCuda(containers, stages, codec::CodecOptions{}, View(region, page.layer, page.kind),
-                                     ids);
+  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DecodeSlot> slot, DecodeSlots::Get().Acquire(region.device()));
+  const absl::Status st =
+      codec::gpu::DecodePagesCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
+                                      View(region, page.layer, page.kind), ids, slot->stream->get());
+  DecodeSlots::Get().Release(std::move(slot));
+  return st;
 }
 
 }  // namespace kvt::server

@@ -173,7 +173,7 @@ void FillAnchorFallback(const cpu::LynxTables& t, const Scheme& scheme, internal
   }
 }
 
-// Uploads a host block-id list into `holder`.
+// Uploads a host block-id list into `holder` (kept when it is large enough).
 absl::StatusOr<const int32_t*> UploadBlockIds(absl::Span<const int32_t> ids, const PagedKvView& kv,
                                               std::unique_ptr<DeviceBuffer>& holder, CudaStream stream) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -182,7 +182,10 @@ absl::StatusOr<const int32_t*> UploadBlockIds(absl::Span<const int32_t> ids, con
           absl::StrCat("block id ", ids[i], " at position ", i, " is outside [0, ", kv.num_blocks, ")"));
     }
   }
-  KVT_ASSIGN_OR_RETURN(holder, DeviceBuffer::Create(ids.size() * sizeof(int32_t)));
+  if (holder == nullptr || holder->size() < ids.size() * sizeof(int32_t)) {
+    holder.reset();
+    KVT_ASSIGN_OR_RETURN(holder, DeviceBuffer::Create(ids.size() * sizeof(int32_t)));
+  }
   KVT_RETURN_IF_ERROR(CopyToDevice(holder->get(), ids.data(), ids.size() * sizeof(int32_t), stream));
   return static_cast<const int32_t*>(holder->get());
 }
@@ -477,9 +480,12 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, c
   return out->ToContainers(stream);
 }
 
-absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
-                             const CodecOptions& options, const PagedKvView& dst, absl::Span<const int32_t> block_ids,
-                             CudaStream stream) {
+namespace {
+
+// DecodePagesCudaWith's work.
+absl::Status DecodeWithStaging(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+                               int stages, const CodecOptions& options, const PagedKvView& dst,
+                               absl::Span<const int32_t> block_ids, CudaStream stream) {
   KVT_RETURN_IF_ERROR(options.Validate());
   if (containers.empty()) return absl::InvalidArgumentError("no containers to decode");
   KVT_ASSIGN_OR_RETURN(ContainerLayout layout, ParseContainerHeader(containers[0]));
@@ -490,12 +496,40 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
     return absl::InvalidArgumentError(absl::StrCat(block_ids.size(), " block ids name ", num_pages, " pages but ",
                                                    containers.size(), " containers were given"));
   }
-  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncodedPages> in, DeviceEncodedPages::Create(layout, num_pages));
-  KVT_RETURN_IF_ERROR(in->FromContainers(containers, stages, stream));
-  std::unique_ptr<DeviceBuffer> ids;
-  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, ids, stream));
-  KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(*in, stages, options, dst, d_ids, stream));
-  return CheckDeviceStatus(*in, stream);
+  if (!staging.Fits(layout, num_pages)) {
+    staging.pages.reset();
+    KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));
+  }
+  DeviceEncodedPages& in = *staging.pages;
+  KVT_RETURN_IF_ERROR(in.FromContainers(containers, stages, stream));
+  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, staging.block_ids, stream));
+  KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(in, stages, options, dst, d_ids, stream));
+  return CheckDeviceStatus(in, stream);
+}
+
+}  // namespace
+
+absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                             const CodecOptions& options, const PagedKvView& dst, absl::Span<const int32_t> block_ids,
+                             CudaStream stream) {
+  DecodeStaging staging;
+  return DecodePagesCudaWith(staging, containers, stages, options, dst, block_ids, stream);
+}
+
+bool DecodeStaging::Fits(const ContainerLayout& layout, int num_pages) const {
+  if (pages == nullptr || pages->num_pages() != num_pages) return false;
+  const ContainerLayout& have = pages->layout();
+  return have.scheme == layout.scheme && have.tokens == layout.tokens && have.channels == layout.channels &&
+         have.chunk_tokens == layout.chunk_tokens && have.alpha == layout.alpha && have.flags == layout.flags;
+}
+
+absl::Status DecodePagesCudaWith(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+                                 int stages, const CodecOptions& options, const PagedKvView& dst,
+                                 absl::Span<const int32_t> block_ids, CudaStream stream) {
+  absl::Status st = DecodeWithStaging(staging, containers, stages, options, dst, block_ids, stream);
+  // A failed call may leave the staging's status word or contents half-written: the next call starts afresh.
+  if (!st.ok()) staging.pages.reset();
+  return st;
 }
 
 }  // namespace kvt::codec::gpu

@@ -143,6 +143,22 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
                              const CodecOptions& options, const PagedKvView& dst,
                              absl::Span<const int32_t> block_ids, CudaStream stream = {});
 
+// Device memory kept between decodes by a caller that decodes one batch after another (the daemon decodes each
+// page as it lands): the staging of the last batch's layout and page count, and the block-id buffer.
+// DecodePagesCuda allocates both per call, and each cudaFree waits for the whole device. Not thread-safe.
+struct DecodeStaging {
+  std::unique_ptr<DeviceEncodedPages> pages;
+  std::unique_ptr<DeviceBuffer> block_ids;
+  // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, flags).
+  bool Fits(const ContainerLayout& layout, int num_pages) const;
+};
+
+// DecodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes
+// `stream` only.
+absl::Status DecodePagesCudaWith(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+                                 int stages, const CodecOptions& options, const PagedKvView& dst,
+                                 absl::Span<const int32_t> block_ids, CudaStream stream = {});
+
 }  // namespace kvt::codec::gpu
 
 #endif  // KVT_CODEC_GPU_CODEC_CUDA_H_

@@ -472,6 +472,74 @@ TEST(CudaDecodeTest, ExactExtremesHoldForChunksThatStraddleDecodeTiles) {
   }
 }
 
+// DecodePagesCudaWith (the daemon's page-at-a-time path) keeps its staging while the layout and page count stay,
+// replaces it when they change, drops it after a failed call, and decodes exactly as DecodePagesCuda does.
+TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailures) {
+  SKIP_WITHOUT_CUDA();
+  struct Step {
+    std::string scheme;
+    int tokens, channels, pages, stages;
+    bool corrupt;
+    const char* staging;  // whether the staging fits the step before it runs ("kept") or not ("new")
+  };
+  const std::vector<Step> steps = {
+      {"lynx", 256, 512, 1, 1, false, "new"},         {"lynx", 256, 512, 1, 2, false, "kept"},
+      {"lynx", 256, 512, 1, 1, true, "kept"},         {"lynx", 256, 512, 1, 1, false, "new"},
+      {"int8", 128, 256, 1, 1, false, "new"},         {"lynx-a2r2r4", 256, 512, 1, 2, false, "new"},
+      {"lynx-a2r2r4", 256, 512, 1, 3, false, "kept"}, {"lynx", 256, 512, 2, 2, false, "new"},
+  };
+  DecodeStaging staging;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    SCOPED_TRACE("step " + std::to_string(i) + ": " + step.scheme + " stages " + std::to_string(step.stages));
+    std::vector<EncodedPage> enc;
+    for (int p = 0; p < step.pages; ++p) {
+      std::vector<float> page = Realistic(step.tokens, step.channels, 40 + 7 * i + p);
+      CodecOptions o;
+      o.impl = CodecImpl::kReference;
+      absl::StatusOr<EncodedPage> e = EncodePage(MustParse(step.scheme), o, PageView{page.data(), step.tokens,
+                                                                                     step.channels, 0});
+      ASSERT_TRUE(e.ok()) << e.status();
+      enc.push_back(std::move(*e));
+    }
+    if (step.corrupt) enc[0].bytes[200] ^= 0x10;  // stream 0's metadata: its CRC no longer matches
+    std::vector<absl::Span<const uint8_t>> spans;
+    for (const EncodedPage& e : enc) spans.push_back(e.bytes);
+    const int heads = step.channels / 128;
+    const int bpp = step.tokens / 16;
+    const std::vector<int32_t> ids = ScatteredIds(step.pages * bpp, step.pages * bpp + 3, 7 + i);
+    DeviceKv fresh(KvDType::kBfloat16, KvLayout::kNHD, step.pages * bpp + 3, 16, heads, 128);
+    DeviceKv kept(KvDType::kBfloat16, KvLayout::kNHD, step.pages * bpp + 3, 16, heads, 128);
+    absl::StatusOr<ContainerLayout> layout = ParseContainerHeader(enc[0].bytes);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(staging.Fits(*layout, step.pages), std::string(step.staging) == "kept");
+    const absl::Status a = DecodePagesCuda(spans, step.stages, CodecOptions{}, fresh.view(), ids);
+    const absl::Status b = DecodePagesCudaWith(staging, spans, step.stages, CodecOptions{}, kept.view(), ids);
+    EXPECT_EQ(a.code(), b.code()) << a << " / " << b;
+    if (step.corrupt) {
+      EXPECT_EQ(b.code(), absl::StatusCode::kDataLoss) << b;
+      EXPECT_EQ(staging.pages, nullptr) << "a failed call must drop the staging";
+      continue;
+    }
+    EXPECT_TRUE(staging.Fits(*layout, step.pages));
+    ASSERT_TRUE(b.ok()) << b;
+    fresh.Download();
+    kept.Download();
+    size_t mismatches = 0;
+    for (int blk = 0; blk < step.pages * bpp + 3; ++blk) {
+      for (int row = 0; row < 16; ++row) {
+        for (int c = 0; c < step.channels; ++c) {
+          const float x = fresh.At(blk, row, c), y = kept.At(blk, row, c);
+          if (!(x == y || (std::isnan(x) && std::isnan(y))) && mismatches++ < 5) {
+            ADD_FAILURE() << "block " << blk << " row " << row << " channel " << c << ": " << x << " vs " << y;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+  }
+}
+
 TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   SKIP_WITHOUT_CUDA();
   const Scheme lynx = MustParse("lynx");

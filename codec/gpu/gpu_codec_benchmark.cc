@@ -7,6 +7,7 @@
 //
 //   bazel run -c opt //codec/gpu:gpu_codec_benchmark [scheme ...]   (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,59 @@ double MedianMs(CudaStream stream, Run run) {
 }
 
 double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
+
+// The daemon's decode path: each page decoded by its own synchronous call as it lands. DecodePagesCuda allocates
+// (and frees) its staging per call; DecodePagesCudaWith keeps it. Host wall time per page over the layer's lynx
+// pages, anchor-only and full, and the same pages in one batched launch for reference.
+void PageAtATime(CudaStream stream, const PagedKvView& src, const PagedKvView& dst, const int32_t* dev_ids,
+                 const std::vector<int32_t>& ids) {
+  const Scheme scheme = ValueOrDie(ParseScheme("lynx"));
+  CodecOptions options;
+  ContainerLayout layout;
+  layout.scheme = scheme;
+  layout.tokens = kPageTokens;
+  layout.channels = kChannels;
+  layout.chunk_tokens = options.chunk_tokens;
+  layout.alpha = options.alpha;
+  auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, kPages));
+  CHECK_OK(EncodePagesCudaAsync(options, src, dev_ids, *enc, stream));
+  CHECK_OK(CheckDeviceStatus(*enc, stream));
+  const std::vector<EncodedPage> pages = ValueOrDie(enc->ToContainers(stream));
+  const int bpp = kPageTokens / kBlockTokens;
+  std::printf("\nlynx, one synchronous call per page (the daemon's decode path), %d pages; host us per page:\n\n",
+              kPages);
+  std::printf("| stages | DecodePagesCuda (staging per call) | DecodePagesCudaWith (kept) | ratio | one batched call |\n");
+  std::printf("| --- | --- | --- | --- | --- |\n");
+  for (int stages : {1, 2}) {
+    auto per_page_us = [&](auto decode_one) {
+      std::vector<double> runs;
+      for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int p = 0; p < kPages; ++p) CHECK_OK(decode_one(p));
+        runs.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                       kPages);
+      }
+      std::sort(runs.begin(), runs.end());
+      return runs[runs.size() / 2];
+    };
+    const double fresh = per_page_us([&](int p) {
+      const absl::Span<const uint8_t> c[] = {pages[p].bytes};
+      return DecodePagesCuda(c, stages, options, dst, absl::Span<const int32_t>(ids.data() + p * bpp, bpp), stream);
+    });
+    DecodeStaging staging;
+    const double kept = per_page_us([&](int p) {
+      const absl::Span<const uint8_t> c[] = {pages[p].bytes};
+      return DecodePagesCudaWith(staging, c, stages, options, dst,
+                                 absl::Span<const int32_t>(ids.data() + p * bpp, bpp), stream);
+    });
+    std::vector<absl::Span<const uint8_t>> all;
+    for (const EncodedPage& e : pages) all.push_back(e.bytes);
+    const double batched = per_page_us([&](int p) {
+      return p == 0 ? DecodePagesCudaWith(staging, all, stages, options, dst, ids, stream) : absl::OkStatus();
+    });
+    std::printf("| %d | %.1f | %.1f | %.1fx | %.1f |\n", stages, fresh, kept, fresh / kept, batched);
+  }
+}
 
 void Run(const std::vector<std::string>& only) {
   const int devices = ValueOrDie(CudaDeviceCount());
@@ -169,6 +223,7 @@ void Run(const std::vector<std::string>& only) {
                 enc_gbps / copy_gbps, dec_ms, dec_gbps, dec_gbps / copy_gbps, anchor_cells.c_str());
     std::fflush(stdout);
   }
+  PageAtATime(stream, in_kv[0], out_kv[0], dev_ids, ids);
   const double copy2_ms = MedianMs(stream, [&](int r) {
     return CopyDeviceToDevice(out_bufs[r % kSets]->get(), in_bufs[(r + 1) % kSets]->get(), kv_bytes, stream);
   });
