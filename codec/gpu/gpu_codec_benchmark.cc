@@ -69,19 +69,24 @@ double MedianMs(CudaStream stream, Run run) {
 
 double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
 
-// The daemon's decode path: each page decoded by its own synchronous call as it lands. DecodePagesCuda allocates
-// (and frees) its staging per call; DecodePagesCudaWith keeps it. Host wall time per page over the layer's lynx
-// pages, anchor-only and full, and the same pages in one batched launch for reference.
-void PageAtATime(CudaStream stream, const PagedKvView& src, const PagedKvView& dst, const int32_t* dev_ids,
-                 const std::vector<int32_t>& ids) {
-  const Scheme scheme = ValueOrDie(ParseScheme("lynx"));
-  CodecOptions options;
+// One benchmark page of `scheme` encoded with `options`.
+ContainerLayout PageLayout(const Scheme& scheme, const CodecOptions& options) {
   ContainerLayout layout;
   layout.scheme = scheme;
   layout.tokens = kPageTokens;
   layout.channels = kChannels;
   layout.chunk_tokens = options.chunk_tokens;
-  layout.alpha = options.alpha;
+  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  return layout;
+}
+
+// The daemon's decode path: each page decoded by its own synchronous call as it lands. DecodePagesCuda allocates
+// (and frees) its staging per call; DecodePagesCudaWith keeps it. Host wall time per page over the layer's lynx
+// pages, anchor-only and full, and the same pages in one batched launch for reference.
+void PageAtATime(CudaStream stream, const PagedKvView& src, const PagedKvView& dst, const int32_t* dev_ids,
+                 const std::vector<int32_t>& ids) {
+  const CodecOptions options;
+  const ContainerLayout layout = PageLayout(ValueOrDie(ParseScheme("lynx")), options);
   auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, kPages));
   CHECK_OK(EncodePagesCudaAsync(options, src, dev_ids, *enc, stream));
   CHECK_OK(CheckDeviceStatus(*enc, stream));
@@ -178,12 +183,7 @@ void Run(const std::vector<std::string>& only) {
   for (const std::string& name : only.empty() ? schemes : only) {
     const Scheme scheme = ValueOrDie(ParseScheme(name));
     CodecOptions options;
-    ContainerLayout layout;
-    layout.scheme = scheme;
-    layout.tokens = kPageTokens;
-    layout.channels = kChannels;
-    layout.chunk_tokens = options.chunk_tokens;
-    layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+    const ContainerLayout layout = PageLayout(scheme, options);
     std::vector<std::unique_ptr<DeviceEncodedPages>> enc;
     for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, kPages)));
 
