@@ -73,11 +73,18 @@ class DecodeSlots {
     return slot;
   }
 
-  // Keeps up to kMaxFree slots a device (as many as decodes ran at once, within that bound).
+  // Keeps up to kMaxFree slots a device (as many as decodes ran at once, within that bound); a slot past that
+  // is freed by the caller's thread, outside the lock.
   void Release(std::unique_ptr<DecodeSlot> slot) {
-    kvt::MutexLock lock(&mu_);
-    std::vector<std::unique_ptr<DecodeSlot>>& free = free_[slot->device];
-    if (free.size() < kMaxFree) free.push_back(std::move(slot));
+    {
+      kvt::MutexLock lock(&mu_);
+      std::vector<std::unique_ptr<DecodeSlot>>& free = free_[slot->device];
+      if (free.size() < kMaxFree) {
+        free.push_back(std::move(slot));
+        return;
+      }
+    }
+    slot.reset();
   }
 
  private:
