@@ -39,47 +39,57 @@ std::vector<int32_t> PageBlocks(const KvLayout& layout, absl::Span<const uint32_
   return ids;
 }
 
-// What one page decode needs on a device beyond the region: a stream and the decode staging, kept between
-// pages because allocating the staging per page (cudaMalloc, and cudaFree, which waits for the whole device)
-// cost more than the decode. A thread takes a slot for one decode and gives it back; slots are per device.
-struct DecodeSlot {
+// What one encode or decode call needs on a device beyond the region: a stream and the page staging (device
+// buffers and their pinned host mirror), kept between calls because allocating them per page (cudaMalloc, and
+// cudaFree, which waits for the whole device) cost more than the decode. A thread takes a slot for one call and
+// gives it back; slots are per device.
+struct GpuSlot {
   int device = 0;
   std::unique_ptr<codec::gpu::OwnedCudaStream> stream;
-  codec::gpu::DecodeStaging staging;
+  codec::gpu::PageStaging staging;
 };
 
-class DecodeSlots {
+// A slot lent for one call: it goes back to GpuSlots when the lease ends.
+struct ReturnSlot {
+  void operator()(GpuSlot* slot) const;
+};
+using SlotLease = std::unique_ptr<GpuSlot, ReturnSlot>;
+
+class GpuSlots {
  public:
   // The process's slots (never destroyed: the CUDA runtime may be gone at exit).
-  static DecodeSlots& Get() {
-    static DecodeSlots* slots = new DecodeSlots();
+  static GpuSlots& Get() {
+    static GpuSlots* slots = new GpuSlots();
     return *slots;
   }
 
   // A free slot of the current device `device`, or a new one.
-  absl::StatusOr<std::unique_ptr<DecodeSlot>> Acquire(int device) {
+  absl::StatusOr<SlotLease> Acquire(int device) {
     {
       kvt::MutexLock lock(&mu_);
-      std::vector<std::unique_ptr<DecodeSlot>>& free = free_[device];
+      std::vector<std::unique_ptr<GpuSlot>>& free = free_[device];
       if (!free.empty()) {
-        std::unique_ptr<DecodeSlot> slot = std::move(free.back());
+        SlotLease slot(free.back().release());
         free.pop_back();
         return slot;
       }
     }
-    auto slot = std::make_unique<DecodeSlot>();
+    auto slot = std::make_unique<GpuSlot>();
     slot->device = device;
     KVT_ASSIGN_OR_RETURN(slot->stream, codec::gpu::OwnedCudaStream::Create());
-    return slot;
+    return SlotLease(slot.release());
   }
 
-  // Keeps up to kMaxFree slots a device (as many as decodes ran at once, within that bound); a slot past that
-  // is freed by the caller's thread, outside the lock.
-  void Release(std::unique_ptr<DecodeSlot> slot) {
+  // Keeps up to kMaxFree slots a device (as many as calls ran at once, within that bound) holding up to
+  // kMaxKeptBytes of staging (device memory the engine cannot use, and as much pinned host memory); a slot past
+  // either bound is freed by the caller's thread, outside the lock.
+  void Release(std::unique_ptr<GpuSlot> slot) {
     {
       kvt::MutexLock lock(&mu_);
-      std::vector<std::unique_ptr<DecodeSlot>>& free = free_[slot->device];
-      if (free.size() < kMaxFree) {
+      std::vector<std::unique_ptr<GpuSlot>>& free = free_[slot->device];
+      size_t kept = StagingBytes(*slot);
+      for (const auto& f : free) kept += StagingBytes(*f);
+      if (free.size() < kMaxFree && kept <= kMaxKeptBytes) {
         free.push_back(std::move(slot));
         return;
       }
@@ -89,9 +99,15 @@ class DecodeSlots {
 
  private:
   static constexpr size_t kMaxFree = 8;
+  static constexpr size_t kMaxKeptBytes = size_t{128} << 20;
+  static size_t StagingBytes(const GpuSlot& slot) {
+    return slot.staging.pages == nullptr ? 0 : slot.staging.pages->payload_bytes();
+  }
   kvt::Mutex mu_;
-  std::map<int, std::vector<std::unique_ptr<DecodeSlot>>> free_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<std::unique_ptr<GpuSlot>>> free_ ABSL_GUARDED_BY(mu_);
 };
+
+void ReturnSlot::operator()(GpuSlot* slot) const { GpuSlots::Get().Release(std::unique_ptr<GpuSlot>(slot)); }
 
 }  // namespace
 
@@ -127,6 +143,7 @@ absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& r
     groups[{pages[i].spec.layer, pages[i].spec.kind, pages[i].spec.tokens}].push_back(i);
   }
   std::vector<codec::EncodedPage> out(pages.size());
+  KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
   for (const auto& [key, members] : groups) {
     const auto& [layer, kind, tokens] = key;
     std::vector<int32_t> ids;
@@ -135,8 +152,8 @@ absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& r
       ids.insert(ids.end(), page_ids.begin(), page_ids.end());
     }
     KVT_ASSIGN_OR_RETURN(std::vector<codec::EncodedPage> encoded,
-                         codec::gpu::EncodePagesCuda(scheme, options, View(region, layer, kind),
-                                                     static_cast<int>(tokens), ids));
+                         codec::gpu::EncodePagesCudaWith(slot->staging, scheme, options, View(region, layer, kind),
+                                                         static_cast<int>(tokens), ids, slot->stream->get()));
     if (encoded.size() != members.size()) {
       return absl::InternalError(absl::StrFormat("GPU encode returned %d pages for %d", encoded.size(), members.size()));
     }
@@ -150,12 +167,9 @@ absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> bl
   KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
   const std::vector<int32_t> ids = PageBlocks(region.layout(), block_ids, page);
   const absl::Span<const uint8_t> containers[] = {container};
-  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DecodeSlot> slot, DecodeSlots::Get().Acquire(region.device()));
-  const absl::Status st =
-      codec::gpu::DecodePagesCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
-                                      View(region, page.layer, page.kind), ids, slot->stream->get());
-  DecodeSlots::Get().Release(std::move(slot));
-  return st;
+  KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
+  return codec::gpu::DecodePagesCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
+                                         View(region, page.layer, page.kind), ids, slot->stream->get());
 }
 
 }  // namespace kvt::server

@@ -270,9 +270,24 @@ size_t DeviceEncodedPages::payload_bytes() const {
   return per_page * num_pages_;
 }
 
+absl::StatusOr<uint8_t*> DeviceEncodedPages::HostMirror() const {
+  if (pinned_ != nullptr) return pinned_->data();
+  if (!pageable_.empty()) return pageable_.data();
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> pinned =
+      pinned_host_ ? PinnedHostBuffer::Create(buffer_->size())
+                   : absl::StatusOr<std::unique_ptr<PinnedHostBuffer>>(absl::UnavailableError("pageable"));
+  if (pinned.ok()) {
+    pinned_ = std::move(*pinned);
+    std::memset(pinned_->data(), 0, pinned_->size());
+    return pinned_->data();
+  }
+  pageable_.assign(buffer_->size(), 0);
+  return pageable_.data();
+}
+
 absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaStream stream) const {
-  std::vector<uint8_t> host(buffer_->size());
-  KVT_RETURN_IF_ERROR(CopyToHost(host.data(), buffer_->get(), host.size(), stream));
+  KVT_ASSIGN_OR_RETURN(uint8_t* host, HostMirror());
+  KVT_RETURN_IF_ERROR(CopyToHost(host, buffer_->get(), buffer_->size(), stream));
   KVT_RETURN_IF_ERROR(Synchronize(stream));
   const int streams = layout_.scheme.num_streams();
   std::vector<EncodedPage> pages(num_pages_);
@@ -283,10 +298,10 @@ absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaSt
     for (int i = 0; i < streams; ++i) {
       uint8_t* dst = enc.bytes.data() + layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes : 0);
       if (i == 0) {
-        std::memcpy(dst, host.data() + p * meta_stride_, meta_bytes_);
+        std::memcpy(dst, host + p * meta_stride_, meta_bytes_);
         dst += meta_bytes_;
       }
-      std::memcpy(dst, host.data() + codes_offset_[i] + p * codes_stride_[i], codes_bytes_[i]);
+      std::memcpy(dst, host + codes_offset_[i] + p * codes_stride_[i], codes_bytes_[i]);
       const size_t skip = i == 0 ? layout_.header_bytes : 0;
       enc.layout.stream_crc[i] =
           Crc32c(enc.bytes.data() + layout_.stream_offset[i] + skip, layout_.stream_length[i] - skip);
@@ -307,7 +322,7 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
     return absl::InvalidArgumentError(
         absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
   }
-  std::vector<uint8_t> host(buffer_->size(), 0);
+  KVT_ASSIGN_OR_RETURN(uint8_t* host, HostMirror());
   for (int p = 0; p < num_pages_; ++p) {
     const absl::Span<const uint8_t> c = containers[p];
     KVT_ASSIGN_OR_RETURN(ContainerLayout l, ParseContainerHeader(c));
@@ -333,13 +348,13 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
         return absl::DataLossError(absl::StrCat("container ", p, " stream ", i, " CRC32C mismatch"));
       }
       if (i == 0) {
-        std::memcpy(host.data() + p * meta_stride_, payload, meta_bytes_);
+        std::memcpy(host + p * meta_stride_, payload, meta_bytes_);
         payload += meta_bytes_;
       }
-      std::memcpy(host.data() + codes_offset_[i] + p * codes_stride_[i], payload, codes_bytes_[i]);
+      std::memcpy(host + codes_offset_[i] + p * codes_stride_[i], payload, codes_bytes_[i]);
     }
   }
-  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host.data(), host.size(), stream));
+  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, buffer_->size(), stream));
   return Synchronize(stream);
 }
 
@@ -457,9 +472,13 @@ absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream strea
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, const CodecOptions& options,
-                                                         const PagedKvView& src, int tokens_per_page,
-                                                         absl::Span<const int32_t> block_ids, CudaStream stream) {
+namespace {
+
+// EncodePagesCudaWith's work.
+absl::StatusOr<std::vector<EncodedPage>> EncodeWithStaging(PageStaging& staging, const Scheme& scheme,
+                                                           const CodecOptions& options, const PagedKvView& src,
+                                                           int tokens_per_page, absl::Span<const int32_t> block_ids,
+                                                           CudaStream stream) {
   KVT_RETURN_IF_ERROR(options.Validate());
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
   KVT_RETURN_IF_ERROR(SpikeUnimplemented(scheme));
@@ -472,18 +491,20 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, c
   layout.channels = src.channels();
   layout.chunk_tokens = options.chunk_tokens;
   layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
-  KVT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncodedPages> out, DeviceEncodedPages::Create(layout, num_pages));
-  std::unique_ptr<DeviceBuffer> ids;
-  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, ids, stream));
-  KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, *out, stream));
-  KVT_RETURN_IF_ERROR(CheckDeviceStatus(*out, stream));
-  return out->ToContainers(stream);
+  if (!staging.Fits(layout, num_pages)) {
+    staging.pages.reset();
+    KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));
+    staging.pages->set_pinned_host(staging.pinned_host);
+  }
+  DeviceEncodedPages& out = *staging.pages;
+  KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, staging.block_ids, stream));
+  KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, out, stream));
+  KVT_RETURN_IF_ERROR(CheckDeviceStatus(out, stream));
+  return out.ToContainers(stream);
 }
 
-namespace {
-
 // DecodePagesCudaWith's work.
-absl::Status DecodeWithStaging(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
                                int stages, const CodecOptions& options, const PagedKvView& dst,
                                absl::Span<const int32_t> block_ids, CudaStream stream) {
   KVT_RETURN_IF_ERROR(options.Validate());
@@ -499,6 +520,7 @@ absl::Status DecodeWithStaging(DecodeStaging& staging, absl::Span<const absl::Sp
   if (!staging.Fits(layout, num_pages)) {
     staging.pages.reset();
     KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));
+    staging.pages->set_pinned_host(staging.pinned_host);
   }
   DeviceEncodedPages& in = *staging.pages;
   KVT_RETURN_IF_ERROR(in.FromContainers(containers, stages, stream));
@@ -509,21 +531,40 @@ absl::Status DecodeWithStaging(DecodeStaging& staging, absl::Span<const absl::Sp
 
 }  // namespace
 
+absl::StatusOr<std::vector<EncodedPage>> EncodePagesCuda(const Scheme& scheme, const CodecOptions& options,
+                                                         const PagedKvView& src, int tokens_per_page,
+                                                         absl::Span<const int32_t> block_ids, CudaStream stream) {
+  PageStaging staging;
+  staging.pinned_host = false;  // one call: pinning would cost more than it saves
+  return EncodePagesCudaWith(staging, scheme, options, src, tokens_per_page, block_ids, stream);
+}
+
+absl::StatusOr<std::vector<EncodedPage>> EncodePagesCudaWith(PageStaging& staging, const Scheme& scheme,
+                                                             const CodecOptions& options, const PagedKvView& src,
+                                                             int tokens_per_page, absl::Span<const int32_t> block_ids,
+                                                             CudaStream stream) {
+  absl::StatusOr<std::vector<EncodedPage>> pages =
+      EncodeWithStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream);
+  if (!pages.ok()) staging.pages.reset();  // as DecodePagesCudaWith
+  return pages;
+}
+
 absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                              const CodecOptions& options, const PagedKvView& dst, absl::Span<const int32_t> block_ids,
                              CudaStream stream) {
-  DecodeStaging staging;
+  PageStaging staging;
+  staging.pinned_host = false;  // one call: pinning would cost more than it saves
   return DecodePagesCudaWith(staging, containers, stages, options, dst, block_ids, stream);
 }
 
-bool DecodeStaging::Fits(const ContainerLayout& layout, int num_pages) const {
+bool PageStaging::Fits(const ContainerLayout& layout, int num_pages) const {
   if (pages == nullptr || pages->num_pages() != num_pages) return false;
   const ContainerLayout& have = pages->layout();
   return have.scheme == layout.scheme && have.tokens == layout.tokens && have.channels == layout.channels &&
          have.chunk_tokens == layout.chunk_tokens && have.alpha == layout.alpha && have.flags == layout.flags;
 }
 
-absl::Status DecodePagesCudaWith(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+absl::Status DecodePagesCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
                                  int stages, const CodecOptions& options, const PagedKvView& dst,
                                  absl::Span<const int32_t> block_ids, CudaStream stream) {
   absl::Status st = DecodeWithStaging(staging, containers, stages, options, dst, block_ids, stream);

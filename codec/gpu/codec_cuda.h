@@ -86,6 +86,11 @@ class DeviceEncodedPages {
   // slot.
   absl::StatusOr<const void*> StageTables(int slot, const void* bytes, size_t n, CudaStream stream) const;
 
+  // Whether ToContainers and FromContainers stage through pinned host memory (true DMA; worth its allocation
+  // when this object serves many calls, as a PageStaging's does) or pageable memory (the default). Set before
+  // the first of those calls.
+  void set_pinned_host(bool pinned) { pinned_host_ = pinned; }
+
   // Copies every page back and assembles its container (header and CRC32C by the CPU codec's code).
   // Synchronizes `stream`.
   absl::StatusOr<std::vector<EncodedPage>> ToContainers(CudaStream stream = {}) const;
@@ -107,6 +112,12 @@ class DeviceEncodedPages {
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
+  // The host side of ToContainers and FromContainers: a mirror of buffer_, made at first use and kept (zeroed
+  // once, so the padding between ranges stays zero); pinned with pinned_host_ (pageable if pinning fails).
+  absl::StatusOr<uint8_t*> HostMirror() const;
+  bool pinned_host_ = false;
+  mutable std::unique_ptr<PinnedHostBuffer> pinned_;
+  mutable std::vector<uint8_t> pageable_;
 };
 
 // ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------
@@ -143,19 +154,28 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
                              const CodecOptions& options, const PagedKvView& dst,
                              absl::Span<const int32_t> block_ids, CudaStream stream = {});
 
-// Device memory kept between decodes by a caller that decodes one batch after another (the daemon decodes each
-// page as it lands): the staging of the last batch's layout and page count, and the block-id buffer.
-// DecodePagesCuda allocates both per call, and each cudaFree waits for the whole device. Not thread-safe.
-struct DecodeStaging {
+// Device memory kept between calls by a caller that encodes or decodes one batch after another (the daemon
+// decodes each page as it lands, and encodes layer by layer): the staging of the last batch's layout and page
+// count, with its pinned host mirror, and the block-id buffer. The plain calls allocate all of it per call, and
+// each cudaFree waits for the whole device. Not thread-safe.
+struct PageStaging {
   std::unique_ptr<DeviceEncodedPages> pages;
   std::unique_ptr<DeviceBuffer> block_ids;
+  bool pinned_host = true;  // the staging's host mirror is pinned (DeviceEncodedPages::set_pinned_host)
   // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, flags).
   bool Fits(const ContainerLayout& layout, int num_pages) const;
 };
 
+// EncodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes
+// `stream` only.
+absl::StatusOr<std::vector<EncodedPage>> EncodePagesCudaWith(PageStaging& staging, const Scheme& scheme,
+                                                             const CodecOptions& options, const PagedKvView& src,
+                                                             int tokens_per_page, absl::Span<const int32_t> block_ids,
+                                                             CudaStream stream = {});
+
 // DecodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes
 // `stream` only.
-absl::Status DecodePagesCudaWith(DecodeStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+absl::Status DecodePagesCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
                                  int stages, const CodecOptions& options, const PagedKvView& dst,
                                  absl::Span<const int32_t> block_ids, CudaStream stream = {});
 

@@ -343,6 +343,40 @@ TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {
   }
 }
 
+// EncodePagesCudaWith (the prefill daemon's path: one staging, pinned, kept across layers) writes the same
+// containers as EncodePagesCuda, through a scheme change, a NaN that fails a call, and the layer after it.
+TEST(CudaEncodeTest, KeptStagingEncodesAsFreshStagingAcrossLayersSchemesAndFailures) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<int32_t> ids = {5, 1, 7, 3, 0, 6, 2, 4};  // two 64-token pages of 4 blocks
+  PageStaging staging;
+  const std::vector<std::pair<std::string, bool>> steps = {
+      {"lynx", false}, {"lynx", false}, {"lynx-a2r2r4", false}, {"lynx-a2r2r4", true}, {"lynx-a2r2r4", false},
+      {"int8", false}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& [name, nan] = steps[i];
+    SCOPED_TRACE("step " + std::to_string(i) + ": " + name + (nan ? " with a NaN" : ""));
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, 8, 16, 2, 128);
+    for (int p = 0; p < 2; ++p) {
+      std::vector<float> page = Realistic(64, 256, 60 + 2 * i + p);
+      if (nan && p == 1) page[3 * 256 + 9] = std::numeric_limits<float>::quiet_NaN();
+      kv.Place(page, 64, ids, p);
+    }
+    kv.Upload();
+    absl::StatusOr<std::vector<EncodedPage>> fresh = EncodePagesCuda(MustParse(name), CodecOptions{}, kv.view(), 64, ids);
+    absl::StatusOr<std::vector<EncodedPage>> kept =
+        EncodePagesCudaWith(staging, MustParse(name), CodecOptions{}, kv.view(), 64, ids);
+    EXPECT_EQ(fresh.status().code(), kept.status().code()) << fresh.status() << " / " << kept.status();
+    if (nan) {
+      EXPECT_EQ(kept.status().code(), absl::StatusCode::kInvalidArgument) << kept.status();
+      EXPECT_EQ(staging.pages, nullptr) << "a failed call must drop the staging";
+      continue;
+    }
+    ASSERT_TRUE(fresh.ok() && kept.ok()) << fresh.status() << " / " << kept.status();
+    ASSERT_EQ(fresh->size(), kept->size());
+    for (size_t p = 0; p < fresh->size(); ++p) EXPECT_EQ((*fresh)[p].bytes, (*kept)[p].bytes) << "page " << p;
+  }
+}
+
 TEST(CudaEncodeTest, SpikeReservingIsUnimplementedOnTheGpu) {
   SKIP_WITHOUT_CUDA();
   DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 1, 32, 1, 32);
@@ -488,7 +522,7 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
       {"int8", 128, 256, 1, 1, false, "new"},         {"lynx-a2r2r4", 256, 512, 1, 2, false, "new"},
       {"lynx-a2r2r4", 256, 512, 1, 3, false, "kept"}, {"lynx", 256, 512, 2, 2, false, "new"},
   };
-  DecodeStaging staging;
+  PageStaging staging;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     SCOPED_TRACE("step " + std::to_string(i) + ": " + step.scheme + " stages " + std::to_string(step.stages));

@@ -76,6 +76,15 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Create(size_t bytes)
 
 DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
 
+absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> PinnedHostBuffer::Create(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaMallocHost(&p, bytes == 0 ? 1 : bytes);
+  if (e != cudaSuccess) return FromCuda(e, absl::StrCat("cudaMallocHost(", bytes, ")").c_str());
+  return std::unique_ptr<PinnedHostBuffer>(new PinnedHostBuffer(static_cast<uint8_t*>(p), bytes));
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() { cudaFreeHost(ptr_); }
+
 absl::StatusOr<std::unique_ptr<OwnedCudaStream>> OwnedCudaStream::Create() {
   cudaStream_t s;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);

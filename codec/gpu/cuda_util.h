@@ -6,6 +6,7 @@
 #define KVT_CODEC_GPU_CUDA_UTIL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,24 @@ class DeviceBuffer {
  private:
   DeviceBuffer(void* ptr, size_t size) : ptr_(ptr), size_(size) {}
   void* ptr_;
+  size_t size_;
+};
+
+// Page-locked host memory from cudaMallocHost, freed on destruction: copies to and from it are true DMA,
+// asynchronous on their stream (pageable copies are staged through a driver buffer and block the host).
+class PinnedHostBuffer {
+ public:
+  static absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> Create(size_t bytes);
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+
+  uint8_t* data() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  PinnedHostBuffer(uint8_t* ptr, size_t size) : ptr_(ptr), size_(size) {}
+  uint8_t* ptr_;
   size_t size_;
 };
 
