@@ -173,6 +173,12 @@ void FillAnchorFallback(const cpu::LynxTables& t, const Scheme& scheme, internal
   }
 }
 
+// Whether pages of layouts a and b have the same staging: scheme, dims, chunk, alpha and flags.
+bool SamePageShape(const ContainerLayout& a, const ContainerLayout& b) {
+  return a.scheme == b.scheme && a.tokens == b.tokens && a.channels == b.channels &&
+         a.chunk_tokens == b.chunk_tokens && a.alpha == b.alpha && a.flags == b.flags;
+}
+
 // Uploads a host block-id list into `holder` (kept when it is large enough).
 absl::StatusOr<const int32_t*> UploadBlockIds(absl::Span<const int32_t> ids, const PagedKvView& kv,
                                               std::unique_ptr<DeviceBuffer>& holder, CudaStream stream) {
@@ -270,23 +276,23 @@ size_t DeviceEncodedPages::payload_bytes() const {
   return per_page * num_pages_;
 }
 
-absl::StatusOr<uint8_t*> DeviceEncodedPages::HostMirror() const {
+uint8_t* DeviceEncodedPages::HostMirror() const {
   if (pinned_ != nullptr) return pinned_->data();
   if (!pageable_.empty()) return pageable_.data();
-  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> pinned =
-      pinned_host_ ? PinnedHostBuffer::Create(buffer_->size())
-                   : absl::StatusOr<std::unique_ptr<PinnedHostBuffer>>(absl::UnavailableError("pageable"));
-  if (pinned.ok()) {
-    pinned_ = std::move(*pinned);
-    std::memset(pinned_->data(), 0, pinned_->size());
-    return pinned_->data();
+  if (pinned_host_) {
+    absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> pinned = PinnedHostBuffer::Create(buffer_->size());
+    if (pinned.ok()) {  // else pageable: slower copies, same results
+      pinned_ = std::move(*pinned);
+      std::memset(pinned_->data(), 0, pinned_->size());
+      return pinned_->data();
+    }
   }
   pageable_.assign(buffer_->size(), 0);
   return pageable_.data();
 }
 
 absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaStream stream) const {
-  KVT_ASSIGN_OR_RETURN(uint8_t* host, HostMirror());
+  uint8_t* host = HostMirror();
   KVT_RETURN_IF_ERROR(CopyToHost(host, buffer_->get(), buffer_->size(), stream));
   KVT_RETURN_IF_ERROR(Synchronize(stream));
   const int streams = layout_.scheme.num_streams();
@@ -322,12 +328,11 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
     return absl::InvalidArgumentError(
         absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
   }
-  KVT_ASSIGN_OR_RETURN(uint8_t* host, HostMirror());
+  uint8_t* host = HostMirror();
   for (int p = 0; p < num_pages_; ++p) {
     const absl::Span<const uint8_t> c = containers[p];
     KVT_ASSIGN_OR_RETURN(ContainerLayout l, ParseContainerHeader(c));
-    if (!(l.scheme == scheme) || l.tokens != layout_.tokens || l.channels != layout_.channels ||
-        l.chunk_tokens != layout_.chunk_tokens || l.alpha != layout_.alpha) {
+    if (!SamePageShape(l, layout_)) {
       return absl::InvalidArgumentError(absl::StrCat("container ", p, " (", l.scheme.Name(), ", ", l.tokens, " x ",
                                                      l.channels, ") does not match the batch (", scheme.Name(), ", ",
                                                      layout_.tokens, " x ", layout_.channels, ")"));
@@ -558,10 +563,7 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
 }
 
 bool PageStaging::Fits(const ContainerLayout& layout, int num_pages) const {
-  if (pages == nullptr || pages->num_pages() != num_pages) return false;
-  const ContainerLayout& have = pages->layout();
-  return have.scheme == layout.scheme && have.tokens == layout.tokens && have.channels == layout.channels &&
-         have.chunk_tokens == layout.chunk_tokens && have.alpha == layout.alpha && have.flags == layout.flags;
+  return pages != nullptr && pages->num_pages() == num_pages && SamePageShape(pages->layout(), layout);
 }
 
 absl::Status DecodePagesCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,

@@ -114,7 +114,7 @@ class DeviceEncodedPages {
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
   // The host side of ToContainers and FromContainers: a mirror of buffer_, made at first use and kept (zeroed
   // once, so the padding between ranges stays zero); pinned with pinned_host_ (pageable if pinning fails).
-  absl::StatusOr<uint8_t*> HostMirror() const;
+  uint8_t* HostMirror() const;
   bool pinned_host_ = false;
   mutable std::unique_ptr<PinnedHostBuffer> pinned_;
   mutable std::vector<uint8_t> pageable_;

@@ -483,6 +483,11 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
+  // The prefix bits a value has (a constant for the fixed layouts).
+  int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
+  if constexpr (kLayout == CodeLayout::kAny) {
+    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+  }
   // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored one of
   // this stage (upper half negated) or the fixed rule's, its 2^known entries.
   {
@@ -491,8 +496,6 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       const float v = ReadF32(stored + 4 * tid);
       if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
     }
-    int known = 0;
-    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
     const int entries = 1 << known;
     if (tid < entries) {
       float v;
@@ -546,28 +549,29 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   // consecutive slices (whole warps, or the two slices of one warp). Each thread finds its top-cell values with
   // byte tests on its prefix words and folds them into TopCells; the warp's two slices merge by a shuffle, the
   // chunk's warps through s_tops across the barrier above the table work.
-  // The prefix bits a value has (a constant for the fixed layouts).
-  int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
-  if constexpr (kLayout == CodeLayout::kAny) {
-    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
-  }
-  // Row i's top-cell values (bit e: prefix byte e) and its negative ones: recomputed where needed rather than kept
+  //
+  // A prefix word's top-cell bytes and negative bytes, 0x01 in byte e where prefix byte e has the top cell of its
+  // sign / is negative: computed where needed (before the barrier as masks, after it per row) rather than kept
   // across the barrier, which would spill.
-  auto top_cells_of_row = [&](int i, uint32_t& top, uint32_t& negative) {
-    const uint32_t top_pos = (1u << (known - 1)) - 1;  // the magnitude bits of a top-cell prefix
-    const unsigned long long mag = 0x0101010101010101ull * top_pos, low7 = 0x7F7F7F7F7F7F7F7Full;
-    const unsigned long long x = (pre[i] & mag) ^ mag;               // zero bytes: magnitude bits all set
-    const unsigned long long z = ~(((x & low7) + low7) | x | low7);  // 0x80 exactly at the zero bytes
-    top = static_cast<uint32_t>(((z >> 7) * 0x0102040810204080ull) >> 56);  // bit e: byte e
-    negative = static_cast<uint32_t>((((pre[i] >> (known - 1)) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+  constexpr unsigned long long kOnes = 0x0101010101010101ull;
+  auto top_and_negative = [&](unsigned long long w, unsigned long long& top, unsigned long long& negative) {
+    const unsigned long long mag = kOnes * ((1u << (known - 1)) - 1), low7 = 0x7F7F7F7F7F7F7F7Full;
+    const unsigned long long x = (w & mag) ^ mag;                 // zero bytes: magnitude bits all set
+    top = ~(((x & low7) + low7) | x | low7) >> 7;                 // 0x01 exactly at the zero bytes
+    negative = (w >> (known - 1)) & kOnes;
+  };
+  // Bit e = byte e of 0x00 / 0x01 bytes.
+  auto byte_mask = [](unsigned long long bytes) {
+    return static_cast<uint32_t>((bytes * 0x0102040810204080ull) >> 56);
   };
   TopCells cells;
   if constexpr (kExact) {
     if (active) {
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        uint32_t m, n;
-        top_cells_of_row(i, m, n);
+        unsigned long long top, negative;
+        top_and_negative(pre[i], top, negative);
+        const uint32_t m = byte_mask(top), n = byte_mask(negative);
         if (i < rows) cells.Add((m & ~n) | ((m & n) << 8));
       }
     }
@@ -621,12 +625,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
       unsigned long long w = pre[i];
       if constexpr (kExact) {
-        const unsigned long long ones = 0x0101010101010101ull, low7 = 0x7F7F7F7F7F7F7F7Full;
-        const unsigned long long mag = ones * ((1u << (known - 1)) - 1);
-        const unsigned long long x = (w & mag) ^ mag;                                // zero bytes: top cell
-        const unsigned long long top_bytes = ~(((x & low7) + low7) | x | low7) >> 7;  // 0x01 at those bytes
-        const unsigned long long neg_bytes = (w >> (known - 1)) & ones;
-        w |= (top_bytes & ((neg_bytes & once_neg) | (~neg_bytes & once_pos))) << known;
+        unsigned long long top, negative;
+        top_and_negative(w, top, negative);
+        w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e) {

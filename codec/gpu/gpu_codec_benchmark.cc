@@ -80,35 +80,40 @@ ContainerLayout PageLayout(const Scheme& scheme, const CodecOptions& options) {
   return layout;
 }
 
-// The daemon's decode path: each page decoded by its own synchronous call as it lands. DecodePagesCuda allocates
-// (and frees) its staging per call; DecodePagesCudaWith keeps it. Host wall time per page over the layer's lynx
-// pages, anchor-only and full, and the same pages in one batched launch for reference.
-void PageAtATime(CudaStream stream, const PagedKvView& src, const PagedKvView& dst, const int32_t* dev_ids,
-                 const std::vector<int32_t>& ids) {
+// Median host milliseconds of `run()` over `reps` runs (for synchronous calls, whose cost is mostly host work).
+template <typename Run>
+double HostMedianMs(int reps, Run run) {
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The daemons' synchronous calls on a layer's lynx pages, host time: the prefill side encodes a layer into host
+// containers in one call; the decode side decodes each page by its own call as it lands (anchor, then full),
+// with the same pages in one batched call for reference. The one-shot calls (EncodePagesCuda, DecodePagesCuda)
+// allocate their staging per call; the ...With calls keep it, pinned.
+void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvView& dst, const int32_t* dev_ids,
+                      const std::vector<int32_t>& ids) {
   const CodecOptions options;
   const ContainerLayout layout = PageLayout(ValueOrDie(ParseScheme("lynx")), options);
   auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, kPages));
   CHECK_OK(EncodePagesCudaAsync(options, src, dev_ids, *enc, stream));
   CHECK_OK(CheckDeviceStatus(*enc, stream));
   const std::vector<EncodedPage> pages = ValueOrDie(enc->ToContainers(stream));
+  std::vector<absl::Span<const uint8_t>> all;
+  for (const EncodedPage& e : pages) all.push_back(e.bytes);
   const int bpp = kPageTokens / kBlockTokens;
 
-  // The prefill daemon's encode path: a layer's pages in one synchronous call, containers back on the host.
-  auto median_ms = [](auto run) {
-    std::vector<double> runs;
-    for (int rep = 0; rep < 7; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      run();
-      runs.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(runs.begin(), runs.end());
-    return runs[runs.size() / 2];
-  };
-  const double enc_fresh = median_ms([&] {
+  const double enc_fresh = HostMedianMs(7, [&] {
     ValueOrDie(EncodePagesCuda(layout.scheme, options, src, kPageTokens, ids, stream));
   });
   PageStaging enc_staging;
-  const double enc_kept = median_ms([&] {
+  const double enc_kept = HostMedianMs(7, [&] {
     ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, kPageTokens, ids, stream));
   });
   std::printf("\nlynx, a layer's %d pages encoded into host containers by one synchronous call (the prefill daemon's "
@@ -117,35 +122,29 @@ void PageAtATime(CudaStream stream, const PagedKvView& src, const PagedKvView& d
 
   std::printf("\nlynx, one synchronous call per page (the daemon's decode path), %d pages; host us per page:\n\n",
               kPages);
-  std::printf("| stages | DecodePagesCuda (staging per call) | DecodePagesCudaWith (kept) | ratio | one batched call |\n");
+  std::printf("| stages | DecodePagesCuda (staging per call) | DecodePagesCudaWith (kept) | ratio "
+              "| one batched call |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
   for (int stages : {1, 2}) {
-    auto per_page_us = [&](auto decode_one) {
-      std::vector<double> runs;
-      for (int rep = 0; rep < 5; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int p = 0; p < kPages; ++p) CHECK_OK(decode_one(p));
-        runs.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                       kPages);
-      }
-      std::sort(runs.begin(), runs.end());
-      return runs[runs.size() / 2];
+    // Microseconds per page of decoding every page by decode(containers, block ids).
+    auto per_page_us = [&](auto decode) {
+      return HostMedianMs(5, [&] {
+               for (int p = 0; p < kPages; ++p) {
+                 CHECK_OK(decode(absl::MakeConstSpan(&all[p], 1),
+                                 absl::Span<const int32_t>(ids.data() + p * bpp, bpp)));
+               }
+             }) * 1000.0 / kPages;
     };
-    const double fresh = per_page_us([&](int p) {
-      const absl::Span<const uint8_t> c[] = {pages[p].bytes};
-      return DecodePagesCuda(c, stages, options, dst, absl::Span<const int32_t>(ids.data() + p * bpp, bpp), stream);
+    const double fresh = per_page_us([&](auto c, auto page_ids) {
+      return DecodePagesCuda(c, stages, options, dst, page_ids, stream);
     });
     PageStaging staging;
-    const double kept = per_page_us([&](int p) {
-      const absl::Span<const uint8_t> c[] = {pages[p].bytes};
-      return DecodePagesCudaWith(staging, c, stages, options, dst,
-                                 absl::Span<const int32_t>(ids.data() + p * bpp, bpp), stream);
+    const double kept = per_page_us([&](auto c, auto page_ids) {
+      return DecodePagesCudaWith(staging, c, stages, options, dst, page_ids, stream);
     });
-    std::vector<absl::Span<const uint8_t>> all;
-    for (const EncodedPage& e : pages) all.push_back(e.bytes);
-    const double batched = per_page_us([&](int p) {
-      return p == 0 ? DecodePagesCudaWith(staging, all, stages, options, dst, ids, stream) : absl::OkStatus();
-    });
+    const double batched =
+        HostMedianMs(5, [&] { CHECK_OK(DecodePagesCudaWith(staging, all, stages, options, dst, ids, stream)); }) *
+        1000.0 / kPages;
     std::printf("| %d | %.1f | %.1f | %.1fx | %.1f |\n", stages, fresh, kept, fresh / kept, batched);
   }
 }
@@ -246,7 +245,7 @@ void Run(const std::vector<std::string>& only) {
                 enc_gbps / copy_gbps, dec_ms, dec_gbps, dec_gbps / copy_gbps, anchor_cells.c_str());
     std::fflush(stdout);
   }
-  PageAtATime(stream, in_kv[0], out_kv[0], dev_ids, ids);
+  SynchronousCalls(stream, in_kv[0], out_kv[0], dev_ids, ids);
   const double copy2_ms = MedianMs(stream, [&](int r) {
     return CopyDeviceToDevice(out_bufs[r % kSets]->get(), in_bufs[(r + 1) % kSets]->get(), kv_bytes, stream);
   });

@@ -85,7 +85,7 @@ size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint
   constexpr uint64_t kBytes = 0x0101010101010101ull;
   const uint64_t h = high * kBytes, tp = top_pos * kBytes, tn = top_neg * kBytes;
   const size_t row_bytes = static_cast<size_t>(channels);
-  const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+  const int first_sampled = FirstSampledRow(phase);
   const int blocks = (channels + 7) / 8;
   // Byte e of a block's masks: 0x80 where channel 8 b + e's value in row r is the top cell of that sign.
   auto matches = [&](int r, int b, uint64_t& pos, uint64_t& neg) {
@@ -100,19 +100,17 @@ size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint
   thread_local std::vector<uint64_t> singles;  // per block: positive then negative single masks
   singles.resize(2 * static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) {
-    uint64_t one_p = 0, two_p = 0, one_n = 0, two_n = 0;
+    SeenMasks<uint64_t> seen_p, seen_n;
     for (int r = 0; r < rows; ++r) {
       uint64_t pos, neg;
       matches(r, b, pos, neg);
-      two_p |= one_p & pos;
-      one_p |= pos;
-      two_n |= one_n & neg;
-      one_n |= neg;
+      seen_p.Add(pos);
+      seen_n.Add(neg);
     }
     const int width = channels - 8 * b < 8 ? channels - 8 * b : 8;
     const uint64_t valid = width == 8 ? ~0ull : (1ull << (8 * width)) - 1;
-    singles[2 * b] = one_p & ~two_p & valid;
-    singles[2 * b + 1] = one_n & ~two_n & valid;
+    singles[2 * b] = seen_p.Single() & valid;
+    singles[2 * b + 1] = seen_n.Single() & valid;
   }
   // Pass 2, the sampled rows in order: their values that are single.
   size_t n = 0;

@@ -59,6 +59,24 @@ void Avx512ApplyChunkExtremes(const int16_t* pos, const int16_t* neg, int k, flo
 
 // ---- The table side of the rule (the encoder) ----------------------------------------------------------------
 
+// The chunk's first sampled row, for a chunk that starts `phase` rows into the page ((phase + r) %
+// kAnchorSampleStride == 0).
+inline int FirstSampledRow(int phase) {
+  return (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+}
+
+// The ChunkSampledSingles kernels' first pass, per lane of a mask (a bit, or a byte's top bit): whether the
+// chunk's rows have had a match there once or more (once) and twice or more (again).
+template <typename Mask>
+struct SeenMasks {
+  Mask once = 0, again = 0;
+  void Add(Mask m) {
+    again |= once & m;
+    once |= m;
+  }
+  Mask Single() const { return once & ~again; }
+};
+
 // One chunk of code bytes (`rows` rows of `channels` bytes, row r at codes + r * channels) whose bits `high` hold
 // a partial stage's prefix, top cells top_pos / top_neg in place: writes to `out` the in-chunk index
 // r * channels + c of every value at a sampled row ((phase + r) % kAnchorSampleStride == 0) that is the only

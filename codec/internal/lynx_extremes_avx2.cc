@@ -37,25 +37,22 @@ KVT_AVX2 size_t Avx2ChunkSampledSingles(const uint8_t* codes, int rows, int chan
   const __m256i tp = _mm256_set1_epi8(static_cast<char>(top_pos));
   const __m256i tn = _mm256_set1_epi8(static_cast<char>(top_neg));
   const size_t row_bytes = static_cast<size_t>(channels);
-  const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+  const int first_sampled = FirstSampledRow(phase);
   const int blocks = (channels + 31) / 32;
   thread_local std::vector<uint32_t> singles;  // per block: positive then negative single masks
   singles.resize(2 * static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) {
     const int c0 = 32 * b;
     const int width = channels - c0 < 32 ? channels - c0 : 32;
-    uint32_t one_p = 0, two_p = 0, one_n = 0, two_n = 0;
+    SeenMasks<uint32_t> seen_p, seen_n;
     for (int r = 0; r < rows; ++r) {
       const __m256i x = _mm256_and_si256(LoadBlock(codes, row_bytes, r, c0, width), h);
-      const uint32_t pos = Equal(x, tp), neg = Equal(x, tn);
-      two_p |= one_p & pos;
-      one_p |= pos;
-      two_n |= one_n & neg;
-      one_n |= neg;
+      seen_p.Add(Equal(x, tp));
+      seen_n.Add(Equal(x, tn));
     }
     const uint32_t valid = width == 32 ? ~0u : (1u << width) - 1;  // zero padding can match too
-    singles[2 * b] = one_p & ~two_p & valid;
-    singles[2 * b + 1] = one_n & ~two_n & valid;
+    singles[2 * b] = seen_p.Single() & valid;
+    singles[2 * b + 1] = seen_n.Single() & valid;
   }
   size_t n = 0;
   for (int r = first_sampled; r < rows; r += kAnchorSampleStride) {

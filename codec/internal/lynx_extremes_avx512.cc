@@ -161,7 +161,7 @@ KVT_AVX512 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int 
   const __m512i tp = _mm512_set1_epi8(static_cast<char>(top_pos));
   const __m512i tn = _mm512_set1_epi8(static_cast<char>(top_neg));
   const size_t row_bytes = static_cast<size_t>(channels);
-  const int first_sampled = (kAnchorSampleStride - phase % kAnchorSampleStride) % kAnchorSampleStride;
+  const int first_sampled = FirstSampledRow(phase);
   const int blocks = (channels + 63) / 64;
   // Row r's prefixes of the 64-channel block b (bytes past the row's end: masked out of every compare).
   auto prefixes = [&](int r, int b, __mmask64& lanes) KVT_AVX512 {
@@ -173,19 +173,15 @@ KVT_AVX512 size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int 
   thread_local std::vector<__mmask64> singles;  // per block: positive then negative single masks
   singles.resize(2 * static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) {
-    __mmask64 one_p = 0, two_p = 0, one_n = 0, two_n = 0;
+    SeenMasks<__mmask64> seen_p, seen_n;
     for (int r = 0; r < rows; ++r) {
       __mmask64 lanes;
       const __m512i x = prefixes(r, b, lanes);
-      const __mmask64 pos = _mm512_mask_cmpeq_epi8_mask(lanes, x, tp);
-      const __mmask64 neg = _mm512_mask_cmpeq_epi8_mask(lanes, x, tn);
-      two_p |= one_p & pos;
-      one_p |= pos;
-      two_n |= one_n & neg;
-      one_n |= neg;
+      seen_p.Add(_mm512_mask_cmpeq_epi8_mask(lanes, x, tp));
+      seen_n.Add(_mm512_mask_cmpeq_epi8_mask(lanes, x, tn));
     }
-    singles[2 * b] = one_p & ~two_p;
-    singles[2 * b + 1] = one_n & ~two_n;
+    singles[2 * b] = seen_p.Single();
+    singles[2 * b + 1] = seen_n.Single();
   }
   // Pass 2, the sampled rows in order: their values that are single.
   size_t n = 0;
