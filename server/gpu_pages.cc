@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "codec/gpu/codec_cuda.h"
+#include "codec/gpu/host_containers.h"
 #include "common/cuda_ipc.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
@@ -109,6 +110,60 @@ class GpuSlots {
 
 void ReturnSlot::operator()(GpuSlot* slot) const { GpuSlots::Get().Release(std::unique_ptr<GpuSlot>(slot)); }
 
+// Pinned host buffers that encoded layers are copied into and sent from, lent until the data plane is done with
+// them. Pinning memory costs about as much as the copies it speeds up, so returned buffers are kept for the next
+// layers: up to kMaxFree of them and kMaxKeptBytes in all (pinned memory is taken from the host for good); a
+// buffer past either bound is freed by the returning thread, outside the lock.
+class ContainerBuffers {
+ public:
+  struct Return {
+    void operator()(codec::gpu::HostContainers* buffer) const {
+      Get().Release(std::unique_ptr<codec::gpu::HostContainers>(buffer));
+    }
+  };
+  using Lease = std::unique_ptr<codec::gpu::HostContainers, Return>;
+
+  static ContainerBuffers& Get() {
+    static ContainerBuffers* buffers = new ContainerBuffers();  // never destroyed, as GpuSlots
+    return *buffers;
+  }
+
+  // The smallest kept buffer of at least `bytes`, else the largest kept one (Reset grows it), else a new one.
+  Lease Acquire(size_t bytes) {
+    kvt::MutexLock lock(&mu_);
+    auto fits = free_.end(), largest = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      const size_t c = (*it)->capacity();
+      if (c >= bytes && (fits == free_.end() || c < (*fits)->capacity())) fits = it;
+      if (largest == free_.end() || c > (*largest)->capacity()) largest = it;
+    }
+    const auto best = fits != free_.end() ? fits : largest;
+    if (best == free_.end()) return Lease(new codec::gpu::HostContainers(/*pinned=*/true));
+    Lease lease(best->release());
+    free_.erase(best);
+    return lease;
+  }
+
+ private:
+  void Release(std::unique_ptr<codec::gpu::HostContainers> buffer) {
+    {
+      kvt::MutexLock lock(&mu_);
+      size_t kept = buffer->capacity();
+      for (const auto& f : free_) kept += f->capacity();
+      if (free_.size() < kMaxFree && kept <= kMaxKeptBytes) {
+        free_.push_back(std::move(buffer));
+        return;
+      }
+    }
+    buffer.reset();
+  }
+
+  static constexpr size_t kMaxFree = 16;
+  static constexpr size_t kMaxKeptBytes = size_t{512} << 20;
+  kvt::Mutex mu_;
+  std::vector<std::unique_ptr<codec::gpu::HostContainers>> free_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan) {
@@ -130,10 +185,9 @@ absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& region,
-                                                                 absl::Span<const uint32_t> block_ids,
-                                                                 absl::Span<const PlannedPage> pages,
-                                                                 const codec::Scheme& scheme, int chunk_tokens) {
+absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<const uint32_t> block_ids,
+                                              absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
+                                              int chunk_tokens, const codec::gpu::PageLoop& seal_loop) {
   KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
   codec::CodecOptions options;
   options.chunk_tokens = chunk_tokens;
@@ -142,7 +196,8 @@ absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& r
   for (size_t i = 0; i < pages.size(); ++i) {
     groups[{pages[i].spec.layer, pages[i].spec.kind, pages[i].spec.tokens}].push_back(i);
   }
-  std::vector<codec::EncodedPage> out(pages.size());
+  auto buffers = std::make_shared<std::vector<ContainerBuffers::Lease>>();
+  std::vector<std::vector<absl::Span<const uint8_t>>> streams(pages.size());
   KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
   for (const auto& [key, members] : groups) {
     const auto& [layer, kind, tokens] = key;
@@ -151,15 +206,21 @@ absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& r
       const std::vector<int32_t> page_ids = PageBlocks(region.layout(), block_ids, pages[i].spec);
       ids.insert(ids.end(), page_ids.begin(), page_ids.end());
     }
-    KVT_ASSIGN_OR_RETURN(std::vector<codec::EncodedPage> encoded,
-                         codec::gpu::EncodePagesCudaWith(slot->staging, scheme, options, View(region, layer, kind),
-                                                         static_cast<int>(tokens), ids, slot->stream->get()));
-    if (encoded.size() != members.size()) {
-      return absl::InternalError(absl::StrFormat("GPU encode returned %d pages for %d", encoded.size(), members.size()));
+    const size_t need = members.size() * pages[members[0]].total_bytes();
+    ContainerBuffers::Lease& out = buffers->emplace_back(ContainerBuffers::Get().Acquire(need));
+    KVT_RETURN_IF_ERROR(codec::gpu::EncodePagesCudaInto(slot->staging, *out, scheme, options,
+                                                        View(region, layer, kind), static_cast<int>(tokens), ids,
+                                                        slot->stream->get(), seal_loop));
+    if (out->num_pages() != static_cast<int>(members.size())) {
+      return absl::InternalError(
+          absl::StrFormat("GPU encode returned %d pages for %d", out->num_pages(), members.size()));
     }
-    for (size_t j = 0; j < members.size(); ++j) out[members[j]] = std::move(encoded[j]);
+    for (size_t j = 0; j < members.size(); ++j) {
+      std::vector<absl::Span<const uint8_t>>& s = streams[members[j]];
+      for (int k = 0; k < scheme.num_streams(); ++k) s.push_back(out->stream(static_cast<int>(j), k));
+    }
   }
-  return out;
+  return EncodedLayer(std::move(streams), std::move(buffers));
 }
 
 absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> block_ids, const PageSpec& page,

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/codec.h"
+#include "codec/gpu/codec_cuda.h"
+#include "server/encoded_layer.h"
 #include "server/region_registry.h"
 #include "server/transfer_plan.h"
 
@@ -22,11 +24,12 @@ namespace kvt::server {
 absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan);
 
 // Encodes `pages` (any mix of layers and kinds) of the request whose blocks are `block_ids` from `region`
-// (on_gpu) into containers, in the order of `pages`.
-absl::StatusOr<std::vector<codec::EncodedPage>> EncodePagesOnGpu(const Region& region,
-                                                                 absl::Span<const uint32_t> block_ids,
-                                                                 absl::Span<const PlannedPage> pages,
-                                                                 const codec::Scheme& scheme, int chunk_tokens);
+// (on_gpu) into containers, page i of the result being pages[i]. The containers lie in pinned host buffers
+// lent by the daemon's pool until the result is destroyed; the device copies them there in container order and
+// `seal_loop` (e.g. the worker pool) checksums each page, so the host never copies the payload.
+absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<const uint32_t> block_ids,
+                                              absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
+                                              int chunk_tokens, const codec::gpu::PageLoop& seal_loop = nullptr);
 
 // Decodes one page's container with its first `stages` streams into `region`'s blocks (all of the page's heads:
 // the GPU path does not re-slice heads).

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
+#include "server/encoded_layer.h"
 #include "server/gpu_pages.h"
 #include "server/kv_page_io.h"
 #include "server/proto_convert.h"
@@ -92,7 +93,7 @@ class PrefillSide::OutboundRequest {
     uint32_t layer = 0;
     uint64_t transfer_id = 0;
     uint64_t bytes = 0;
-    std::vector<codec::EncodedPage> pages;  // the bytes the transport reads until `handle` is done
+    EncodedLayer pages;  // the bytes the transport reads until `handle` is done
     std::shared_ptr<transport::SendHandle> handle;
   };
 
@@ -196,17 +197,21 @@ class PrefillSide::OutboundRequest {
     return absl::OkStatus();
   }
 
-  // Reads and encodes every page of `layer`: on the region's GPU for GPU regions, else on the worker pool.
-  absl::Status Encode(uint32_t layer, std::vector<codec::EncodedPage>* pages) {
+  // Reads and encodes every page of `layer`: on the region's GPU for GPU regions (checksummed on the worker
+  // pool), else on the worker pool.
+  absl::Status Encode(uint32_t layer, EncodedLayer* encoded) {
     const std::vector<PlannedPage>& planned = plan_.layers[layer];
     if (region_->on_gpu()) {
       const absl::Time start = absl::Now();
-      KVT_ASSIGN_OR_RETURN(*pages, EncodePagesOnGpu(*region_, args_.block_ids, planned, args_.scheme,
-                                                    plan_.chunk_tokens));
+      WorkerPool* workers = context_->workers;
+      KVT_ASSIGN_OR_RETURN(*encoded, EncodePagesOnGpu(*region_, args_.block_ids, planned, args_.scheme,
+                                                      plan_.chunk_tokens, [workers](size_t n, const auto& fn) {
+                                                        workers->ParallelFor(n, fn);
+                                                      }));
       context_->metrics->EncodeLatency((absl::Now() - start) / std::max<size_t>(1, planned.size()));
       return absl::OkStatus();
     }
-    pages->resize(planned.size());
+    std::vector<codec::EncodedPage> pages(planned.size());
     std::vector<absl::Status> statuses(planned.size());
     codec::CodecOptions codec_options;
     codec_options.chunk_tokens = plan_.chunk_tokens;
@@ -222,7 +227,7 @@ class PrefillSide::OutboundRequest {
         codec::PageView view{scratch.data(), static_cast<int>(spec.tokens), static_cast<int>(plan_.channels)};
         absl::StatusOr<codec::EncodedPage> encoded = codec::EncodePage(args_.scheme, codec_options, view);
         if (encoded.ok()) {
-          (*pages)[i] = *std::move(encoded);
+          pages[i] = *std::move(encoded);
         } else {
           s = encoded.status();
         }
@@ -235,6 +240,7 @@ class PrefillSide::OutboundRequest {
       context_->metrics->EncodeLatency(absl::Now() - start);
     });
     for (const absl::Status& s : statuses) KVT_RETURN_IF_ERROR(s);
+    *encoded = EncodedLayer(std::move(pages));
     return absl::OkStatus();
   }
 
@@ -272,11 +278,11 @@ class PrefillSide::OutboundRequest {
       KVT_RETURN_IF_ERROR(Encode(layer, &flight.pages));
       std::vector<transport::OutboundStream> streams;
       uint64_t anchor_bytes = 0;
-      for (size_t i = 0; i < flight.pages.size(); ++i) {
-        const codec::EncodedPage& page = flight.pages[i];
-        for (int s = 0; s < page.layout.scheme.num_streams(); ++s) {
-          streams.push_back({static_cast<uint32_t>(i), static_cast<uint8_t>(s), page.stream(s)});
-          (s == 0 ? anchor_bytes : flight.bytes) += page.stream(s).size();
+      for (size_t i = 0; i < flight.pages.num_pages(); ++i) {
+        const absl::Span<const absl::Span<const uint8_t>> page = flight.pages.streams(i);
+        for (size_t s = 0; s < page.size(); ++s) {
+          streams.push_back({static_cast<uint32_t>(i), static_cast<uint8_t>(s), page[s]});
+          (s == 0 ? anchor_bytes : flight.bytes) += page[s].size();
         }
       }
       flight.bytes += anchor_bytes;

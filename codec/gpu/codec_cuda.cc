@@ -291,28 +291,31 @@ uint8_t* DeviceEncodedPages::HostMirror() const {
   return pageable_.data();
 }
 
+absl::Status DeviceEncodedPages::CopyContainersAsync(HostContainers& out, CudaStream stream) const {
+  KVT_RETURN_IF_ERROR(out.Reset(layout_, num_pages_));
+  // Per stream, one strided copy for all pages: stream 0 is the metadata then the codes, after the header.
+  const size_t pitch = out.container_bytes();
+  uint8_t* first = out.data(0);
+  KVT_RETURN_IF_ERROR(CopyToHost2D(first + layout_.header_bytes, pitch, base_, meta_stride_, meta_bytes_, num_pages_,
+                                   stream));
+  for (int i = 0; i < layout_.scheme.num_streams(); ++i) {
+    const size_t at = layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes + meta_bytes_ : 0);
+    KVT_RETURN_IF_ERROR(CopyToHost2D(first + at, pitch, base_ + codes_offset_[i], codes_stride_[i], codes_bytes_[i],
+                                     num_pages_, stream));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaStream stream) const {
-  uint8_t* host = HostMirror();
-  KVT_RETURN_IF_ERROR(CopyToHost(host, buffer_->get(), buffer_->size(), stream));
+  if (containers_ == nullptr) containers_ = std::make_unique<HostContainers>(pinned_host_);
+  KVT_RETURN_IF_ERROR(CopyContainersAsync(*containers_, stream));
   KVT_RETURN_IF_ERROR(Synchronize(stream));
-  const int streams = layout_.scheme.num_streams();
   std::vector<EncodedPage> pages(num_pages_);
   for (int p = 0; p < num_pages_; ++p) {
-    EncodedPage& enc = pages[p];
-    enc.layout = layout_;
-    enc.bytes.assign(layout_.total_bytes, 0);
-    for (int i = 0; i < streams; ++i) {
-      uint8_t* dst = enc.bytes.data() + layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes : 0);
-      if (i == 0) {
-        std::memcpy(dst, host + p * meta_stride_, meta_bytes_);
-        dst += meta_bytes_;
-      }
-      std::memcpy(dst, host + codes_offset_[i] + p * codes_stride_[i], codes_bytes_[i]);
-      const size_t skip = i == 0 ? layout_.header_bytes : 0;
-      enc.layout.stream_crc[i] =
-          Crc32c(enc.bytes.data() + layout_.stream_offset[i] + skip, layout_.stream_length[i] - skip);
-    }
-    WriteContainerHeader(enc.layout, enc.bytes.data());
+    containers_->Seal(p);
+    const absl::Span<const uint8_t> c = containers_->container(p);
+    pages[p].layout = containers_->layout(p);
+    pages[p].bytes.assign(c.begin(), c.end());
   }
   return pages;
 }
@@ -479,8 +482,9 @@ absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream strea
 
 namespace {
 
-// EncodePagesCudaWith's work.
-absl::StatusOr<std::vector<EncodedPage>> EncodeWithStaging(PageStaging& staging, const Scheme& scheme,
+// The work EncodePagesCudaWith and EncodePagesCudaInto share: the pages encoded into `staging` (made to fit),
+// device errors checked.
+absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging, const Scheme& scheme,
                                                            const CodecOptions& options, const PagedKvView& src,
                                                            int tokens_per_page, absl::Span<const int32_t> block_ids,
                                                            CudaStream stream) {
@@ -505,7 +509,32 @@ absl::StatusOr<std::vector<EncodedPage>> EncodeWithStaging(PageStaging& staging,
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, staging.block_ids, stream));
   KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, out, stream));
   KVT_RETURN_IF_ERROR(CheckDeviceStatus(out, stream));
-  return out.ToContainers(stream);
+  return &out;
+}
+
+absl::StatusOr<std::vector<EncodedPage>> EncodeWithStaging(PageStaging& staging, const Scheme& scheme,
+                                                           const CodecOptions& options, const PagedKvView& src,
+                                                           int tokens_per_page, absl::Span<const int32_t> block_ids,
+                                                           CudaStream stream) {
+  KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages* pages,
+                       EncodeIntoStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream));
+  return pages->ToContainers(stream);
+}
+
+absl::Status EncodeWithStagingInto(PageStaging& staging, HostContainers& out, const Scheme& scheme,
+                                   const CodecOptions& options, const PagedKvView& src, int tokens_per_page,
+                                   absl::Span<const int32_t> block_ids, CudaStream stream, const PageLoop& seal_loop) {
+  KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages* pages,
+                       EncodeIntoStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream));
+  KVT_RETURN_IF_ERROR(pages->CopyContainersAsync(out, stream));
+  KVT_RETURN_IF_ERROR(Synchronize(stream));
+  const auto seal = [&out](size_t p) { out.Seal(static_cast<int>(p)); };
+  if (seal_loop) {
+    seal_loop(out.num_pages(), seal);
+  } else {
+    for (int p = 0; p < out.num_pages(); ++p) seal(p);
+  }
+  return absl::OkStatus();
 }
 
 // DecodePagesCudaWith's work.
@@ -552,6 +581,15 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCudaWith(PageStaging& stagin
       EncodeWithStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream);
   if (!pages.ok()) staging.pages.reset();  // as DecodePagesCudaWith
   return pages;
+}
+
+absl::Status EncodePagesCudaInto(PageStaging& staging, HostContainers& out, const Scheme& scheme,
+                                 const CodecOptions& options, const PagedKvView& src, int tokens_per_page,
+                                 absl::Span<const int32_t> block_ids, CudaStream stream, const PageLoop& seal_loop) {
+  absl::Status s =
+      EncodeWithStagingInto(staging, out, scheme, options, src, tokens_per_page, block_ids, stream, seal_loop);
+  if (!s.ok()) staging.pages.reset();  // as EncodePagesCudaWith
+  return s;
 }
 
 absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> containers, int stages,

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "codec/options.h"
 #include "codec/scheme.h"
 #include "codec/gpu/cuda_util.h"
+#include "codec/gpu/host_containers.h"
 
 namespace kvt::codec::gpu {
 
@@ -91,8 +93,12 @@ class DeviceEncodedPages {
   // the first of those calls.
   void set_pinned_host(bool pinned) { pinned_host_ = pinned; }
 
-  // Copies every page back and assembles its container (header and CRC32C by the CPU codec's code).
-  // Synchronizes `stream`.
+  // Enqueues on `stream` the copy of every page into `out` (Reset to this batch's shape) in container order:
+  // the payloads only; each page's container is complete once the stream is synchronized and out.Seal(page)
+  // has run.
+  absl::Status CopyContainersAsync(HostContainers& out, CudaStream stream = {}) const;
+  // Copies every page back and returns its container (header and CRC32C by the CPU codec's code), through a
+  // HostContainers kept by this object (pinned with set_pinned_host). Synchronizes `stream`.
   absl::StatusOr<std::vector<EncodedPage>> ToContainers(CudaStream stream = {}) const;
   // Uploads containers (each checked like DecodePage does: header, dims equal to this batch's, CRCs of streams
   // [0, stages)). Only streams [0, stages) are read and uploaded. Synchronizes `stream`.
@@ -112,12 +118,14 @@ class DeviceEncodedPages {
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
-  // The host side of ToContainers and FromContainers: a mirror of buffer_, made at first use and kept (zeroed
-  // once, so the padding between ranges stays zero); pinned with pinned_host_ (pageable if pinning fails).
+  // The host side of FromContainers: a mirror of buffer_, made at first use and kept (zeroed once, so the
+  // padding between ranges stays zero); pinned with pinned_host_ (pageable if pinning fails).
   uint8_t* HostMirror() const;
   bool pinned_host_ = false;
   mutable std::unique_ptr<PinnedHostBuffer> pinned_;
   mutable std::vector<uint8_t> pageable_;
+  // The host side of ToContainers, made at first use and kept.
+  mutable std::unique_ptr<HostContainers> containers_;
 };
 
 // ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------
@@ -172,6 +180,18 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCudaWith(PageStaging& stagin
                                                              const CodecOptions& options, const PagedKvView& src,
                                                              int tokens_per_page, absl::Span<const int32_t> block_ids,
                                                              CudaStream stream = {});
+
+// How a caller runs fn(0) .. fn(n - 1), e.g. on its thread pool (the calls are independent); null: in order on
+// the calling thread.
+using PageLoop = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
+
+// EncodePagesCudaWith, but the containers land in `out` (Reset to the batch), copied there from the device by
+// strided DMA in container order and sealed (CRCs, header) by `seal_loop`: no host copy of the payload, so a data
+// plane can send out.stream(p, s) as they are. On error `out`'s pages are undefined. Synchronizes `stream` only.
+absl::Status EncodePagesCudaInto(PageStaging& staging, HostContainers& out, const Scheme& scheme,
+                                 const CodecOptions& options, const PagedKvView& src, int tokens_per_page,
+                                 absl::Span<const int32_t> block_ids, CudaStream stream = {},
+                                 const PageLoop& seal_loop = nullptr);
 
 // DecodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes
 // `stream` only.

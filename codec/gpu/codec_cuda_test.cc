@@ -8,11 +8,14 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/codec.h"
 #include "codec/gpu/cuda_util.h"
+#include "codec/gpu/host_containers.h"
 #include "codec/internal/float_formats.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"
@@ -374,6 +377,65 @@ TEST(CudaEncodeTest, KeptStagingEncodesAsFreshStagingAcrossLayersSchemesAndFailu
     ASSERT_TRUE(fresh.ok() && kept.ok()) << fresh.status() << " / " << kept.status();
     ASSERT_EQ(fresh->size(), kept->size());
     for (size_t p = 0; p < fresh->size(); ++p) EXPECT_EQ((*fresh)[p].bytes, (*kept)[p].bytes) << "page " << p;
+  }
+}
+
+// The daemon's encode path: containers copied by strided DMA into kept host containers and sealed there,
+// against the plain call's containers, with one HostContainers reused across shapes (it shrinks and grows) and
+// the pages sealed by a pool of threads.
+TEST(CudaEncodeTest, ContainersEncodedIntoHostContainersAreThoseOfEncodePagesCuda) {
+  SKIP_WITHOUT_CUDA();
+  PageStaging staging;
+  HostContainers out(/*pinned=*/true);
+  const PageLoop threads = [](size_t n, const std::function<void(size_t)>& fn) {
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < 3; ++t) {
+      pool.emplace_back([&, t] {
+        for (size_t i = t; i < n; i += 3) fn(i);
+      });
+    }
+    for (std::thread& t : pool) t.join();
+  };
+  struct Step {
+    std::string scheme;
+    int pages, tokens, channels;
+    bool nan, parallel;
+  };
+  const std::vector<Step> steps = {{"lynx", 4, 64, 256, false, true},     {"lynx", 2, 128, 256, false, false},
+                                   {"lynx-a2r2r4", 5, 64, 256, false, true}, {"lynx", 3, 64, 256, true, true},
+                                   {"int8", 2, 32, 40, false, false},      {"bf16", 3, 64, 256, false, true},
+                                   {"fp8", 1, 32, 256, false, true}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    SCOPED_TRACE("step " + std::to_string(i) + ": " + st.scheme + (st.nan ? " with a NaN" : ""));
+    const int bpp = st.tokens / 16;
+    std::vector<int32_t> ids(st.pages * bpp);
+    for (size_t b = 0; b < ids.size(); ++b) ids[b] = static_cast<int32_t>((b * 5 + 3) % ids.size());
+    const int heads = st.channels % 128 == 0 ? st.channels / 128 : 1;
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kHND, static_cast<int>(ids.size()), 16, heads, st.channels / heads);
+    for (int p = 0; p < st.pages; ++p) {
+      std::vector<float> page = Realistic(st.tokens, st.channels, 90 + 7 * i + p);
+      if (st.nan && p == st.pages - 1) page[5 * st.channels + 1] = std::numeric_limits<float>::infinity();
+      kv.Place(page, st.tokens, ids, p);
+    }
+    kv.Upload();
+    absl::StatusOr<std::vector<EncodedPage>> fresh =
+        EncodePagesCuda(MustParse(st.scheme), CodecOptions{}, kv.view(), st.tokens, ids);
+    const absl::Status into = EncodePagesCudaInto(staging, out, MustParse(st.scheme), CodecOptions{}, kv.view(),
+                                                  st.tokens, ids, {}, st.parallel ? threads : PageLoop());
+    EXPECT_EQ(fresh.status().code(), into.code()) << fresh.status() << " / " << into;
+    if (st.nan) {
+      EXPECT_EQ(into.code(), absl::StatusCode::kInvalidArgument) << into;
+      EXPECT_EQ(staging.pages, nullptr) << "a failed call must drop the staging";
+      continue;
+    }
+    ASSERT_TRUE(fresh.ok() && into.ok()) << fresh.status() << " / " << into;
+    ASSERT_EQ(out.num_pages(), st.pages);
+    for (int p = 0; p < st.pages; ++p) {
+      const absl::Span<const uint8_t> c = out.container(p);
+      EXPECT_EQ(std::vector<uint8_t>(c.begin(), c.end()), (*fresh)[p].bytes) << "page " << p;
+      EXPECT_EQ(out.layout(p).stream_crc, (*fresh)[p].layout.stream_crc) << "page " << p;
+    }
   }
 }
 

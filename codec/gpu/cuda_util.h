@@ -95,6 +95,10 @@ class CudaEventTimer {
 // Asynchronous copies and fills on `stream` (host memory may be pageable; then the copy is synchronous).
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes, CudaStream stream = {});
+// `rows` rows of `width` bytes, row r from src + r * src_pitch (device) to dst + r * dst_pitch (host): one strided
+// DMA (cudaMemcpy2DAsync) instead of a copy per row.
+absl::Status CopyToHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                          CudaStream stream = {});
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
 absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream stream = {});
 absl::Status Synchronize(CudaStream stream = {});

@@ -9,7 +9,8 @@
 #
 # With the device tool: run "tools/gpu/run_gpu_demo.sh prepare" here, then
 #   run(kind="nvidia-h100-x1", carry=[".gpu-demo"], command="bash tools/gpu/run_gpu_demo.sh device")
-# KVT_DEMO_ARGS adds flags to both demos (e.g. "--rate-gbps 5 --tokens 8192").
+# KVT_DEMO_ARGS adds flags to both demos (e.g. "--rate-gbps 5 --tokens 8192"). kvtd and kvtctl of an earlier build
+# copied by hand to .gpu-demo/base/ run the GPU demo first, in the same lease, so before and after compare.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/carry_libs.sh
@@ -38,6 +39,13 @@ device() {
   echo "cores: $(nproc)" | tee -a "$out/device.txt"
   local rc=0
   cd "$out"
+  if [ -x "$OLDPWD/$DIR/base/kvtd" ]; then
+    echo "== baseline ($DIR/base), GPU regions =="
+    # shellcheck disable=SC2086
+    "$OLDPWD/$DIR/base/kvtctl" demo --kvtd="$OLDPWD/$DIR/base/kvtd" --gpu=0 --verify ${KVT_DEMO_ARGS:-} 2>&1 \
+      | tee gpu-demo-base.txt || rc=1
+    echo "== this build =="
+  fi
   # shellcheck disable=SC2086
   "$OLDPWD/$DIR/bin/kvtctl" demo --kvtd="$OLDPWD/$DIR/bin/kvtd" --gpu=0 --verify --svg=gpu-timeline.svg \
     ${KVT_DEMO_ARGS:-} 2>&1 | tee gpu-demo.txt || rc=1
