@@ -6,6 +6,7 @@
 #include "codec/internal/baselines.h"
 #include "codec/internal/lynx_codec.h"
 #include "codec/internal/lynx_kernels.h"
+#include "codec/internal/lynx_math.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 
@@ -34,6 +35,13 @@ absl::Status FirstNonFinite(const PageView& page) {
 }
 
 }  // namespace
+
+absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options) {
+  KVT_RETURN_IF_ERROR(options.Validate());
+  KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
+  if (scheme.kind == SchemeKind::kLynx) internal::GetLynxTables(options.alpha, scheme.total_code_bits());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page) {
   KVT_RETURN_IF_ERROR(options.Validate());

@@ -49,6 +49,12 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
 absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const MutablePageView& out,
                         const CodecOptions& options = CodecOptions{});
 
+// Builds what every page of `scheme` under `options` shares, now rather than at the first page: lynx's
+// quantizer tables for options.alpha (tens of milliseconds, once per alpha and code width in a process).
+// A daemon calls it at start so that its first request does not wait. Thread-safe; concurrent first uses build
+// once. INVALID_ARGUMENT for invalid options or scheme.
+absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options = CodecOptions{});
+
 }  // namespace kvt::codec
 
 #endif  // KVT_CODEC_CODEC_H_

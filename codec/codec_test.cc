@@ -62,6 +62,21 @@ class CodecImplTest : public ::testing::TestWithParam<CodecImpl> {
   }
 };
 
+TEST(PrepareCodec, AcceptsEveryStandardSchemeAndRejectsBadOptions) {
+  for (const std::string& name : StandardSchemeNames()) {
+    EXPECT_TRUE(PrepareCodec(*ParseScheme(name)).ok()) << name;
+  }
+  CodecOptions steep;
+  steep.alpha = 40.0f;
+  EXPECT_TRUE(PrepareCodec(*ParseScheme("lynx-a2r6"), steep).ok());
+  CodecOptions bad;
+  bad.alpha = 0.0f;  // below kMinAlpha
+  EXPECT_EQ(PrepareCodec(*ParseScheme("lynx"), bad).code(), absl::StatusCode::kInvalidArgument);
+  Scheme broken = *ParseScheme("lynx");
+  broken.stage_bits[0] = 9;
+  EXPECT_EQ(PrepareCodec(broken).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(CodecImplTest, EveryStandardSchemeDecodesARealisticPageWithinItsErrorBound) {
   const TestPage page = RealisticPage(256, 512, 1);
   // Upper bounds on KV NMSE, loose enough for any sane seed, tight enough to catch a broken scheme.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
@@ -265,21 +266,33 @@ std::vector<float> ConditionalMeanTable(const LynxTables& t, const uint64_t* cou
 }
 
 std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits) {
+  // One entry per (alpha, bits), built once: building takes tens of milliseconds (the guesses are verified on
+  // every probe), and a daemon's first pages of a new alpha arrive on many workers at once, which used to build
+  // a copy each and slow one another down. Past kMaxCached keys, tables are built per call and not kept.
+  struct Entry {
+    std::once_flag once;
+    std::shared_ptr<const LynxTables> tables;
+  };
   static absl::Mutex mu;
-  static auto* cache = new std::map<std::pair<uint32_t, int>, std::shared_ptr<const LynxTables>>();
+  static auto* cache = new std::map<std::pair<uint32_t, int>, std::shared_ptr<Entry>>();
   constexpr size_t kMaxCached = 256;
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &alpha, 4);
   const auto key = std::make_pair(alpha_bits, bits);
+  std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu);
     auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
+    if (it != cache->end()) {
+      entry = it->second;
+    } else if (cache->size() < kMaxCached) {
+      entry = std::make_shared<Entry>();
+      cache->emplace(key, entry);
+    }
   }
-  std::shared_ptr<const LynxTables> built = BuildTables(alpha, bits);
-  absl::MutexLock lock(&mu);
-  if (cache->size() < kMaxCached) cache->emplace(key, built);
-  return built;
+  if (entry == nullptr) return BuildTables(alpha, bits);
+  std::call_once(entry->once, [&] { entry->tables = BuildTables(alpha, bits); });
+  return entry->tables;
 }
 
 }  // namespace kvt::codec::internal

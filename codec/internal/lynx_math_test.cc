@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -17,6 +19,24 @@ int BucketedCode(const LynxTables& t, float a) {
   const int base = code;
   for (int i = 1; i <= t.corrections; ++i) code += a >= t.padded_thresholds[base + i] ? 1 : 0;
   return code;
+}
+
+// The first pages of a new alpha reach a daemon's workers at once: they must share one build, not each make
+// (and slow one another down with) a copy.
+TEST(LynxMathTest, ConcurrentFirstCallsForAnAlphaShareOneBuild) {
+  for (const float alpha : {0.37f, 2.5f}) {
+    std::vector<std::shared_ptr<const LynxTables>> got(8);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = GetLynxTables(alpha, 8); });
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NE(got[i], nullptr);
+      EXPECT_EQ(got[i].get(), got[0].get()) << "alpha " << alpha << ", thread " << i;
+    }
+    EXPECT_EQ(GetLynxTables(alpha, 8).get(), got[0].get());
+    EXPECT_EQ(got[0]->alpha, alpha);
+    EXPECT_NE(GetLynxTables(alpha, 4).get(), got[0].get());  // another width, other tables
+  }
 }
 
 TEST(LynxMathTest, ThresholdCodeMatchesTheRoundedLogCurveAwayFromTies) {
