@@ -66,11 +66,13 @@ absl::Status Daemon::Init() {
   peers_ = std::make_unique<PeerDirectory>(std::move(self), security_.get(), transport_.get());
   liveness_ = std::make_unique<PeerLiveness>(peers_.get(), security_.get());
   workers_ = std::make_unique<WorkerPool>(options_.codec_threads);
-  // Lynx's quantizer tables for the default alpha, built in the background now rather than by the first request
-  // (which waited ~100 ms for them on the H100 host and ~150 ms on 2 cores).
+  // Lynx's quantizer tables for the default alpha, built in the background now rather than by the first request.
+  // A build takes tens of ms; the first lynx request used to wait ~100 ms (H100 host) to ~200 ms (2 cores), its
+  // workers building a copy each.
   workers_->Submit([] {
     for (const char* name : {"lynx", "lynx4"}) {
-      const absl::Status s = codec::PrepareCodec(*codec::ParseScheme(name));
+      absl::StatusOr<codec::Scheme> scheme = codec::ParseScheme(name);
+      const absl::Status s = scheme.ok() ? codec::PrepareCodec(*scheme) : scheme.status();
       if (!s.ok()) Logger("server")->warn("preparing the {} codec: {}", name, s.ToString());
     }
   });

@@ -128,16 +128,15 @@ class ContainerBuffers {
     return *buffers;
   }
 
-  // The smallest kept buffer of at least `bytes`, else the largest kept one (Reset grows it), else a new one.
+  // The smallest kept buffer of at least `bytes`, else a new one (allocated by the first Reset); the kept ones too
+  // small stay for the layers they fit.
   Lease Acquire(size_t bytes) {
     kvt::MutexLock lock(&mu_);
-    auto fits = free_.end(), largest = free_.end();
+    auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       const size_t c = (*it)->capacity();
-      if (c >= bytes && (fits == free_.end() || c < (*fits)->capacity())) fits = it;
-      if (largest == free_.end() || c > (*largest)->capacity()) largest = it;
+      if (c >= bytes && (best == free_.end() || c < (*best)->capacity())) best = it;
     }
-    const auto best = fits != free_.end() ? fits : largest;
     if (best == free_.end()) return Lease(new codec::gpu::HostContainers(/*pinned=*/true));
     Lease lease(best->release());
     free_.erase(best);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/codec.h"
@@ -269,6 +270,13 @@ class PrefillSide::OutboundRequest {
                          context_->peers->Dial(args_.decode_daemon, connect));
     KVT_RETURN_IF_ERROR(Open(*peer));
     std::deque<LayerInFlight> window;
+    // Layers still in the window when this returns early (a failure or a stop) may still be read by the
+    // transport, and a GPU layer's pinned buffers go back to their pool when the layer is destroyed: cancel them
+    // and wait until the transport has let go of their bytes (Wait is bounded by the link's failure detection).
+    absl::Cleanup release_window = [&] {
+      for (const LayerInFlight& f : window) context_->transport->Cancel(f.transfer_id);
+      for (const LayerInFlight& f : window) f.handle->Wait().IgnoreError();
+    };
     uint64_t staged = 0;
     for (size_t sent = 0; sent < plan_.layers.size(); ++sent) {
       KVT_ASSIGN_OR_RETURN(const uint32_t layer, NextLayer());

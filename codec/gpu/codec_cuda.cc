@@ -588,7 +588,10 @@ absl::Status EncodePagesCudaInto(PageStaging& staging, HostContainers& out, cons
                                  absl::Span<const int32_t> block_ids, CudaStream stream, const PageLoop& seal_loop) {
   absl::Status s =
       EncodeWithStagingInto(staging, out, scheme, options, src, tokens_per_page, block_ids, stream, seal_loop);
-  if (!s.ok()) staging.pages.reset();  // as EncodePagesCudaWith
+  if (!s.ok()) {
+    Synchronize(stream).IgnoreError();  // no copy into `out` may still be in flight when the caller reuses it
+    staging.pages.reset();              // as EncodePagesCudaWith
+  }
   return s;
 }
 

@@ -187,7 +187,8 @@ using PageLoop = std::function<void(size_t n, const std::function<void(size_t)>&
 
 // EncodePagesCudaWith, but the containers land in `out` (Reset to the batch), copied there from the device by
 // strided DMA in container order and sealed (CRCs, header) by `seal_loop`: no host copy of the payload, so a data
-// plane can send out.stream(p, s) as they are. On error `out`'s pages are undefined. Synchronizes `stream` only.
+// plane can send out.stream(p, s) as they are. On error `out`'s pages are undefined (and no copy into it is still
+// running). Synchronizes `stream` only.
 absl::Status EncodePagesCudaInto(PageStaging& staging, HostContainers& out, const Scheme& scheme,
                                  const CodecOptions& options, const PagedKvView& src, int tokens_per_page,
                                  absl::Span<const int32_t> block_ids, CudaStream stream = {},

@@ -3,12 +3,12 @@
 // the output dtype; errors as Status codes. Every test skips (GTEST_SKIP) when no CUDA device is present.
 #include "codec/gpu/codec_cuda.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
