@@ -33,7 +33,7 @@ TEST(RequestBookTest, AFinishedRequestLeavesLiveBeforeItsSideRetiresIt) {
   EXPECT_EQ(book.Find(Side::kDecode, "a"), a);
 }
 
-TEST(RequestBookTest, IdsAreUniquePerSideAndTheLimitSaysWhatToDo) {
+TEST(RequestBookTest, IdsAreUniquePerSideAndTheLimitErrorNamesItsFlag) {
   RequestBook book(/*max_live=*/2, /*keep_finished=*/0, absl::Minutes(1));
   ASSERT_TRUE(book.Add(Record("x", Side::kDecode)).ok());
   EXPECT_EQ(book.Add(Record("x", Side::kDecode)).code(), absl::StatusCode::kAlreadyExists);
