@@ -39,7 +39,7 @@ absl::Status FirstNonFinite(const PageView& page) {
 absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options) {
   KVT_RETURN_IF_ERROR(options.Validate());
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
-  if (scheme.kind == SchemeKind::kLynx) internal::GetLynxTables(options.alpha, scheme.total_code_bits());
+  if (scheme.kind == SchemeKind::kLynx) internal::GetLynxTables(options.alpha, options.top_width, scheme.total_code_bits());
   return absl::OkStatus();
 }
 
@@ -65,6 +65,7 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
   layout.channels = page.channels;
   layout.chunk_tokens = options.chunk_tokens;
   layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
   ComputeLayout(layout);
   enc.bytes.resize(layout.total_bytes);
   std::array<uint8_t*, kMaxStreams> streams{};

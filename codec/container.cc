@@ -26,7 +26,7 @@ constexpr size_t kOffTokens = 20;
 constexpr size_t kOffChannels = 24;
 constexpr size_t kOffAlpha = 28;
 constexpr size_t kOffStreamTable = 32;  // 8 x {u32 payload length, u32 payload CRC32C}
-constexpr size_t kOffReserved2 = 96;
+constexpr size_t kOffTopWidth = 96;
 constexpr size_t kOffHeaderCrc = 100;
 static_assert(kOffHeaderCrc + 4 == kContainerHeaderBytes);
 
@@ -172,6 +172,7 @@ void WriteContainerHeader(const ContainerLayout& layout, uint8_t* h) {
   Store<uint32_t>(h + kOffTokens, static_cast<uint32_t>(layout.tokens));
   Store<uint32_t>(h + kOffChannels, static_cast<uint32_t>(layout.channels));
   Store<float>(h + kOffAlpha, layout.scheme.kind == SchemeKind::kLynx ? layout.alpha : 0.0f);
+  Store<float>(h + kOffTopWidth, layout.scheme.kind == SchemeKind::kLynx ? layout.top_width : 0.0f);
   for (int i = 0; i < layout.scheme.num_streams(); ++i) {
     size_t payload = layout.stream_length[i] - (i == 0 ? kContainerHeaderBytes : 0);
     Store<uint32_t>(h + kOffStreamTable + 8 * i, static_cast<uint32_t>(payload));
@@ -191,7 +192,7 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
   }
   if (uint16_t v = Load<uint16_t>(h + kOffVersion); v != kContainerVersion) {
     return absl::InvalidArgumentError(absl::StrCat("container version ", v, " unsupported (this build reads only ",
-                                                   kContainerVersion, "; version 1 lynx metadata differs: re-encode)"));
+                                                   kContainerVersion, "; versions 1 and 2 encode lynx differently: re-encode)"));
   }
   if (uint32_t crc = Crc32c(h, kOffHeaderCrc); crc != Load<uint32_t>(h + kOffHeaderCrc)) {
     return absl::DataLossError("container header CRC32C mismatch");
@@ -219,7 +220,7 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
     return absl::InvalidArgumentError(absl::StrCat("container flags 0x", absl::Hex(layout.flags), " unknown"));
   }
   layout.scheme.spike_reserve = (layout.flags & kFlagSpikeReserve) != 0;
-  if (h[kOffReserved1] != 0 || Load<uint32_t>(h + kOffReserved2) != 0) {
+  if (h[kOffReserved1] != 0) {
     return absl::InvalidArgumentError("container reserved header bytes are not zero");
   }
   KVT_RETURN_IF_ERROR(ValidateScheme(layout.scheme));
@@ -239,6 +240,15 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
     }
   } else if (Load<uint32_t>(h + kOffAlpha) != 0) {
     return absl::InvalidArgumentError("container alpha set for a scheme without one");
+  }
+  layout.top_width = Load<float>(h + kOffTopWidth);
+  if (layout.scheme.kind == SchemeKind::kLynx) {
+    if (!std::isfinite(layout.top_width) || (Load<uint32_t>(h + kOffTopWidth) != 0 &&
+                                             !(layout.top_width >= kMinTopWidth && layout.top_width <= kMaxTopWidth))) {
+      return absl::InvalidArgumentError(absl::StrCat("container top_width ", layout.top_width, " out of range"));
+    }
+  } else if (Load<uint32_t>(h + kOffTopWidth) != 0) {
+    return absl::InvalidArgumentError("container top_width set for a scheme without one");
   }
   ContainerLayout expected = layout;
   ComputeLayout(expected);

@@ -17,8 +17,8 @@ namespace kvt::codec {
 
 inline constexpr uint32_t kContainerMagic = 0x3154564Bu;  // "KVT1" in little-endian byte order
 // Version 2: lynx chunk metadata as 12-bit interval ends and the conditional-mean anchor tables (docs/FORMAT.md).
-// Version 1 containers are rejected with INVALID_ARGUMENT.
-inline constexpr uint16_t kContainerVersion = 2;
+// Version 3: the lynx curve's knee (top_width) in the header. Other versions are rejected with INVALID_ARGUMENT.
+inline constexpr uint16_t kContainerVersion = 3;
 // The fixed header that opens every container (and stream 0); docs/FORMAT.md has its fields.
 inline constexpr size_t kContainerHeaderBytes = 104;
 // ContainerLayout::flags bits.
@@ -31,6 +31,7 @@ struct ContainerLayout {
   int channels = 0;
   int chunk_tokens = 0;
   float alpha = 0;
+  float top_width = 0;   // lynx: the curve's knee (CodecOptions::top_width); 0 for other schemes
   uint8_t flags = 0;     // see docs/FORMAT.md
   size_t header_bytes = 0;
   std::array<size_t, kMaxStreams> stream_offset{};  // from the start of the container

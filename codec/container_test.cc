@@ -1,6 +1,7 @@
 #include "codec/container.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "codec/codec.h"
@@ -28,6 +29,8 @@ TEST(ContainerTest, HeaderParsesBackToTheEncodersLayout) {
   EXPECT_EQ(got->channels, 24);
   EXPECT_EQ(got->chunk_tokens, 32);
   EXPECT_EQ(got->alpha, CodecOptions{}.alpha);
+  EXPECT_EQ(got->top_width, CodecOptions{}.top_width);
+  EXPECT_GT(got->top_width, 0.0f);
   EXPECT_EQ(got->stream_offset, enc.layout.stream_offset);
   EXPECT_EQ(got->stream_length, enc.layout.stream_length);
   EXPECT_EQ(got->stream_crc, enc.layout.stream_crc);
@@ -72,8 +75,55 @@ TEST(ContainerTest, BadMagicVersionAndTruncatedHeadersAreInvalidArguments) {
   b[0] ^= 1;
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
   b = enc.bytes;
-  b[4] = 3;  // version 3
+  b[4] = 4;  // version 4
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Rewrites the header's bytes [offset, offset + 4) to `value` and its CRC to match.
+std::vector<uint8_t> WithHeaderWord(std::vector<uint8_t> b, size_t offset, uint32_t value) {
+  std::memcpy(b.data() + offset, &value, 4);
+  const uint32_t crc = Crc32c(b.data(), kContainerHeaderBytes - 4);
+  std::memcpy(b.data() + kContainerHeaderBytes - 4, &crc, 4);
+  return b;
+}
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(ContainerTest, VersionTwoContainersAreRejectedAsInvalidArgumentsNamingTheVersion) {
+  // Version 2 had no knee: its lynx codes mean other values, so a version 3 reader must not decode them.
+  EncodedPage enc = EncodeRamp("lynx", 64, 8);
+  std::vector<uint8_t> b = enc.bytes;
+  b[4] = 2;
+  const std::vector<uint8_t> v2 = WithHeaderWord(b, 96, FloatBits(0.0f));
+  const absl::Status st = ParseContainerHeader(v2).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("version 2"), std::string::npos) << st;
+}
+
+TEST(ContainerTest, TheKneeTravelsInTheHeaderAndIsValidated) {
+  constexpr size_t kOffTopWidth = 96;  // docs/FORMAT.md
+  EncodedPage lynx = EncodeRamp("lynx", 64, 8);
+  for (float w : {0.0f, kMinTopWidth, 0.1f, kMaxTopWidth}) {
+    absl::StatusOr<ContainerLayout> got = ParseContainerHeader(WithHeaderWord(lynx.bytes, kOffTopWidth, FloatBits(w)));
+    ASSERT_TRUE(got.ok()) << w << ": " << got.status();
+    EXPECT_EQ(got->top_width, w);
+  }
+  for (float w : {-0.0f, -0.1f, 0.01f, 0.13f, 1.0f, std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::infinity()}) {
+    const absl::Status st = ParseContainerHeader(WithHeaderWord(lynx.bytes, kOffTopWidth, FloatBits(w))).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << w;
+    EXPECT_NE(st.message().find("top_width"), std::string::npos) << st;
+  }
+  // A scheme without a curve must leave the field zero.
+  EncodedPage int8 = EncodeRamp("int8", 64, 8);
+  EXPECT_EQ(ParseContainerHeader(int8.bytes).value().top_width, 0.0f);
+  const absl::Status st = ParseContainerHeader(WithHeaderWord(int8.bytes, kOffTopWidth, FloatBits(0.1f))).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("top_width"), std::string::npos) << st;
 }
 
 TEST(ContainerTest, VersionOneContainersAreRejectedAsInvalidArgumentsNamingTheVersion) {

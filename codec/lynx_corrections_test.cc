@@ -92,7 +92,7 @@ TEST(LynxCorrectionsTest, AnchorIsSignPlusTopMagnitudeBitsAndAnchorOnlyDecodeIsU
   for (int t = 0; t < tokens; ++t) {
     for (int c = 0; c < channels; ++c) x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : uni(rng));
   }
-  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   const EncodedPage enc = Encode("lynx", x, tokens, channels);
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> anchor = Decode(enc, 1, AnchorRule::kValueCentre);
@@ -130,7 +130,7 @@ TEST(LynxCorrectionsTest, AnchorIsSignPlusTopMagnitudeBitsAndAnchorOnlyDecodeIsU
 // The code's own worst error in x_final units: the largest distance from a reconstruction level to the edge of
 // the interval of x_final that maps to it.
 double CodeMaxGap() {
-  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   double max_gap = 0;
   for (int i = 0; i <= tables->max_code; ++i) {
     const double a = i == 0 ? 0.0 : tables->thresholds[i];
@@ -210,7 +210,7 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
       x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : v);
     }
   }
-  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   const EncodedPage enc = Encode("lynx", x, tokens, channels, /*exact_extremes=*/false);
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> mean_rule = Decode(enc, 1, AnchorRule::kConditionalMean);
@@ -262,7 +262,7 @@ TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEn
   const int tokens = 256, channels = 16;
   std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/1, /*seed=*/11);
   for (int c = 0; c < 8; ++c) x[(64 + 8) * channels + c] = c < 4 ? 0.99f : -0.99f;
-  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   const EncodedPage enc = Encode("lynx", x, tokens, channels);
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> table = Decode(enc, 1, AnchorRule::kConditionalMean, false);
@@ -312,7 +312,7 @@ TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheVa
   // All of them sit at sampled tokens (t % 4 == 0), so the table sees every one.
   const int tokens = 256, channels = 16;
   const std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/8, /*seed=*/5);
-  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, 8);
+  const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   auto top_cell = [&](size_t i) { return (internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4) == 7; };
   // Whether value i is its chunk-channel's only top-cell value of its sign.
   auto single = [&](size_t i) {

@@ -34,6 +34,10 @@ enum class NonFinitePolicy {
 
 inline constexpr float kMinAlpha = 1e-3f;
 inline constexpr float kMaxAlpha = 1e4f;
+// CodecOptions::top_width: 0, or in [kMinTopWidth, kMaxTopWidth]. The most is 15.5 / 127, the plain spacing of
+// the top eighth's codes with alpha -> 0: a wider top is not a knee (and would defeat the encoders' fast guess).
+inline constexpr float kMinTopWidth = 0.02f;
+inline constexpr float kMaxTopWidth = 0.12f;
 
 struct CodecOptions {
   // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256; pages longer than one
@@ -42,6 +46,11 @@ struct CodecOptions {
   // The lynx log curve's steepness, in [kMinAlpha, kMaxAlpha]; chosen by the sweep in docs/CODEC.md. It travels
   // in the container, so the decoder uses the encoder's value (the decode-side field is ignored).
   float alpha = 0.1f;  // docs/CODEC.md "Version 2.1": near-linear; 0.5 until the exact-extremes tables
+  // The lynx curve's knee (docs/CODEC.md "Version 3"), for 8-bit codes: the top eighth of the magnitude codes
+  // (the 4-bit anchor's outermost cell) spans [1 - top_width, 1] of |x_final|, linearly, and the log curve,
+  // rescaled, the rest. 0: the plain log curve. 0 or in [kMinTopWidth, kMaxTopWidth]; travels in the container
+  // like alpha. lynx4 and other code widths ignore it.
+  float top_width = 0.11f;
   // Encode-side only (the decoder needs no knowledge of it).
   Centering centering = Centering::kMidrange;
   // Decode-side only (every multi-stream lynx container carries the conditional-mean tables): how a decode with

@@ -156,7 +156,7 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
   }
   for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];
   for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
-  d.alpha = t.alpha;
+  d.alpha = t.guess_alpha;  // the log guess's bulk (the knee's top is left to the corrections)
   d.inv_log1p_alpha = static_cast<float>(1.0 / std::log1p(static_cast<double>(t.alpha)));
   d.bits = t.bits;
   d.max_code = t.max_code;
@@ -173,10 +173,11 @@ void FillAnchorFallback(const cpu::LynxTables& t, const Scheme& scheme, internal
   }
 }
 
-// Whether pages of layouts a and b have the same staging: scheme, dims, chunk, alpha and flags.
+// Whether pages of layouts a and b have the same staging: scheme, dims, chunk, curve and flags.
 bool SamePageShape(const ContainerLayout& a, const ContainerLayout& b) {
   return a.scheme == b.scheme && a.tokens == b.tokens && a.channels == b.channels &&
-         a.chunk_tokens == b.chunk_tokens && a.alpha == b.alpha && a.flags == b.flags;
+         a.chunk_tokens == b.chunk_tokens && a.alpha == b.alpha && a.top_width == b.top_width &&
+         a.flags == b.flags;
 }
 
 // Uploads a host block-id list into `holder` (kept when it is large enough).
@@ -388,7 +389,11 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
       return absl::InvalidArgumentError(
           absl::StrCat("options.alpha ", options.alpha, " disagrees with the batch's ", l.alpha));
     }
-    const auto t = cpu::GetLynxTables(options.alpha, l.scheme.total_code_bits());
+    if (options.top_width != l.top_width) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.top_width ", options.top_width, " disagrees with the batch's ", l.top_width));
+    }
+    const auto t = cpu::GetLynxTables(options.alpha, options.top_width, l.scheme.total_code_bits());
     FillLynxTables(*t, tables);
     FillAnchorFallback(*t, l.scheme, tables);
     KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
@@ -418,7 +423,7 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
   const internal::LynxDeviceTables* tp = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
     const int bits = l.scheme.total_code_bits();
-    const auto t = cpu::GetLynxTables(l.alpha, bits);
+    const auto t = cpu::GetLynxTables(l.alpha, l.top_width, bits);
     FillLynxTables(*t, tables);
     int known = 0;
     for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
@@ -500,6 +505,7 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
   layout.channels = src.channels();
   layout.chunk_tokens = options.chunk_tokens;
   layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
   if (!staging.Fits(layout, num_pages)) {
     staging.pages.reset();
     KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));

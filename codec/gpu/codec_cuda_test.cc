@@ -291,12 +291,16 @@ TEST(CudaEncodeTest, EveryOptionVariantMatchesTheCpuReference) {
     for (int chunk : {1, 16, 64, 256}) {
       for (Centering centering : {Centering::kMidrange, Centering::kMean}) {
         for (float alpha : {kMinAlpha, 1.0f, 20.0f, kMaxAlpha}) {
-          CodecOptions o;
-          o.chunk_tokens = chunk;
-          o.centering = centering;
-          o.alpha = alpha;
-          ExpectEncodeMatchesCpu(name, o, {Realistic(256, 64, chunk)}, 256, 64, KvDType::kFloat32, KvLayout::kNHD,
-                                 256, 2);
+          for (float top_width : {0.0f, kMinTopWidth, CodecOptions{}.top_width, kMaxTopWidth}) {
+            if (chunk != 16 && top_width != CodecOptions{}.top_width) continue;  // the knee's range at one chunk
+            CodecOptions o;
+            o.chunk_tokens = chunk;
+            o.centering = centering;
+            o.alpha = alpha;
+            o.top_width = top_width;
+            ExpectEncodeMatchesCpu(name, o, {Realistic(256, 64, chunk)}, 256, 64, KvDType::kFloat32,
+                                   KvLayout::kNHD, 256, 2);
+          }
         }
       }
     }
@@ -651,13 +655,19 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   shape.channels = 1024;
   shape.chunk_tokens = 32;
   shape.alpha = CodecOptions{}.alpha;
+  shape.top_width = CodecOptions{}.top_width;
   absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> pages = DeviceEncodedPages::Create(shape, 2);
   ASSERT_TRUE(pages.ok()) << pages.status();
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> d_ids = DeviceBuffer::Create(ids.size() * 4);
   ASSERT_TRUE(d_ids.ok());
   ASSERT_TRUE(CopyToDevice((*d_ids)->get(), ids.data(), ids.size() * 4).ok());
   const int32_t* dev_ids = static_cast<const int32_t*>((*d_ids)->get());
-  ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, src.view(), dev_ids, **pages).ok());
+  const absl::Status encoded = EncodePagesCudaAsync(CodecOptions{}, src.view(), dev_ids, **pages);
+  ASSERT_TRUE(encoded.ok()) << encoded;
+  // A batch shaped for another curve is refused, not encoded with the wrong tables.
+  CodecOptions plain;
+  plain.top_width = 0.0f;
+  EXPECT_EQ(EncodePagesCudaAsync(plain, src.view(), dev_ids, **pages).code(), absl::StatusCode::kInvalidArgument);
   DeviceKv dst(KvDType::kBfloat16, KvLayout::kHND, 32, 16, 8, 128);
   CodecOptions decode_options;
   decode_options.anchor_rule = AnchorRule::kValueCentre;

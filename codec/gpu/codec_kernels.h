@@ -74,7 +74,7 @@ enum DeviceError : unsigned int {
 };
 inline constexpr unsigned long long kNoNonFinite = ~0ull;
 
-// The lynx family's tables for one (alpha, bits), as lynx_math.h builds them, in device memory for a launch.
+// The lynx family's tables for one (alpha, top_width, bits), as lynx_math.h builds them, in device memory for a launch.
 inline constexpr int kMaxDeviceBuckets = 4096;
 inline constexpr int kMaxDeviceCorrections = 8;
 struct LynxDeviceTables {
@@ -93,7 +93,7 @@ struct LynxDeviceTables {
   // table_first + 2^(known-1)) of its anchor tables), not `decode`.
   int decode_from_page;
   int table_first;
-  float alpha;
+  float alpha;             // LynxTables::guess_alpha (the bulk of a curve with a knee)
   float inv_log1p_alpha;   // an approximation, used only as a starting guess
   int bits;
   int max_code;

@@ -80,6 +80,7 @@ ContainerLayout PageLayout(const Scheme& scheme, const CodecOptions& options) {
   layout.channels = kChannels;
   layout.chunk_tokens = options.chunk_tokens;
   layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
+  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
   return layout;
 }
 

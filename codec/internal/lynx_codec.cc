@@ -146,7 +146,7 @@ void ApplyExactExtremes(const uint8_t* prefix, int known, float top, const LynxK
 bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
                 const std::array<uint8_t*, kMaxStreams>& streams) {
   const int bits = scheme.total_code_bits();
-  const auto tables = GetLynxTables(options.alpha, bits);
+  const auto tables = GetLynxTables(options.alpha, options.top_width, bits);
   const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
   MetaScratch scratch;
   LynxPageMeta& meta = scratch.meta();
@@ -225,7 +225,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   const AnchorRule rule = options.anchor_rule;
   const Scheme& scheme = layout.scheme;
   const int bits = scheme.total_code_bits();
-  const auto tables = GetLynxTables(layout.alpha, bits);
+  const auto tables = GetLynxTables(layout.alpha, layout.top_width, bits);
   const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
   MetaScratch scratch;
   LynxPageMeta& meta = scratch.meta();

@@ -71,6 +71,7 @@ template <bool kPoly>
 struct NibbleCoder {
   __m512 c0, c1, c2, c3;        // polynomial
   __m512 alpha, scale;          // log guess
+  __m512 knee_slope, knee_offset;  // both
   __m512i max_code, sign_code, bcast, one;
   __m512i small;                // kSmall: guess_high as one register
   BytePlaneTable high;
@@ -87,7 +88,9 @@ struct NibbleCoder {
     c1 = _mm512_set1_ps(t.guess_poly[1]);
     c2 = _mm512_set1_ps(t.guess_poly[2]);
     c3 = _mm512_set1_ps(t.guess_poly[3]);
-    alpha = _mm512_set1_ps(t.alpha);
+    alpha = _mm512_set1_ps(t.guess_alpha);
+    knee_slope = _mm512_set1_ps(t.knee_slope);
+    knee_offset = _mm512_set1_ps(t.knee_offset);
     scale = _mm512_set1_ps(t.guess_scale);
     max_code = _mm512_set1_epi32(t.max_code);
     sign_code = _mm512_set1_epi32(1 << (t.bits - 1));
@@ -127,10 +130,11 @@ struct NibbleCoder {
       for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], p[v], c0);
 #pragma GCC unroll 4
       for (int v = 0; v < kN; ++v)
-        f[v] = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a[v], p[v])), max_code);
+        f[v] = _mm512_min_epi32(
+            _mm512_cvttps_epi32(avx512::WithKnee(_mm512_mul_ps(a[v], p[v]), a[v], knee_slope, knee_offset)), max_code);
     } else {
 #pragma GCC unroll 4
-      for (int v = 0; v < kN; ++v) f[v] = GuessCode(a[v], alpha, scale, max_code);
+      for (int v = 0; v < kN; ++v) f[v] = GuessCode(a[v], alpha, scale, knee_slope, knee_offset, max_code);
     }
     // a >= guess_high[f] compared as integers (both non-negative floats).
     __m512i th[kN];

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
@@ -12,9 +13,32 @@
 namespace kvt::codec::internal {
 namespace {
 
-// expm1(c / M * log1p(alpha)) / alpha: the inverse of the log curve at (fractional) code c, in double.
-double CurveValue(double alpha, int max_code, double c) {
+// expm1(c / M * log1p(alpha)) / alpha: the inverse of the plain log curve at (fractional) code c, in double.
+double LogCurveValue(double alpha, int max_code, double c) {
   return std::expm1(c / max_code * std::log1p(alpha)) / alpha;
+}
+
+// Whether codes of max_code have a knee at width w: 8-bit codes only (the knee narrows a 4-bit anchor's outermost
+// cell; lynx4 and other widths keep the plain curve).
+bool HasKnee(double w, int max_code) { return w > 0 && max_code == 127; }
+
+// c0: the fractional code where the knee's linear top begins (threshold t_{(M + 1) 7/8}).
+double KneeCode(int max_code) { return (max_code + 1) * 7.0 / 8.0 - 0.5; }
+
+// V(c) of lynx_math.h: the curve's value at (fractional) code c, in double.
+double CurveValue(double alpha, double w, int max_code, double c) {
+  if (!HasKnee(w, max_code)) return LogCurveValue(alpha, max_code, c);
+  const double c0 = KneeCode(max_code);
+  if (c <= c0) return (1.0 - w) * LogCurveValue(alpha, max_code, c) / LogCurveValue(alpha, max_code, c0);
+  return 1.0 - w + w * (c - c0) / (max_code - c0);
+}
+
+// The guesses' target in code units: max(bulk(a), knee line). That is the curve's inverse for any alpha while
+// w <= (M - c0) / M (kMaxTopWidth): the line then starts at or below 0 at a = 0, under the concave bulk up to the
+// knee and above it after. Were it not, the checks below would fail and the encoders take the bucket path.
+double GuessTarget(const LynxTables& t, float a) {
+  const double bulk = std::log2(1.0 + double{t.guess_alpha} * a) * t.guess_scale;
+  return std::max(bulk, double{t.knee_slope} * a + double{t.knee_offset});
 }
 
 // The guess must be within 0.3 of the exact log curve, so that I is floor(guess) or one more (I's float
@@ -37,7 +61,7 @@ std::vector<float> GuessProbes(const LynxTables& t) {
 bool VerifyLogGuess(const LynxTables& t) {
   for (float a : GuessProbes(t)) {
     if (a < 0.0f || a > 1.0f) continue;
-    const double exact = std::log2(1.0 + double{t.alpha} * a) * t.guess_scale;
+    const double exact = GuessTarget(t, a);
     const double guess = LogGuess(t, a);
     if (!(std::fabs(guess - exact) < 0.3)) return false;
     int f = static_cast<int>(std::floor(guess));
@@ -55,7 +79,7 @@ bool VerifyLogGuess(const LynxTables& t) {
 bool VerifyPolyGuess(const LynxTables& t) {
   for (float a : GuessProbes(t)) {
     if (a < 0.0f || a > 1.0f) continue;
-    const double exact = std::log2(1.0 + double{t.alpha} * a) * t.guess_scale;
+    const double exact = GuessTarget(t, a);
     const float guess = PolyGuess(t, a);
     if (!(guess >= 0.0f) || !(std::fabs(guess - exact) < 0.25)) return false;
     const int f = std::min(static_cast<int>(guess), t.max_code);
@@ -65,14 +89,14 @@ bool VerifyPolyGuess(const LynxTables& t) {
   return true;
 }
 
-// Interpolates p(a) = y(a) / a (y the exact curve in code units) at the four Chebyshev nodes of [0, 1] and
-// returns its monomial coefficients, rounded to float.
-std::array<float, 4> FitPolyGuess(double alpha, int max_code) {
+// Interpolates p(a) = y(a) / a (y = M log1p(guess_alpha a) / log1p(alpha), the bulk in code units) at the four
+// Chebyshev nodes of [0, 1] and returns its monomial coefficients, rounded to float.
+std::array<float, 4> FitPolyGuess(double alpha, double guess_alpha, int max_code) {
   constexpr int kN = 4;
   double a[kN][kN + 1];
   for (int i = 0; i < kN; ++i) {
     const double x = 0.5 - 0.5 * std::cos(M_PI * (i + 0.5) / kN);
-    const double y = max_code * std::log1p(alpha * x) / std::log1p(alpha);
+    const double y = max_code * std::log1p(guess_alpha * x) / std::log1p(alpha);
     for (int j = 0; j < kN; ++j) a[i][j] = std::pow(x, j);
     a[i][kN] = y / x;
   }
@@ -93,22 +117,24 @@ std::array<float, 4> FitPolyGuess(double alpha, int max_code) {
   return c;
 }
 
-std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
+std::unique_ptr<LynxTables> BuildTables(float alpha, float top_width, int bits) {
   auto t = std::make_unique<LynxTables>();
   t->alpha = alpha;
   t->bits = bits;
   const int m = (1 << (bits - 1)) - 1;
   t->max_code = m;
   const double a = alpha;
+  const double w = HasKnee(top_width, m) ? top_width : 0.0;
+  t->top_width = static_cast<float>(w);
   t->thresholds.assign(m + 1, 0.0f);
   std::vector<double> exact_thresholds(m + 2, 0.0);  // [0] = 0, [M + 1] = 1: edges of the code intervals
   for (int k = 1; k <= m; ++k) {
-    exact_thresholds[k] = CurveValue(a, m, k - 0.5);
+    exact_thresholds[k] = CurveValue(a, w, m, k - 0.5);
     t->thresholds[k] = static_cast<float>(exact_thresholds[k]);
   }
   exact_thresholds[m + 1] = 1.0;
   t->full_values.resize(m + 1);
-  for (int i = 0; i <= m; ++i) t->full_values[i] = static_cast<float>(CurveValue(a, m, i));
+  for (int i = 0; i <= m; ++i) t->full_values[i] = static_cast<float>(CurveValue(a, w, m, i));
   t->full_values[0] = 0.0f;
 
   // Buckets: the smallest power of two with at most one threshold per bucket, capped at 2^13 (then several
@@ -135,6 +161,17 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
   for (int k = 1; k <= m; ++k) t->padded_thresholds[k] = t->thresholds[k];
 
   t->guess_scale = static_cast<float>(m / std::log2(1.0 + a));
+  if (w > 0) {
+    const double c0 = KneeCode(m);
+    const double slope = (m - c0) / w;
+    t->guess_alpha = static_cast<float>(a * LogCurveValue(a, m, c0) / (1.0 - w));
+    t->knee_slope = static_cast<float>(slope);
+    t->knee_offset = static_cast<float>(c0 - (1.0 - w) * slope);
+  } else {
+    t->guess_alpha = alpha;
+    t->knee_slope = 0.0f;
+    t->knee_offset = -std::numeric_limits<float>::infinity();
+  }
   t->guess_low.assign(m + 1, 0.0f);
   t->guess_high.assign(m + 1, std::numeric_limits<float>::infinity());
   for (int g = 0; g <= m; ++g) {
@@ -142,7 +179,7 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
     if (g < m) t->guess_high[g] = t->thresholds[g + 1];
   }
   t->log_guess_ok = VerifyLogGuess(*t);
-  t->guess_poly = FitPolyGuess(a, m);
+  t->guess_poly = FitPolyGuess(a, t->guess_alpha, m);
   t->poly_guess_ok = VerifyPolyGuess(*t);
 
   for (int known = 1; known <= bits; ++known) {
@@ -159,7 +196,7 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
         if (unknown == 0) {
           v = t->full_values[h];
         } else if (rule == 0) {  // kCodeCentre
-          v = CurveValue(a, m, (low + high) / 2.0);
+          v = CurveValue(a, w, m, (low + high) / 2.0);
         } else {  // kValueCentre: midpoint of [t_low, t_{high+1}) in x_final, with t_0 = 0 and t_{M+1} = 1
           v = (exact_thresholds[low] + exact_thresholds[high + 1]) / 2.0;
         }
@@ -174,20 +211,21 @@ std::unique_ptr<LynxTables> BuildTables(float alpha, int bits) {
 }  // namespace
 
 double LogGuess(const LynxTables& t, float a) {
-  const float w = 1.0f + t.alpha * a;
+  const float w = 1.0f + t.guess_alpha * a;
   int e;
   const double m = 2.0 * std::frexp(static_cast<double>(w), &e);  // [1, 2)
   const double u = (m - 1.0) / (m + 1.0);
   const double u2 = u * u;
   const double s = 2.0 / std::log(2.0) * u * (1.0 + u2 * (1.0 / 3 + u2 * (1.0 / 5)));
-  return ((e - 1) + s) * t.guess_scale;
+  const double bulk = ((e - 1) + s) * t.guess_scale;
+  return std::max(bulk, static_cast<double>(std::fmaf(a, t.knee_slope, t.knee_offset)));
 }
 
 float PolyGuess(const LynxTables& t, float a) {
   float p = std::fmaf(a, t.guess_poly[3], t.guess_poly[2]);
   p = std::fmaf(a, p, t.guess_poly[1]);
   p = std::fmaf(a, p, t.guess_poly[0]);
-  return a * p;
+  return std::max(a * p, std::fmaf(a, t.knee_slope, t.knee_offset));
 }
 
 const float* EndOffsetTable() {
@@ -265,8 +303,8 @@ std::vector<float> ConditionalMeanTable(const LynxTables& t, const uint64_t* cou
   return table;
 }
 
-std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits) {
-  // One entry per (alpha, bits), built once: building takes tens of milliseconds (the guesses are verified on
+std::shared_ptr<const LynxTables> GetLynxTables(float alpha, float top_width, int bits) {
+  // One entry per (alpha, top_width, bits), built once: building takes tens of milliseconds (the guesses are verified on
   // every probe), and a daemon's first pages of a new alpha arrive on many workers at once, which used to build
   // a copy each and slow one another down. Past kMaxCached keys, tables are built per call and not kept.
   struct Entry {
@@ -274,11 +312,12 @@ std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits) {
     std::shared_ptr<const LynxTables> tables;
   };
   static absl::Mutex mu;
-  static auto* cache = new std::map<std::pair<uint32_t, int>, std::shared_ptr<Entry>>();
+  static auto* cache = new std::map<std::tuple<uint32_t, uint32_t, int>, std::shared_ptr<Entry>>();
   constexpr size_t kMaxCached = 256;
-  uint32_t alpha_bits;
+  uint32_t alpha_bits, width_bits;
   std::memcpy(&alpha_bits, &alpha, 4);
-  const auto key = std::make_pair(alpha_bits, bits);
+  std::memcpy(&width_bits, &top_width, 4);
+  const auto key = std::make_tuple(alpha_bits, width_bits, bits);
   std::shared_ptr<Entry> entry;
   {
     absl::MutexLock lock(&mu);
@@ -290,8 +329,8 @@ std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits) {
       cache->emplace(key, entry);
     }
   }
-  if (entry == nullptr) return BuildTables(alpha, bits);
-  std::call_once(entry->once, [&] { entry->tables = BuildTables(alpha, bits); });
+  if (entry == nullptr) return BuildTables(alpha, top_width, bits);
+  std::call_once(entry->once, [&] { entry->tables = BuildTables(alpha, top_width, bits); });
   return entry->tables;
 }
 

@@ -17,15 +17,21 @@
 
 namespace kvt::codec::internal {
 
-// Everything that depends on (alpha, b) only, b = total code bits (2..8), M = 2^(b-1) - 1.
+// Everything that depends on (alpha, top width w, b) only, b = total code bits (2..8), M = 2^(b-1) - 1.
+//
+// The curve (docs/FORMAT.md "The lynx curve"): V(c) = expm1((c / M) * log1p(alpha)) / alpha, the value of the
+// (fractional) code c, with a knee when w > 0 and b = 8: the top eighth of the codes, c >= c0 = 111.5 (the 4-bit
+// anchor's outermost cell), spans [1 - w, 1] linearly, V(c) = 1 - w + w (c - c0) / (M - c0), and below c0 the
+// log curve is rescaled to end there, V(c) = (1 - w) * V0(c) / V0(c0) with V0 the plain curve. All in double.
 struct LynxTables {
   float alpha = 0;
+  float top_width = 0;  // w: 0 = no knee (also for b < 8)
   int bits = 0;  // b
   int max_code = 0;  // M
-  // thresholds[k] for k in 1..M: t_k = float(expm1(((k - 0.5) / M) * log1p(alpha)) / alpha), in double.
+  // thresholds[k] for k in 1..M: t_k = float(V(k - 0.5)).
   // The magnitude code of a = |x_final| is I = #{k in 1..M : a >= t_k}. thresholds[0] = 0 (unused).
   std::vector<float> thresholds;
-  // full_values[I] = float(expm1((I / M) * log1p(alpha)) / alpha): the full-precision reconstruction.
+  // full_values[I] = float(V(I)): the full-precision reconstruction.
   std::vector<float> full_values;
 
   // Fast exact path (implementation detail of the vectorized encoders, proven equal to the count above):
@@ -40,13 +46,19 @@ struct LynxTables {
   // then I = f + (a >= guess_high[f]) with guess_high[f] = t_{f+1} (t_{M+1} = +inf). log_guess_ok says I is f
   // or f + 1 wherever the guess was verified over [0, 1] (else the encoder uses the bucket path).
   // guess_low[g] = t_g (t_0 = 0) is kept for two-sided corrections.
+  // The guesses estimate the code as y = max(bulk(a), knee_slope * a + knee_offset) (f32 fused multiply-add),
+  // bulk(a) = log2(1 + guess_alpha * a) * guess_scale, the log part of V inverted: guess_alpha = alpha, or alpha *
+  // V0(c0) / (1 - w) with the knee, whose line is the linear top (without one: slope 0, offset -inf).
   float guess_scale = 0;  // M / log2(1 + alpha)
+  float guess_alpha = 0;
+  float knee_slope = 0, knee_offset = 0;
   bool log_guess_ok = false;
   std::vector<float> guess_low, guess_high;  // M + 1 entries each
 
   // Polynomial path of the AVX-512 VBMI encoder, for gentle curves such as the default alpha: the guess is
-  // y = a (c0 + a (c1 + a (c2 + a c3))) (PolyGuess: f32 fused multiply-adds in that order, then one f32
-  // multiply), f = min((int)y, M), and I = f + (a >= guess_high[f]) as for the log guess. poly_guess_ok says
+  // y = max(a (c0 + a (c1 + a (c2 + a c3))), knee line) (PolyGuess: f32 fused multiply-adds in that order, one
+  // f32 multiply, the line's fused multiply-add, the maximum), f = min((int)y, M), and I = f + (a >=
+  // guess_high[f]) as for the log guess. The cubic fits bulk(a). poly_guess_ok says
   // the guess is within 0.25 of the exact curve wherever checked (the log guess's dense grid and every
   // threshold), so that I is f or f + 1.
   std::array<float, 4> guess_poly{};
@@ -62,11 +74,13 @@ struct LynxTables {
   std::array<std::array<std::vector<float>, 2>, 9> decode_tables;
 };
 
-// Tables for (alpha, bits); cached, so repeated calls are cheap. Requires alpha in [kMinAlpha, kMaxAlpha], bits 2..8.
-std::shared_ptr<const LynxTables> GetLynxTables(float alpha, int bits);
+// Tables for (alpha, top_width, bits); cached, so repeated calls are cheap. Requires alpha in [kMinAlpha,
+// kMaxAlpha], top_width 0 or in [kMinTopWidth, kMaxTopWidth] (CodecOptions::Validate), bits 2..8.
+std::shared_ptr<const LynxTables> GetLynxTables(float alpha, float top_width, int bits);
 
-// The log2 guess of the AVX-512 encoder in scalar form (an estimate of y = log2(1 + alpha a) * guess_scale),
-// used to verify log_guess_ok: e + 2/ln2 (u + u^3/3 + u^5/5), u = (m - 1)/(m + 1), 1 + alpha a = m 2^e.
+// The log2 guess of the AVX-512 encoder in scalar form (an estimate of y = max(bulk(a), knee line)), used to
+// verify log_guess_ok: bulk(a) ~ (e + 2/ln2 (u + u^3/3 + u^5/5)) * guess_scale, u = (m - 1)/(m + 1),
+// 1 + guess_alpha a = m 2^e.
 double LogGuess(const LynxTables& t, float a);
 // The polynomial guess (LynxTables::guess_poly) with exactly the vector code's f32 operations.
 float PolyGuess(const LynxTables& t, float a);

@@ -1,5 +1,6 @@
 #include "codec/internal/lynx_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,21 +28,21 @@ TEST(LynxMathTest, ConcurrentFirstCallsForAnAlphaShareOneBuild) {
   for (const float alpha : {0.37f, 2.5f}) {
     std::vector<std::shared_ptr<const LynxTables>> got(8);
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = GetLynxTables(alpha, 8); });
+    for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = GetLynxTables(alpha, 0.0f, 8); });
     for (std::thread& t : threads) t.join();
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_NE(got[i], nullptr);
       EXPECT_EQ(got[i].get(), got[0].get()) << "alpha " << alpha << ", thread " << i;
     }
-    EXPECT_EQ(GetLynxTables(alpha, 8).get(), got[0].get());
+    EXPECT_EQ(GetLynxTables(alpha, 0.0f, 8).get(), got[0].get());
     EXPECT_EQ(got[0]->alpha, alpha);
-    EXPECT_NE(GetLynxTables(alpha, 4).get(), got[0].get());  // another width, other tables
+    EXPECT_NE(GetLynxTables(alpha, 0.0f, 4).get(), got[0].get());  // another width, other tables
   }
 }
 
 TEST(LynxMathTest, ThresholdCodeMatchesTheRoundedLogCurveAwayFromTies) {
   for (float alpha : {0.5f, 4.0f, 32.0f}) {
-    const auto t = GetLynxTables(alpha, 8);
+    const auto t = GetLynxTables(alpha, 0.0f, 8);
     std::mt19937 rng(1);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     for (int i = 0; i < 100000; ++i) {
@@ -55,8 +56,8 @@ TEST(LynxMathTest, ThresholdCodeMatchesTheRoundedLogCurveAwayFromTies) {
 
 TEST(LynxMathTest, BucketedFastPathEqualsTheThresholdCountEverywhere) {
   for (float alpha : {1e-3f, 0.5f, 4.0f, 60.0f, 1e4f}) {
-    for (int bits : {2, 4, 5, 8}) {
-      const auto t = GetLynxTables(alpha, bits);
+    for (int bits : {2, 4, 5, 8, 108}) {  // 108: 8 bits with the default knee
+      const auto t = bits == 108 ? GetLynxTables(alpha, CodecOptions{}.top_width, 8) : GetLynxTables(alpha, 0.0f, bits);
       std::vector<float> probes = {0.0f, 1.0f, std::numeric_limits<float>::denorm_min()};
       for (int k = 1; k <= t->max_code; ++k) {
         probes.push_back(t->thresholds[k]);
@@ -82,7 +83,7 @@ TEST(LynxMathTest, BucketedFastPathEqualsTheThresholdCountEverywhere) {
 TEST(LynxMathTest, LogGuessIsVerifiedForTheAlphaRangeAndEveryWidth) {
   for (float alpha : {1e-3f, 0.1f, 1.0f, 4.0f, 60.0f, 1e3f, 1e4f}) {
     for (int bits = 2; bits <= 8; ++bits) {
-      const auto t = GetLynxTables(alpha, bits);
+      const auto t = GetLynxTables(alpha, 0.0f, bits);
       EXPECT_TRUE(t->log_guess_ok) << alpha << " " << bits;
       // The corrected guess is the code wherever it was verified.
       std::mt19937 rng(bits);
@@ -101,7 +102,7 @@ TEST(LynxMathTest, PolyGuessIsVerifiedForGentleCurvesAndGivesTheCode) {
   // The default alpha must take the polynomial path (the AVX-512 VBMI encoder's fast guess).
   for (float alpha : {1e-3f, 0.1f, 0.5f, 1.0f}) {
     for (int bits = 2; bits <= 8; ++bits) {
-      const auto t = GetLynxTables(alpha, bits);
+      const auto t = GetLynxTables(alpha, 0.0f, bits);
       EXPECT_TRUE(t->poly_guess_ok) << alpha << " " << bits;
       std::mt19937 rng(bits);
       std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -114,11 +115,63 @@ TEST(LynxMathTest, PolyGuessIsVerifiedForGentleCurvesAndGivesTheCode) {
     }
   }
   // A steep curve is not a cubic: the encoder keeps the log guess there.
-  EXPECT_FALSE(GetLynxTables(1e4f, 8)->poly_guess_ok);
+  EXPECT_FALSE(GetLynxTables(1e4f, 0.0f, 8)->poly_guess_ok);
+}
+
+TEST(LynxMathTest, TheKneeSpansTheTopEighthLinearlyAndKeepsTheFastGuesses) {
+  for (float alpha : {1e-3f, 0.1f, 0.5f, 1.0f, 4.0f, 60.0f, 1e4f}) {
+    for (float w : {kMinTopWidth, 0.05f, 0.11f, kMaxTopWidth}) {
+      const auto t = GetLynxTables(alpha, w, 8);
+      EXPECT_EQ(t->top_width, w);
+      // The anchor's outermost cell, codes 112..127, is [1 - w, 1], its thresholds evenly spaced.
+      EXPECT_EQ(t->thresholds[112], static_cast<float>(1.0 - double{w})) << alpha << " " << w;
+      EXPECT_EQ(t->full_values[127], 1.0f);
+      for (int k = 113; k <= 127; ++k) {
+        EXPECT_NEAR(t->thresholds[k] - t->thresholds[k - 1], w / 15.5, 1e-6) << alpha << " " << w << " " << k;
+      }
+      for (int k = 2; k <= 127; ++k) ASSERT_GT(t->thresholds[k], t->thresholds[k - 1]) << alpha << " " << w;
+      // Below the knee, the plain curve scaled by (1 - w) / V0(111.5): the same shape.
+      const auto plain = GetLynxTables(alpha, 0.0f, 8);
+      const double scale = (1.0 - double{w}) / double{plain->thresholds[112]};
+      for (int k = 1; k < 112; ++k) {
+        EXPECT_NEAR(t->thresholds[k], plain->thresholds[k] * scale, 2e-6 * (1.0 + 1e-3 * alpha)) << alpha << " " << k;
+      }
+      // The log guess, with the knee's line, is verified at every alpha; the cubic on the gentle curves.
+      EXPECT_TRUE(t->log_guess_ok) << alpha << " " << w;
+      if (alpha <= 1.0f) EXPECT_TRUE(t->poly_guess_ok) << alpha << " " << w;
+      std::mt19937 rng(static_cast<unsigned>(alpha * 1000 + w * 100));
+      std::uniform_real_distribution<float> u(1.0f - 2 * w, 1.0f);  // around and above the knee
+      for (int i = 0; i < 5000; ++i) {
+        const float a = i == 0 ? 1.0f : u(rng);
+        int f = std::min(std::max(static_cast<int>(std::floor(LogGuess(*t, a))), 0), t->max_code);
+        f += a >= t->guess_high[f] ? 1 : 0;
+        ASSERT_EQ(f, MagnitudeCode(*t, a)) << alpha << " " << w << " " << a;
+        if (t->poly_guess_ok) {
+          int g = std::min(static_cast<int>(PolyGuess(*t, a)), t->max_code);
+          g += a >= t->guess_high[g] ? 1 : 0;
+          ASSERT_EQ(g, MagnitudeCode(*t, a)) << alpha << " " << w << " " << a;
+        }
+      }
+    }
+  }
+}
+
+TEST(LynxMathTest, TheKneeNarrowsTheDefaultCurvesTopCellAndLeavesOtherWidthsPlain) {
+  const CodecOptions o;
+  const auto knee = GetLynxTables(o.alpha, o.top_width, 8);
+  const auto plain = GetLynxTables(o.alpha, 0.0f, 8);
+  EXPECT_NE(knee.get(), plain.get());
+  EXPECT_GT(knee->thresholds[112], plain->thresholds[112]);  // a narrower outermost anchor cell
+  EXPECT_TRUE(knee->poly_guess_ok);                           // the AVX-512 VBMI encoder keeps its fast path
+  for (int bits : {2, 4, 5, 7}) {
+    const auto t = GetLynxTables(o.alpha, o.top_width, bits);
+    EXPECT_EQ(t->top_width, 0.0f) << bits;
+    EXPECT_EQ(t->thresholds, GetLynxTables(o.alpha, 0.0f, bits)->thresholds) << bits;
+  }
 }
 
 TEST(LynxMathTest, DecodeTablesPlaceEachPrefixInsideItsInterval) {
-  const auto t = GetLynxTables(4.0f, 8);
+  const auto t = GetLynxTables(4.0f, 0.0f, 8);
   for (AnchorRule rule : {AnchorRule::kCodeCentre, AnchorRule::kValueCentre}) {
     EXPECT_EQ(t->decode_table(8, rule)[127], t->full_values[127]);
     EXPECT_EQ(t->decode_table(8, rule)[128 + 5], -t->full_values[5]);
@@ -256,7 +309,7 @@ TEST(LynxMathTest, EndPairsPackInto23BitFieldsLsbFirst) {
 }
 
 TEST(LynxMathTest, ConditionalMeanTableIsTheCountWeightedMeanOfEachCell) {
-  const auto t = GetLynxTables(0.5f, 8);
+  const auto t = GetLynxTables(0.5f, 0.0f, 8);
   std::vector<uint64_t> count(128, 0);
   count[127] = 3;   // cell 7 (I 112..127)
   count[112] = 1;

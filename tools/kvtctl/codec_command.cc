@@ -41,6 +41,7 @@ constexpr char kCodecUsage[] =
 // Codec option flags shared by the subcommands; defaults are CodecOptions{}'s.
 struct CodecFlags {
   double alpha = codec::CodecOptions{}.alpha;
+  double top_width = codec::CodecOptions{}.top_width;
   std::string centering;
   std::string anchor_rule;
   std::string extremes;
@@ -49,6 +50,7 @@ struct CodecFlags {
 
   void Register(FlagSet& flags) {
     flags.Double("alpha", &alpha, "lynx log-curve steepness");
+    flags.Double("top-width", &top_width, "lynx curve knee: the share of the range the top eighth of the codes spans (0: none)");
     flags.String("centering", &centering, "lynx chunk centring: midrange | mean (empty: the codec default)");
     flags.String("anchor-rule", &anchor_rule,
                  "anchor-only reconstruction: conditional-mean | code-centre | value-centre (empty: the codec default)");
@@ -83,6 +85,7 @@ absl::StatusOr<bool> ParseExtremes(absl::string_view s) {
 absl::StatusOr<codec::CodecOptions> ToCodecOptions(const CodecFlags& f) {
   codec::CodecOptions o;
   o.alpha = static_cast<float>(f.alpha);
+  o.top_width = static_cast<float>(f.top_width);
   o.chunk_tokens = f.chunk_tokens;
   if (!f.centering.empty()) {
     auto c = ParseCentering(f.centering);

@@ -41,7 +41,8 @@ std::string FormatEvalTable(const EvalReport& r) {
   } else {
     absl::StrAppend(&s, "attention vNMSE: n/a (a single [T, C] tensor has no K/V pairing)\n");
   }
-  absl::StrAppendFormat(&s, "lynx options: alpha %g, %s centering, %s anchors, %s\n", r.codec.alpha,
+  absl::StrAppendFormat(&s, "lynx options: alpha %g, top width %g, %s centering, %s anchors, %s\n", r.codec.alpha,
+                        r.codec.top_width,
                         CenteringName(r.codec.centering), AnchorRuleName(r.codec.anchor_rule),
                         ExtremesName(r.codec.exact_extremes));
   absl::StrAppend(&s, "bits/value include container headers and metadata; stage 0 = anchor only; ",
@@ -90,6 +91,7 @@ nlohmann::json EvalReportJson(const EvalReport& r) {
   j["values_per_scheme"] = r.values_per_scheme;
   j["codec_options"] = {{"chunk_tokens", r.codec.chunk_tokens},
                         {"alpha", r.codec.alpha},
+                        {"top_width", r.codec.top_width},
                         {"centering", CenteringName(r.codec.centering)},
                         {"anchor_rule", AnchorRuleName(r.codec.anchor_rule)},
                         {"exact_extremes", r.codec.exact_extremes}};
