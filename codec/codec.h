@@ -50,7 +50,8 @@ absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const M
                         const CodecOptions& options = CodecOptions{});
 
 // Builds what every page of `scheme` under `options` shares, now rather than at the first page: lynx's
-// quantizer tables for options.alpha (tens of milliseconds, once per alpha and code width in a process).
+// quantizer tables for options.alpha and top_width (tens of milliseconds, once per curve and code width in a
+// process).
 // A daemon calls it at start so that its first request does not wait. Thread-safe; concurrent first uses build
 // once. INVALID_ARGUMENT for invalid options or scheme.
 absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options = CodecOptions{});

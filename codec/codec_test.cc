@@ -268,6 +268,34 @@ TEST_P(CodecImplTest, StridedPagesEncodeLikeDensePages) {
   }
 }
 
+TEST_P(CodecImplTest, EveryKneeWidthEncodesAsTheReferenceAndDecodesWithTheContainersCurve) {
+  const TestPage page = RealisticPage(256, 128, 21);
+  for (const char* name : {"lynx", "lynx8", "lynx-a2r2r4"}) {
+    std::vector<float> previous_full;
+    for (float w : {0.0f, kMinTopWidth, 0.05f, kMaxTopWidth}) {
+      CodecOptions o = Options();
+      o.top_width = w;
+      CodecOptions ref = o;
+      ref.impl = CodecImpl::kReference;
+      absl::StatusOr<EncodedPage> got = EncodePage(MustParse(name), o, page.view());
+      absl::StatusOr<EncodedPage> want = EncodePage(MustParse(name), ref, page.view());
+      ASSERT_TRUE(got.ok() && want.ok()) << name << " " << w;
+      EXPECT_EQ(got->bytes, want->bytes) << name << " " << w;
+      EXPECT_EQ(got->layout.top_width, w);
+      // The decoder takes the curve from the container, whatever its own options say.
+      const int stages = got->layout.scheme.num_streams();
+      CodecOptions other = Options();
+      other.top_width = w == 0.0f ? CodecOptions{}.top_width : 0.0f;
+      const std::vector<float> full = Decode(*got, stages, o);
+      EXPECT_EQ(Decode(*got, stages, other), full) << name << " " << w;
+      EXPECT_EQ(Decode(*got, 1, other), Decode(*got, 1, o)) << name << " " << w;
+      EXPECT_LT(Nmse(page.data, full), 1e-4) << name << " " << w;
+      EXPECT_NE(full, previous_full) << name << " " << w << ": the width changed no value";
+      previous_full = full;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllImpls, CodecImplTest,
                          ::testing::Values(CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512),
                          [](const auto& info) { return std::string(ImplName(info.param)); });
@@ -306,6 +334,15 @@ TEST(CodecArgumentsTest, BadPagesAndOptionsAreInvalidArguments) {
   EXPECT_EQ(EncodePage(lynx, bad_alpha, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
   bad_alpha.alpha = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(EncodePage(lynx, bad_alpha, page.view()).status().code(), absl::StatusCode::kInvalidArgument);
+  // top_width: 0 or [kMinTopWidth, kMaxTopWidth]; -0 too is refused (the header keeps the bits it is given).
+  for (float w : {-0.0f, -0.05f, 0.01f, 0.13f, std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::infinity()}) {
+    CodecOptions bad_width;
+    bad_width.top_width = w;
+    const absl::Status st = EncodePage(lynx, bad_width, page.view()).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << w;
+    EXPECT_NE(st.message().find("top_width"), std::string::npos) << st;
+  }
   CodecOptions chunk_24;
   chunk_24.chunk_tokens = 24;  // 64 tokens is not a whole number of 24-token chunks
   EXPECT_EQ(EncodePage(lynx, chunk_24, page.view()).status().code(), absl::StatusCode::kInvalidArgument);

@@ -14,7 +14,7 @@ absl::Status CodecOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("CodecOptions.alpha = ", alpha, " outside [", kMinAlpha, ", ", kMaxAlpha, "]"));
   }
-  if (!std::isfinite(top_width) ||
+  if (!std::isfinite(top_width) || std::signbit(top_width) ||
       (top_width != 0.0f && !(top_width >= kMinTopWidth && top_width <= kMaxTopWidth))) {
     return absl::InvalidArgumentError(absl::StrCat("CodecOptions.top_width = ", top_width, " is neither 0 nor in [",
                                                    kMinTopWidth, ", ", kMaxTopWidth, "]"));

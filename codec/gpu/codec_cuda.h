@@ -65,7 +65,8 @@ int BlocksPerPage(const PagedKvView& kv, int tokens);
 // minus the header, split at the metadata/codes boundary). Owns its memory. Not thread-safe.
 class DeviceEncodedPages {
  public:
-  // `layout` describes one page (scheme, tokens, channels, chunk_tokens, alpha); CRCs are ignored.
+  // `layout` describes one page (scheme, tokens, channels, chunk_tokens, alpha, top_width); CRCs are
+  // ignored.
   static absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> Create(const ContainerLayout& layout, int num_pages);
 
   const ContainerLayout& layout() const { return layout_; }
@@ -131,7 +132,8 @@ class DeviceEncodedPages {
 // ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------
 
 // Encodes pages [0, out.num_pages()) of `src`, page p made of the blocks device_block_ids[p * BlocksPerPage ..],
-// into `out` (whose layout names the scheme and page shape; options.chunk_tokens and alpha must agree with it).
+// into `out` (whose layout names the scheme and page shape; options.chunk_tokens, alpha and top_width must agree
+// with it).
 // Argument errors are returned at once; errors found on the device (a NaN/Inf in the input, a block id out of
 // range) are reported by CheckDeviceStatus after the stream is synchronized. UNIMPLEMENTED for spike reserving.
 absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView& src, const int32_t* device_block_ids,
@@ -170,7 +172,7 @@ struct PageStaging {
   std::unique_ptr<DeviceEncodedPages> pages;
   std::unique_ptr<DeviceBuffer> block_ids;
   bool pinned_host = true;  // the staging's host mirror is pinned (DeviceEncodedPages::set_pinned_host)
-  // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, flags).
+  // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, top_width, flags).
   bool Fits(const ContainerLayout& layout, int num_pages) const;
 };
 

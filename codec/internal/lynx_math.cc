@@ -41,7 +41,7 @@ double GuessTarget(const LynxTables& t, float a) {
   return std::max(bulk, double{t.knee_slope} * a + double{t.knee_offset});
 }
 
-// The guess must be within 0.3 of the exact log curve, so that I is floor(guess) or one more (I's float
+// The guess must be within 0.3 of its target (GuessTarget: the curve's inverse), so that I is floor(guess) or one more (I's float
 // thresholds sit within rounding of the half-integers, so y in [f - 0.3, f + 1.3) crosses only t_{f+1}), checked on a dense grid and around every threshold. The vector code adds the
 // error of its 14-bit reciprocal estimate of 1 / (m + 1): u off by at most 2^-14 relative, so y off by at most
 // guess_scale * 2/ln2 * u * 2^-14 <= M * 0.35 * 2.89 * 6.1e-5 < 0.008 (u <= alpha / (2 + alpha) and
@@ -74,7 +74,8 @@ bool VerifyLogGuess(const LynxTables& t) {
 
 // The polynomial guess is computed exactly as the vector code does (PolyGuess), so the check needs no allowance
 // for the vector arithmetic: within 0.25 of the curve on the probes; between grid points (2^-16 apart) the curve
-// moves by at most M * alpha / ln(1 + alpha) * 2^-16 < 0.01 for the alphas that pass, and the cubic is smooth.
+// moves by at most its steepest slope * 2^-16: M * alpha / ln(1 + alpha) * 2^-16 < 0.01 for the alphas that
+// pass, and the knee's line (M - c0) / w <= 775 codes per unit gives < 0.012; the cubic is smooth.
 // y >= 0 (a >= 0 and a positive polynomial), so the truncation is the floor.
 bool VerifyPolyGuess(const LynxTables& t) {
   for (float a : GuessProbes(t)) {
