@@ -1,6 +1,7 @@
 #include "server/decode_side.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -162,7 +163,15 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
           ++available;
         }
         page.stages_available = available;
-        if (page.stages_available > page.stages_decoded && !page.decode_scheduled) {
+        if (region_->on_gpu()) {
+          // One task per layer and kind decodes whatever has arrived in batches: a launch per batch, not per page.
+          bool& scheduled = layers_[layer].gpu_task_scheduled[page.plan.spec.kind];
+          if (page.stages_available > page.stages_decoded && !scheduled) {
+            scheduled = true;
+            ++active_tasks_;
+            schedule = true;
+          }
+        } else if (page.stages_available > page.stages_decoded && !page.decode_scheduled) {
           page.decode_scheduled = true;
           ++active_tasks_;
           schedule = true;
@@ -171,7 +180,12 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     }
     if (schedule) {
       std::shared_ptr<InboundRequest> self = shared_from_this();
-      context_->workers->Submit([self, layer, page = h.page] { self->DecodeTask(layer, page); });
+      if (region_->on_gpu()) {
+        const uint32_t kind = layers_[layer].pages[h.page].plan.spec.kind;  // fixed since Accept
+        context_->workers->Submit([self, layer, kind] { self->GpuDecodeTask(layer, kind); });
+      } else {
+        context_->workers->Submit([self, layer, page = h.page] { self->DecodeTask(layer, page); });
+      }
     }
   }
 
@@ -253,6 +267,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     std::vector<PageState> pages;
     size_t pages_anchor = 0;
     size_t pages_full = 0;
+    // GPU regions: whether a GpuDecodeTask drains this layer's decodable pages of kind K (0) or V (1).
+    std::array<bool, 2> gpu_task_scheduled{};
   };
 
   void DecodeTask(uint32_t layer, uint32_t page_index) {
@@ -292,35 +308,111 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       bool done = false;
       {
         kvt::MutexLock lock(&mu_);
-        PageState& page = layers_[layer].pages[page_index];
-        LayerState& ls = layers_[layer];
-        const int full = static_cast<int>(page.plan.stream_bytes.size());
-        if (page.stages_decoded == 0) {
-          if (++ls.pages_anchor == ls.pages.size()) {
-            record_->events.Add(EventKind::kAnchorReady, layer);
-            if (record_->layers_anchor_ready.fetch_add(1) + 1 == layers_.size()) {
-              context_->metrics->AnchorLatency(absl::Now() - opened_at_);
-            }
-          }
-        }
-        page.stages_decoded = stages;
-        if (stages == full) {
-          std::vector<uint8_t>().swap(page.container);
-          if (++ls.pages_full == ls.pages.size()) {
-            record_->events.Add(EventKind::kFullReady, layer);
-            if (record_->layers_full_ready.fetch_add(1) + 1 == layers_.size()) {
-              context_->metrics->FullLatency(absl::Now() - opened_at_);
-              done = true;
-            }
-          }
-        }
+        done = PageDecodedLocked(layer, page_index, stages);
       }
       if (done) Finish(absl::OkStatus());
     }
   }
 
+  // GPU regions: decodes layer `layer`'s pages of `kind` as they become decodable, each round one batch of pages
+  // with the same number of complete streams and length (one upload, launch and synchronization; pages still
+  // without their anchor first), until none is left.
+  void GpuDecodeTask(uint32_t layer, uint32_t kind) {
+    while (true) {
+      std::vector<uint32_t> batch;
+      std::vector<PageSpec> specs;
+      std::vector<absl::Span<const uint8_t>> containers;
+      int stages = 0;
+      {
+        kvt::MutexLock lock(&mu_);
+        LayerState& ls = layers_[layer];
+        if (!finished_ && status_.ok()) {
+          // Pages still without their anchor go first: they are what the engine waits on.
+          bool fresh = false;
+          for (const PageState& page : ls.pages) {
+            fresh = fresh || (page.plan.spec.kind == kind && page.stages_decoded == 0 && page.stages_available > 0);
+          }
+          for (uint32_t i = 0; i < ls.pages.size(); ++i) {
+            PageState& page = ls.pages[i];
+            if (page.plan.spec.kind != kind || page.stages_available <= page.stages_decoded ||
+                (page.stages_decoded == 0) != fresh) {
+              continue;
+            }
+            if (stages == 0) stages = page.stages_available;
+            // One page length a launch (a request's last page may be shorter) and one stage count.
+            if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens)) {
+              continue;
+            }
+            page.decode_scheduled = true;  // Finish leaves its container alone
+            batch.push_back(i);
+            specs.push_back(page.plan.spec);
+            containers.emplace_back(page.container.data(), page.container.size());
+          }
+        }
+        if (batch.empty()) {
+          ls.gpu_task_scheduled[kind] = false;
+          if (finished_ || !status_.ok()) {
+            for (PageState& p : ls.pages) {
+              if (p.plan.spec.kind == kind) std::vector<uint8_t>().swap(p.container);
+            }
+          }
+          TaskEndedLocked();
+          return;
+        }
+      }
+      const absl::Time start = absl::Now();
+      // The pump writes only streams >= `stages` of these containers meanwhile; these bytes are stable.
+      absl::Status s = DecodePagesOnGpu(*region_, args_.block_ids, specs, containers, stages);
+      context_->metrics->DecodeLatency(absl::Now() - start);
+      bool done = false;
+      {
+        kvt::MutexLock lock(&mu_);
+        for (uint32_t i : batch) {
+          layers_[layer].pages[i].decode_scheduled = false;
+          if (s.ok()) done = PageDecodedLocked(layer, i, stages) || done;
+        }
+      }
+      if (!s.ok()) {
+        Fail(absl::Status(s.code(), absl::StrFormat("layer %d kind %d pages %d..%d: %s", layer, kind, batch.front(),
+                                                    batch.back(), s.message())),
+             /*notify_peer=*/true);
+        // The next round sees the failure, frees the layer's containers and ends the task.
+        continue;
+      }
+      if (done) Finish(absl::OkStatus());
+    }
+  }
+
+  // Records that page `page_index` of `layer` now holds `stages` decoded stages: the layer's anchor and full
+  // events, and the page's container freed once full. Returns whether that completed the request.
+  bool PageDecodedLocked(uint32_t layer, uint32_t page_index, int stages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    PageState& page = layers_[layer].pages[page_index];
+    LayerState& ls = layers_[layer];
+    const int full = static_cast<int>(page.plan.stream_bytes.size());
+    bool done = false;
+    if (page.stages_decoded == 0) {
+      if (++ls.pages_anchor == ls.pages.size()) {
+        record_->events.Add(EventKind::kAnchorReady, layer);
+        if (record_->layers_anchor_ready.fetch_add(1) + 1 == layers_.size()) {
+          context_->metrics->AnchorLatency(absl::Now() - opened_at_);
+        }
+      }
+    }
+    page.stages_decoded = stages;
+    if (stages == full) {
+      std::vector<uint8_t>().swap(page.container);
+      if (++ls.pages_full == ls.pages.size()) {
+        record_->events.Add(EventKind::kFullReady, layer);
+        if (record_->layers_full_ready.fetch_add(1) + 1 == layers_.size()) {
+          context_->metrics->FullLatency(absl::Now() - opened_at_);
+          done = true;
+        }
+      }
+    }
+    return done;
+  }
+
   absl::Status DecodeAndScatter(const PageSpec& spec, absl::Span<const uint8_t> container, int stages) {
-    if (region_->on_gpu()) return DecodePageOnGpu(*region_, args_.block_ids, spec, container, stages);
     thread_local std::vector<float> values;
     values.resize(static_cast<size_t>(spec.tokens) * channels_);
     codec::MutablePageView out{values.data(), static_cast<int>(spec.tokens), static_cast<int>(channels_)};

@@ -222,14 +222,30 @@ absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<c
   return EncodedLayer(std::move(streams), std::move(buffers));
 }
 
-absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> block_ids, const PageSpec& page,
-                             absl::Span<const uint8_t> container, int stages) {
+absl::Status DecodePagesOnGpu(const Region& region, absl::Span<const uint32_t> block_ids,
+                              absl::Span<const PageSpec> pages, absl::Span<const absl::Span<const uint8_t>> containers,
+                              int stages) {
+  if (pages.empty() || pages.size() != containers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a GPU decode batch needs one container per page (%d pages, %d containers)", pages.size(),
+                        containers.size()));
+  }
+  const PageSpec& first = pages[0];
+  std::vector<int32_t> ids;
+  for (const PageSpec& p : pages) {
+    if (p.layer != first.layer || p.kind != first.kind || p.tokens != first.tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a GPU decode batch takes pages of one layer, kind and length: layer %d kind %d %d tokens after layer %d "
+          "kind %d %d tokens",
+          p.layer, p.kind, p.tokens, first.layer, first.kind, first.tokens));
+    }
+    const std::vector<int32_t> page_ids = PageBlocks(region.layout(), block_ids, p);
+    ids.insert(ids.end(), page_ids.begin(), page_ids.end());
+  }
   KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
-  const std::vector<int32_t> ids = PageBlocks(region.layout(), block_ids, page);
-  const absl::Span<const uint8_t> containers[] = {container};
   KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
   return codec::gpu::DecodePagesCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
-                                         View(region, page.layer, page.kind), ids, slot->stream->get());
+                                         View(region, first.layer, first.kind), ids, slot->stream->get());
 }
 
 }  // namespace kvt::server

@@ -31,10 +31,12 @@ absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<c
                                               absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
                                               int chunk_tokens, const codec::gpu::PageLoop& seal_loop = nullptr);
 
-// Decodes one page's container with its first `stages` streams into `region`'s blocks (all of the page's heads:
-// the GPU path does not re-slice heads).
-absl::Status DecodePageOnGpu(const Region& region, absl::Span<const uint32_t> block_ids, const PageSpec& page,
-                             absl::Span<const uint8_t> container, int stages);
+// Decodes `pages` (one layer and kind, one page length), page i from containers[i] with its first `stages`
+// streams, into `region`'s blocks (all of the pages' heads: the GPU path does not re-slice heads): one upload,
+// one launch and one synchronization for the batch. INVALID_ARGUMENT for an empty or mixed batch.
+absl::Status DecodePagesOnGpu(const Region& region, absl::Span<const uint32_t> block_ids,
+                              absl::Span<const PageSpec> pages, absl::Span<const absl::Span<const uint8_t>> containers,
+                              int stages);
 
 }  // namespace kvt::server
 

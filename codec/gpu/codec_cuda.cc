@@ -224,9 +224,9 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   p->layout_ = shape;
   ComputeLayout(p->layout_);
   p->num_pages_ = num_pages;
+  p->capacity_ = num_pages;
   p->meta_bytes_ = MetaBytes(p->layout_);
   p->meta_stride_ = RoundUp(p->meta_bytes_);
-  size_t offset = p->meta_stride_ * num_pages;
   for (int i = 0; i < shape.scheme.num_streams(); ++i) {
     p->codes_bytes_[i] = CodesBytes(p->layout_, i);
     const size_t payload = p->codes_bytes_[i] + (i == 0 ? p->meta_bytes_ : 0);
@@ -235,10 +235,9 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
                                               " bytes) disagrees with the container layout"));
     }
     p->codes_stride_[i] = RoundUp(p->codes_bytes_[i]);
-    p->codes_offset_[i] = offset;
-    offset += p->codes_stride_[i] * num_pages;
   }
-  KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(offset));
+  p->LayOut();
+  KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(p->used_bytes()));
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
     // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), kTileGroupCounts per
     // (page, tile group) (the tile encoder), one arrival counter per page (zero here; each tile launch leaves it
@@ -255,6 +254,30 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   KVT_RETURN_IF_ERROR(CopyToDevice(p->status_->get(), &clean, sizeof(clean)));
   KVT_RETURN_IF_ERROR(Synchronize());
   return p;
+}
+
+void DeviceEncodedPages::LayOut() {
+  size_t offset = meta_stride_ * num_pages_;
+  for (int i = 0; i < layout_.scheme.num_streams(); ++i) {
+    codes_offset_[i] = offset;
+    offset += codes_stride_[i] * num_pages_;
+  }
+}
+
+size_t DeviceEncodedPages::used_bytes() const {
+  size_t bytes = meta_stride_ * num_pages_;
+  for (int i = 0; i < layout_.scheme.num_streams(); ++i) bytes += codes_stride_[i] * num_pages_;
+  return bytes;
+}
+
+absl::Status DeviceEncodedPages::SetNumPages(int num_pages) {
+  if (num_pages < 1 || num_pages > capacity_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", num_pages, " pages in staging for 1..", capacity_));
+  }
+  num_pages_ = num_pages;
+  LayOut();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const void*> DeviceEncodedPages::StageTables(int slot, const void* bytes, size_t n,
@@ -363,7 +386,7 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
       std::memcpy(host + codes_offset_[i] + p * codes_stride_[i], payload, codes_bytes_[i]);
     }
   }
-  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, buffer_->size(), stream));
+  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, used_bytes(), stream));
   return Synchronize(stream);
 }
 
@@ -512,6 +535,7 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
     staging.pages->set_pinned_host(staging.pinned_host);
   }
   DeviceEncodedPages& out = *staging.pages;
+  KVT_RETURN_IF_ERROR(out.SetNumPages(num_pages));  // a decode may have laid out a smaller batch
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, staging.block_ids, stream));
   KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, out, stream));
   KVT_RETURN_IF_ERROR(CheckDeviceStatus(out, stream));
@@ -557,12 +581,13 @@ absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span
     return absl::InvalidArgumentError(absl::StrCat(block_ids.size(), " block ids name ", num_pages, " pages but ",
                                                    containers.size(), " containers were given"));
   }
-  if (!staging.Fits(layout, num_pages)) {
+  if (!staging.FitsUpTo(layout, num_pages)) {
     staging.pages.reset();
     KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));
     staging.pages->set_pinned_host(staging.pinned_host);
   }
   DeviceEncodedPages& in = *staging.pages;
+  KVT_RETURN_IF_ERROR(in.SetNumPages(num_pages));
   KVT_RETURN_IF_ERROR(in.FromContainers(containers, stages, stream));
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, staging.block_ids, stream));
   KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(in, stages, options, dst, d_ids, stream));
@@ -610,7 +635,11 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
 }
 
 bool PageStaging::Fits(const ContainerLayout& layout, int num_pages) const {
-  return pages != nullptr && pages->num_pages() == num_pages && SamePageShape(pages->layout(), layout);
+  return pages != nullptr && pages->capacity() == num_pages && SamePageShape(pages->layout(), layout);
+}
+
+bool PageStaging::FitsUpTo(const ContainerLayout& layout, int num_pages) const {
+  return pages != nullptr && pages->capacity() >= num_pages && SamePageShape(pages->layout(), layout);
 }
 
 absl::Status DecodePagesCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,

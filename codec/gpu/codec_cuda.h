@@ -71,6 +71,11 @@ class DeviceEncodedPages {
 
   const ContainerLayout& layout() const { return layout_; }
   int num_pages() const { return num_pages_; }
+  // The most pages the memory holds (Create's num_pages).
+  int capacity() const { return capacity_; }
+  // Lays out a batch of `num_pages` (1..capacity) in the same memory, so that a caller decoding batches of
+  // varying size allocates once. The pages' contents are undefined afterwards.
+  absl::Status SetNumPages(int num_pages);
   size_t meta_bytes() const { return meta_bytes_; }       // stream 0's metadata per page (0 for bf16)
   size_t codes_bytes(int stream) const { return codes_bytes_[stream]; }
   size_t meta_stride() const { return meta_stride_; }
@@ -110,7 +115,13 @@ class DeviceEncodedPages {
   DeviceEncodedPages() = default;
 
   ContainerLayout layout_;
+  // codes_offset_ for num_pages_ pages.
+  void LayOut();
+  // Bytes [0, used_bytes()) of the buffer hold the batch's pages.
+  size_t used_bytes() const;
+
   int num_pages_ = 0;
+  int capacity_ = 0;
   size_t meta_bytes_ = 0, meta_stride_ = 0;
   std::array<size_t, kMaxStreams> codes_bytes_{}, codes_stride_{}, codes_offset_{};
   std::unique_ptr<DeviceBuffer> buffer_;
@@ -165,15 +176,17 @@ absl::Status DecodePagesCuda(absl::Span<const absl::Span<const uint8_t>> contain
                              absl::Span<const int32_t> block_ids, CudaStream stream = {});
 
 // Device memory kept between calls by a caller that encodes or decodes one batch after another (the daemon
-// decodes each page as it lands, and encodes layer by layer): the staging of the last batch's layout and page
+// decodes the pages that have landed, and encodes layer by layer): the staging of the last batch's layout and page
 // count, with its pinned host mirror, and the block-id buffer. The plain calls allocate all of it per call, and
 // each cudaFree waits for the whole device. Not thread-safe.
 struct PageStaging {
   std::unique_ptr<DeviceEncodedPages> pages;
   std::unique_ptr<DeviceBuffer> block_ids;
   bool pinned_host = true;  // the staging's host mirror is pinned (DeviceEncodedPages::set_pinned_host)
-  // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, top_width, flags).
+  // Whether `pages` holds num_pages pages of this layout (scheme, dims, chunk, alpha, top_width, flags): exactly
+  // (Fits, the encoders: their scratch is sized by the batch) or at most (FitsUpTo, the decoders).
   bool Fits(const ContainerLayout& layout, int num_pages) const;
+  bool FitsUpTo(const ContainerLayout& layout, int num_pages) const;
 };
 
 // EncodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes

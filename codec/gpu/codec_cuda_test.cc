@@ -586,7 +586,10 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
       {"lynx", 256, 512, 1, 1, false, "new"},         {"lynx", 256, 512, 1, 2, false, "kept"},
       {"lynx", 256, 512, 1, 1, true, "kept"},         {"lynx", 256, 512, 1, 1, false, "new"},
       {"int8", 128, 256, 1, 1, false, "new"},         {"lynx-a2r2r4", 256, 512, 1, 2, false, "new"},
-      {"lynx-a2r2r4", 256, 512, 1, 3, false, "kept"}, {"lynx", 256, 512, 2, 2, false, "new"},
+      {"lynx-a2r2r4", 256, 512, 1, 3, false, "kept"}, {"lynx", 256, 512, 3, 2, false, "new"},
+      // Batches of varying size share the largest one's memory (the daemon decodes what has arrived).
+      {"lynx", 256, 512, 1, 1, false, "kept"},        {"lynx", 256, 512, 2, 2, false, "kept"},
+      {"lynx", 256, 512, 3, 1, false, "kept"},        {"lynx", 256, 512, 4, 2, false, "new"},
   };
   PageStaging staging;
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -612,7 +615,7 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
     DeviceKv kept(KvDType::kBfloat16, KvLayout::kNHD, step.pages * bpp + 3, 16, heads, 128);
     absl::StatusOr<ContainerLayout> layout = ParseContainerHeader(enc[0].bytes);
     ASSERT_TRUE(layout.ok()) << layout.status();
-    EXPECT_EQ(staging.Fits(*layout, step.pages), std::string(step.staging) == "kept");
+    EXPECT_EQ(staging.FitsUpTo(*layout, step.pages), std::string(step.staging) == "kept");
     const absl::Status a = DecodePagesCuda(spans, step.stages, CodecOptions{}, fresh.view(), ids);
     const absl::Status b = DecodePagesCudaWith(staging, spans, step.stages, CodecOptions{}, kept.view(), ids);
     EXPECT_EQ(a.code(), b.code()) << a << " / " << b;
@@ -621,7 +624,8 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
       EXPECT_EQ(staging.pages, nullptr) << "a failed call must drop the staging";
       continue;
     }
-    EXPECT_TRUE(staging.Fits(*layout, step.pages));
+    EXPECT_TRUE(staging.FitsUpTo(*layout, step.pages));
+    EXPECT_EQ(staging.pages->num_pages(), step.pages);
     ASSERT_TRUE(b.ok()) << b;
     fresh.Download();
     kept.Download();
@@ -638,6 +642,41 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
     }
     EXPECT_EQ(mismatches, 0u);
   }
+}
+
+TEST(CudaDecodeTest, AnEncodeAfterASmallerDecodeInTheSameStagingLaysOutItsWholeBatch) {
+  SKIP_WITHOUT_CUDA();
+  const Scheme lynx = MustParse("lynx");
+  DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 4, 128);
+  std::vector<int32_t> ids(32);
+  for (int i = 0; i < 32; ++i) ids[i] = 31 - i;
+  src.Place(Realistic(256, 512, 50), 256, ids, 0);
+  src.Place(Realistic(256, 512, 51), 256, ids, 1);
+  src.Upload();
+  absl::StatusOr<std::vector<EncodedPage>> want = EncodePagesCuda(lynx, CodecOptions{}, src.view(), 256, ids);
+  ASSERT_TRUE(want.ok()) << want.status();
+  PageStaging staging;
+  absl::StatusOr<std::vector<EncodedPage>> first = EncodePagesCudaWith(staging, lynx, CodecOptions{}, src.view(), 256, ids);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(staging.pages->capacity(), 2);
+  // One page decoded through the same staging lays out a batch of one in its memory.
+  DeviceKv dst(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 4, 128);
+  const absl::Span<const uint8_t> one[] = {(*want)[0].bytes};
+  const std::vector<int32_t> one_ids(ids.begin(), ids.begin() + 16);
+  const absl::Status decoded = DecodePagesCudaWith(staging, one, 2, CodecOptions{}, dst.view(), one_ids);
+  ASSERT_TRUE(decoded.ok()) << decoded;
+  EXPECT_EQ(staging.pages->num_pages(), 1);
+  EXPECT_EQ(staging.pages->capacity(), 2);
+  // The next encode of two pages must lay out two again, not write the second page past the first's layout.
+  absl::StatusOr<std::vector<EncodedPage>> again = EncodePagesCudaWith(staging, lynx, CodecOptions{}, src.view(), 256, ids);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->size(), 2u);
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_EQ((*first)[p].bytes, (*want)[p].bytes) << "page " << p;
+    EXPECT_EQ((*again)[p].bytes, (*want)[p].bytes) << "page " << p;
+  }
+  EXPECT_EQ(staging.pages->SetNumPages(3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(staging.pages->SetNumPages(0).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
