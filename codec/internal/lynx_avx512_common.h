@@ -21,9 +21,10 @@ KVT_AVX512 inline __m512 WithKnee(__m512 y, __m512 a, __m512 knee_slope, __m512 
 }
 
 // floor(LogGuess) (lynx_math.h) in vector form, clamped to [0, M]: the code is this or one more when
-// tables.log_guess_ok. alpha is tables.guess_alpha.
-KVT_AVX512 inline __m512i GuessCode(__m512 a, __m512 alpha, __m512 scale, __m512 knee_slope, __m512 knee_offset,
-                                    __m512i max_code) {
+// tables.log_guess_ok. alpha is tables.guess_alpha; `knee` says whether the tables have one (without, the
+// line is -inf and its two operations are skipped).
+KVT_AVX512 inline __m512i GuessCode(__m512 a, __m512 alpha, __m512 scale, bool knee, __m512 knee_slope,
+                                    __m512 knee_offset, __m512i max_code) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 w = _mm512_add_ps(one, _mm512_mul_ps(alpha, a));
   const __m512 e = _mm512_getexp_ps(w);
@@ -34,7 +35,8 @@ KVT_AVX512 inline __m512i GuessCode(__m512 a, __m512 alpha, __m512 scale, __m512
   __m512 p = _mm512_add_ps(_mm512_set1_ps(1.0f / 3), _mm512_mul_ps(u2, _mm512_set1_ps(1.0f / 5)));
   p = _mm512_add_ps(one, _mm512_mul_ps(u2, p));
   const __m512 log2m = _mm512_mul_ps(_mm512_mul_ps(u, p), _mm512_set1_ps(2.8853900817779268f));  // 2 / ln 2
-  const __m512 y = WithKnee(_mm512_mul_ps(_mm512_add_ps(e, log2m), scale), a, knee_slope, knee_offset);
+  __m512 y = _mm512_mul_ps(_mm512_add_ps(e, log2m), scale);
+  if (knee) y = WithKnee(y, a, knee_slope, knee_offset);
   const __m512i f = _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);  // floor
   return _mm512_min_epi32(_mm512_max_epi32(f, _mm512_setzero_si512()), max_code);
 }

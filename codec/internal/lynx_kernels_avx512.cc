@@ -283,6 +283,7 @@ KVT_AVX512 void CodesGuess(const PageView& page, const LynxPageMeta& meta, const
   LoadTable(tables.guess_high, high);
   const __m512 alpha = _mm512_set1_ps(tables.guess_alpha), scale = _mm512_set1_ps(tables.guess_scale);
   const __m512 knee_slope = _mm512_set1_ps(tables.knee_slope), knee_offset = _mm512_set1_ps(tables.knee_offset);
+  const bool knee = tables.top_width > 0.0f;
   const __m512i max_code = _mm512_set1_epi32(tables.max_code);
   const __m512i ones = _mm512_set1_epi32(1);
   const __m512i sign_code = _mm512_set1_epi32(1 << (tables.bits - 1));
@@ -293,7 +294,7 @@ KVT_AVX512 void CodesGuess(const PageView& page, const LynxPageMeta& meta, const
     for (int c0 = 0; c0 < full; c0 += kLanes) {
       __mmask16 neg;
       const __m512 a = FinalValues(row + c0, meta.mu.data() + k + c0, meta.inv_sigma.data() + k + c0, neg);
-      const __m512i f = GuessCode(a, alpha, scale, knee_slope, knee_offset, max_code);
+      const __m512i f = GuessCode(a, alpha, scale, knee, knee_slope, knee_offset, max_code);
       __m512i code = _mm512_mask_add_epi32(f, _mm512_cmp_ps_mask(a, Lookup<kRegs>(high, f), _CMP_GE_OQ), f, ones);
       code = _mm512_mask_or_epi32(code, neg, code, sign_code);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c0), _mm512_cvtepi32_epi8(code));

@@ -71,7 +71,8 @@ template <bool kPoly>
 struct NibbleCoder {
   __m512 c0, c1, c2, c3;        // polynomial
   __m512 alpha, scale;          // log guess
-  __m512 knee_slope, knee_offset;  // both
+  __m512 knee_slope, knee_offset;  // both, when `knee`
+  bool knee;
   __m512i max_code, sign_code, bcast, one;
   __m512i small;                // kSmall: guess_high as one register
   BytePlaneTable high;
@@ -91,6 +92,7 @@ struct NibbleCoder {
     alpha = _mm512_set1_ps(t.guess_alpha);
     knee_slope = _mm512_set1_ps(t.knee_slope);
     knee_offset = _mm512_set1_ps(t.knee_offset);
+    knee = t.top_width > 0.0f;
     scale = _mm512_set1_ps(t.guess_scale);
     max_code = _mm512_set1_epi32(t.max_code);
     sign_code = _mm512_set1_epi32(1 << (t.bits - 1));
@@ -128,13 +130,17 @@ struct NibbleCoder {
       for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], p[v], c1);
 #pragma GCC unroll 4
       for (int v = 0; v < kN; ++v) p[v] = _mm512_fmadd_ps(a[v], p[v], c0);
+      if (knee) {  // the verified guess stays below M + 1: the line replaces the clamp
 #pragma GCC unroll 4
-      for (int v = 0; v < kN; ++v)
-        f[v] = _mm512_min_epi32(
-            _mm512_cvttps_epi32(avx512::WithKnee(_mm512_mul_ps(a[v], p[v]), a[v], knee_slope, knee_offset)), max_code);
+        for (int v = 0; v < kN; ++v)
+          f[v] = _mm512_cvttps_epi32(avx512::WithKnee(_mm512_mul_ps(a[v], p[v]), a[v], knee_slope, knee_offset));
+      } else {
+#pragma GCC unroll 4
+        for (int v = 0; v < kN; ++v) f[v] = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(a[v], p[v])), max_code);
+      }
     } else {
 #pragma GCC unroll 4
-      for (int v = 0; v < kN; ++v) f[v] = GuessCode(a[v], alpha, scale, knee_slope, knee_offset, max_code);
+      for (int v = 0; v < kN; ++v) f[v] = GuessCode(a[v], alpha, scale, knee, knee_slope, knee_offset, max_code);
     }
     // a >= guess_high[f] compared as integers (both non-negative floats).
     __m512i th[kN];

@@ -83,6 +83,7 @@ bool VerifyPolyGuess(const LynxTables& t) {
     const double exact = GuessTarget(t, a);
     const float guess = PolyGuess(t, a);
     if (!(guess >= 0.0f) || !(std::fabs(guess - exact) < 0.25)) return false;
+    if (t.top_width > 0.0f && !(guess < static_cast<float>(t.max_code + 1))) return false;  // no clamp needed
     const int f = std::min(static_cast<int>(guess), t.max_code);
     const int gap = MagnitudeCode(t, a) - f;
     if (gap < 0 || gap > 1) return false;

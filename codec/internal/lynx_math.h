@@ -58,9 +58,9 @@ struct LynxTables {
   // Polynomial path of the AVX-512 VBMI encoder, for gentle curves such as the default alpha: the guess is
   // y = max(a (c0 + a (c1 + a (c2 + a c3))), knee line) (PolyGuess: f32 fused multiply-adds in that order, one
   // f32 multiply, the line's fused multiply-add, the maximum), f = min((int)y, M), and I = f + (a >=
-  // guess_high[f]) as for the log guess. The cubic fits bulk(a). poly_guess_ok says
-  // the guess is within 0.25 of the exact curve wherever checked (the log guess's dense grid and every
-  // threshold), so that I is f or f + 1.
+  // guess_high[f]) as for the log guess. The cubic fits bulk(a). poly_guess_ok says the guess is within 0.25 of
+  // the exact curve wherever checked (the log guess's dense grid and every threshold), so that I is f or f + 1,
+  // and, with a knee, below M + 1, so that the vector code needs no clamp there (and without one, no line).
   std::array<float, 4> guess_poly{};
   bool poly_guess_ok = false;
 
