@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "codec/codec.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -18,6 +19,9 @@ namespace kvt::server {
 namespace {
 
 constexpr absl::Duration kPumpTick = absl::Milliseconds(20);
+// The most pages one GPU decode call takes: bounds each slot's staging (~290 KB of lynx a page) while keeping
+// the per-call cost spread over many pages.
+constexpr size_t kMaxGpuDecodeBatch = 32;
 
 uint32_t TotalHeads(const KvLayoutSpec& s) { return s.total_kv_heads == 0 ? s.num_kv_heads : s.total_kv_heads; }
 
@@ -340,7 +344,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
             }
             if (stages == 0) stages = page.stages_available;
             // One page length a launch (a request's last page may be shorter) and one stage count.
-            if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens)) {
+            if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens) ||
+                batch.size() == kMaxGpuDecodeBatch) {
               continue;
             }
             page.decode_scheduled = true;  // Finish leaves its container alone
@@ -363,7 +368,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       const absl::Time start = absl::Now();
       // The pump writes only streams >= `stages` of these containers meanwhile; these bytes are stable.
       absl::Status s = DecodePagesOnGpu(*region_, args_.block_ids, specs, containers, stages);
-      context_->metrics->DecodeLatency(absl::Now() - start);
+      const absl::Duration per_page = (absl::Now() - start) / static_cast<int64_t>(batch.size());
+      for (size_t i = 0; i < batch.size(); ++i) context_->metrics->DecodeLatency(per_page);  // one per page
       bool done = false;
       {
         kvt::MutexLock lock(&mu_);
@@ -373,8 +379,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
         }
       }
       if (!s.ok()) {
-        Fail(absl::Status(s.code(), absl::StrFormat("layer %d kind %d pages %d..%d: %s", layer, kind, batch.front(),
-                                                    batch.back(), s.message())),
+        // The codec numbers the batch's containers from 0; the pages it names are these, in order.
+        Fail(absl::Status(s.code(), absl::StrFormat("layer %d kind %d, a batch of pages [%s]: %s", layer, kind,
+                                                    absl::StrJoin(batch, ","), s.message())),
              /*notify_peer=*/true);
         // The next round sees the failure, frees the layer's containers and ends the task.
         continue;

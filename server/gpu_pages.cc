@@ -102,7 +102,7 @@ class GpuSlots {
   static constexpr size_t kMaxFree = 8;
   static constexpr size_t kMaxKeptBytes = size_t{128} << 20;
   static size_t StagingBytes(const GpuSlot& slot) {
-    return slot.staging.pages == nullptr ? 0 : slot.staging.pages->payload_bytes();
+    return slot.staging.pages == nullptr ? 0 : slot.staging.pages->allocated_bytes();
   }
   kvt::Mutex mu_;
   std::map<int, std::vector<std::unique_ptr<GpuSlot>>> free_ ABSL_GUARDED_BY(mu_);

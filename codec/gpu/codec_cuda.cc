@@ -3,6 +3,7 @@
 // codec_kernels.h.
 #include "codec/gpu/codec_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -270,6 +271,8 @@ size_t DeviceEncodedPages::used_bytes() const {
   return bytes;
 }
 
+size_t DeviceEncodedPages::allocated_bytes() const { return buffer_->size(); }
+
 absl::Status DeviceEncodedPages::SetNumPages(int num_pages) {
   if (num_pages < 1 || num_pages > capacity_) {
     return absl::InvalidArgumentError(
@@ -394,6 +397,10 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
                                   DeviceEncodedPages& out, CudaStream stream) {
   KVT_RETURN_IF_ERROR(options.Validate());
   const ContainerLayout& l = out.layout();
+  if (out.num_pages() != out.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("an encode needs its staging laid out at capacity (", out.capacity(),
+                                                   " pages), not at ", out.num_pages(), " (SetNumPages is for decodes)"));
+  }
   KVT_RETURN_IF_ERROR(SpikeUnimplemented(l.scheme));
   KVT_RETURN_IF_ERROR(ValidateKv(src, l.tokens, "source KV"));
   if (src.channels() != l.channels) {
@@ -582,8 +589,13 @@ absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span
                                                    containers.size(), " containers were given"));
   }
   if (!staging.FitsUpTo(layout, num_pages)) {
+    // Grown batches of one shape double the staging, so a run of growing batches reallocates a few times only.
+    int capacity = num_pages;
+    if (staging.pages != nullptr && SamePageShape(staging.pages->layout(), layout)) {
+      capacity = std::max(num_pages, 2 * staging.pages->capacity());
+    }
     staging.pages.reset();
-    KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));
+    KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, capacity));
     staging.pages->set_pinned_host(staging.pinned_host);
   }
   DeviceEncodedPages& in = *staging.pages;

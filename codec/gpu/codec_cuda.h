@@ -74,8 +74,11 @@ class DeviceEncodedPages {
   // The most pages the memory holds (Create's num_pages).
   int capacity() const { return capacity_; }
   // Lays out a batch of `num_pages` (1..capacity) in the same memory, so that a caller decoding batches of
-  // varying size allocates once. The pages' contents are undefined afterwards.
+  // varying size allocates once. The pages' contents are undefined afterwards. Decodes only: an encode needs
+  // the batch at its capacity (its scratch is laid out by it) and refuses any other.
   absl::Status SetNumPages(int num_pages);
+  // Device bytes held (the batch at capacity); the pinned mirror, once made, holds as many.
+  size_t allocated_bytes() const;
   size_t meta_bytes() const { return meta_bytes_; }       // stream 0's metadata per page (0 for bf16)
   size_t codes_bytes(int stream) const { return codes_bytes_[stream]; }
   size_t meta_stride() const { return meta_stride_; }
