@@ -256,12 +256,26 @@ int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
 
 // --- sweep --------------------------------------------------------------------------------------------------
 
+// A comma-separated list of numbers; false (with `error` set) on the first entry that is not one.
+bool ParseNumberList(const std::string& list, const char* what, std::vector<double>& out, std::string& error) {
+  for (const std::string& a : SplitList(list)) {
+    double v;
+    if (!absl::SimpleAtod(a, &v)) {
+      error = absl::StrCat("bad ", what, " '", a, "'");
+      return false;
+    }
+    out.push_back(v);
+  }
+  return true;
+}
+
 int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "codec sweep";
   FlagSet flags("kvtctl codec sweep");
   std::string model = "llama-3.1-8b", bulks = "laplace,student-t", alphas = "1,2,4,8,16,32,64,128";
   std::string centerings = "midrange,mean", anchor_rules = "conditional-mean,code-centre", extremes = "exact";
   std::string schemes = "lynx", baselines = "int8,int4";
+  std::string top_widths = absl::StrCat(codec::CodecOptions{}.top_width);
   int tokens = 1024, layers = 2, queries = 8, chunk_tokens = codec::CodecOptions{}.chunk_tokens;
   uint64_t seed = 1;
   bool json = false, progress = true;
@@ -270,6 +284,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Int("layers", &layers, "layers evaluated per configuration (spread evenly)");
   flags.String("bulks", &bulks, "bulk distributions to sweep over: laplace, student-t");
   flags.String("alphas", &alphas, "alpha values");
+  flags.String("top-widths", &top_widths, "lynx curve knee widths (0: none; see docs/CODEC.md \"Version 3\")");
   flags.String("centerings", &centerings, "centerings: midrange, mean");
   flags.String("anchor-rules", &anchor_rules, "anchor rules: conditional-mean, code-centre, value-centre");
   flags.String("extremes", &extremes, "partial decodes' single top-cell values: exact, table");
@@ -288,11 +303,11 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
     if (!d.ok()) return UsageError(io, cmd, std::string(d.status().message()), flags.Usage());
     bulk_list.push_back(*d);
   }
-  std::vector<double> alpha_list;
-  for (const std::string& a : SplitList(alphas)) {
-    double v;
-    if (!absl::SimpleAtod(a, &v)) return UsageError(io, cmd, absl::StrCat("bad alpha '", a, "'"), flags.Usage());
-    alpha_list.push_back(v);
+  std::vector<double> alpha_list, width_list;
+  std::string list_error;
+  if (!ParseNumberList(alphas, "alpha", alpha_list, list_error) ||
+      !ParseNumberList(top_widths, "top width", width_list, list_error)) {
+    return UsageError(io, cmd, list_error, flags.Usage());
   }
   std::vector<codec::Centering> centering_list;
   for (const std::string& c : SplitList(centerings)) {
@@ -316,7 +331,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   if (!swept.ok()) return UsageError(io, cmd, std::string(swept.status().message()), flags.Usage());
   auto base = ParseSchemeList(baselines);
   if (!base.ok()) return UsageError(io, cmd, std::string(base.status().message()), flags.Usage());
-  if (bulk_list.empty() || alpha_list.empty() || centering_list.empty() || rule_list.empty() ||
+  if (bulk_list.empty() || alpha_list.empty() || width_list.empty() || centering_list.empty() || rule_list.empty() ||
       extremes_list.empty()) {
     return UsageError(io, cmd, "every swept list needs at least one value", flags.Usage());
   }
@@ -327,8 +342,8 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   };
   std::vector<Row> rows;
   const auto start = std::chrono::steady_clock::now();
-  const size_t total =
-      bulk_list.size() * (1 + alpha_list.size() * centering_list.size() * rule_list.size() * extremes_list.size());
+  const size_t total = bulk_list.size() * (1 + alpha_list.size() * width_list.size() * centering_list.size() *
+                                                rule_list.size() * extremes_list.size());
   size_t done = 0;
   for (codec::eval::BulkDistribution bulk : bulk_list) {
     auto so = codec::eval::SyntheticKvOptions::ForModel(model, tokens);
@@ -359,19 +374,22 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
     co.chunk_tokens = chunk_tokens;
     if (absl::Status st = run(*base, co, "baseline"); !st.ok()) return Failure(io, cmd, st);
     for (double alpha : alpha_list) {
-      for (codec::Centering c : centering_list) {
-        for (codec::AnchorRule r : rule_list) {
-          for (bool exact : extremes_list) {
-            co.alpha = static_cast<float>(alpha);
-            co.centering = c;
-            co.anchor_rule = r;
-            co.exact_extremes = exact;
-            if (absl::Status st = co.Validate(); !st.ok()) {
-              return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+      for (double width : width_list) {
+        for (codec::Centering c : centering_list) {
+          for (codec::AnchorRule r : rule_list) {
+            for (bool exact : extremes_list) {
+              co.alpha = static_cast<float>(alpha);
+              co.top_width = static_cast<float>(width);
+              co.centering = c;
+              co.anchor_rule = r;
+              co.exact_extremes = exact;
+              if (absl::Status st = co.Validate(); !st.ok()) {
+                return UsageError(io, cmd, std::string(st.message()), flags.Usage());
+              }
+              const std::string config = absl::StrFormat("alpha=%g top=%g %s %s %s", alpha, width, CenteringName(c),
+                                                         AnchorRuleName(r), ExtremesName(exact));
+              if (absl::Status st = run(*swept, co, config); !st.ok()) return Failure(io, cmd, st);
             }
-            const std::string config = absl::StrFormat("alpha=%g %s %s %s", alpha, CenteringName(c),
-                                                       AnchorRuleName(r), ExtremesName(exact));
-            if (absl::Status st = run(*swept, co, config); !st.ok()) return Failure(io, cmd, st);
           }
         }
       }

@@ -247,14 +247,23 @@ TEST(CodecCommandTest, RoundTripReadsABf16SafetensorsTensor) {
 
 TEST(CodecCommandTest, SweepPrintsEveryConfigurationBesideTheBaselines) {
   const CliResult r = Kvtctl({"codec", "sweep", "--model=tiny", "--tokens=64", "--layers=1", "--bulks=laplace,student-t",
-                        "--alphas=1,8", "--centerings=midrange", "--anchor-rules=code-centre", "--noprogress"});
+                        "--alphas=1,8", "--top-widths=0,0.11", "--centerings=midrange", "--anchor-rules=code-centre",
+                        "--noprogress"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_NE(r.out.find("alpha=8 midrange code-centre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alpha=8 top=0 midrange code-centre"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alpha=8 top=0.11 midrange code-centre"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("int4"), std::string::npos);
   EXPECT_NE(r.out.find("student-t"), std::string::npos);
   const CliResult bad = Kvtctl({"codec", "sweep", "--alphas=1,x"});
   EXPECT_EQ(bad.code, kExitUsage);
   EXPECT_NE(bad.err.find("bad alpha 'x'"), std::string::npos);
+  const CliResult bad_width = Kvtctl({"codec", "sweep", "--top-widths=0.11,y"});
+  EXPECT_EQ(bad_width.code, kExitUsage);
+  EXPECT_NE(bad_width.err.find("bad top width 'y'"), std::string::npos) << bad_width.err;
+  const CliResult wide = Kvtctl({"codec", "sweep", "--model=tiny", "--tokens=64", "--layers=1", "--bulks=laplace",
+                                 "--alphas=1", "--top-widths=0.5", "--noprogress"});
+  EXPECT_EQ(wide.code, kExitUsage);
+  EXPECT_NE(wide.err.find("top_width"), std::string::npos) << wide.err;
 }
 
 TEST(CodecCommandTest, SynthWritesTheGeneratorsLayersAsAFiveDimensionalArray) {
