@@ -6,6 +6,7 @@
 #   tools/gpu/run_gpu.sh device    # there, from the repo root: tests, then a short compute-sanitizer memcheck,
 #                                  # then the benchmark; logs under $OUT (default ./.gpu/out).
 #                                  # KVT_GPU_PROFILE=1 adds an Nsight Compute summary of one lynx encode/decode;
+#                                  # KVT_GPU_COUNTS=1 saves executed instructions per SASS instruction of both;
 #                                  # KVT_GPU_SASS=1 saves the benchmark's SASS; a .gpu/base/gpu_codec_benchmark
 #                                  # (an earlier build, copied there by hand) runs first, as a same-lease baseline,
 #                                  # and each .gpu/alt*/gpu_codec_benchmark (variants) on lynx, lynx8 and lynx4.
@@ -69,6 +70,21 @@ device() {
         .gpu/bin/gpu_codec_benchmark lynx >"$out/ncu_${kernel}.log" 2>&1 || true
       grep -E "^  [A-Za-z].*Kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Warp Per|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Bank Conflicts" \
         "$out/ncu_${kernel}.log" | head -20
+    done
+  fi
+  if [ "${KVT_GPU_COUNTS:-0}" = 1 ] && command -v ncu >/dev/null; then
+    # Executed instructions per SASS instruction of one lynx tile encode and one decode (Nsight Compute's source
+    # page), to see where the encoder's instructions go; gzipped CSV under $out.
+    local kernel
+    for kernel in LynxTileEncode Decode; do
+      timeout 150 ncu --section SourceCounters --launch-skip 8 --launch-count 1 -k "regex:${kernel}" -f \
+        -o "$out/counts_${kernel}" .gpu/bin/gpu_codec_benchmark lynx >"$out/counts_${kernel}.log" 2>&1 || true
+      if [ -f "$out/counts_${kernel}.ncu-rep" ]; then
+        ncu -i "$out/counts_${kernel}.ncu-rep" --page source --print-source sass --csv 2>&1 \
+          | gzip >"$out/counts_${kernel}.csv.gz" || true
+        rm -f "$out/counts_${kernel}.ncu-rep"
+      fi
+      tail -3 "$out/counts_${kernel}.log"
     done
   fi
   if [ "${KVT_GPU_SASS:-0}" = 1 ] && command -v cuobjdump >/dev/null; then
