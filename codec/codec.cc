@@ -36,6 +36,19 @@ absl::Status FirstNonFinite(const PageView& page) {
 
 }  // namespace
 
+ContainerLayout PageLayoutFor(const Scheme& scheme, const CodecOptions& options, int tokens, int channels) {
+  ContainerLayout layout;
+  layout.scheme = scheme;
+  layout.tokens = tokens;
+  layout.channels = channels;
+  layout.chunk_tokens = options.chunk_tokens;
+  const bool lynx = scheme.kind == SchemeKind::kLynx;
+  layout.alpha = lynx ? options.alpha : 0.0f;
+  layout.top_width = lynx && scheme.total_code_bits() == 8 ? options.top_width : 0.0f;
+  ComputeLayout(layout);
+  return layout;
+}
+
 absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options) {
   KVT_RETURN_IF_ERROR(options.Validate());
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
@@ -59,14 +72,8 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
   if (scheme.kind != SchemeKind::kLynx && !kernels.all_finite(page)) return FirstNonFinite(page);
 
   EncodedPage enc;
+  enc.layout = PageLayoutFor(scheme, options, page.tokens, page.channels);
   ContainerLayout& layout = enc.layout;
-  layout.scheme = scheme;
-  layout.tokens = page.tokens;
-  layout.channels = page.channels;
-  layout.chunk_tokens = options.chunk_tokens;
-  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
-  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
-  ComputeLayout(layout);
   enc.bytes.resize(layout.total_bytes);
   std::array<uint8_t*, kMaxStreams> streams{};
   for (int i = 0; i < scheme.num_streams(); ++i) {

@@ -56,6 +56,11 @@ absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const M
 // once. INVALID_ARGUMENT for invalid options or scheme.
 absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options = CodecOptions{});
 
+// The layout of a tokens x channels page of `scheme` encoded under `options`, sizes computed (ComputeLayout),
+// CRCs unset: the one place options become header fields. alpha is kept for lynx only, top_width for lynx with
+// 8-bit codes only (the knee has no meaning for other widths, lynx_math.h), else 0.
+ContainerLayout PageLayoutFor(const Scheme& scheme, const CodecOptions& options, int tokens, int channels);
+
 }  // namespace kvt::codec
 
 #endif  // KVT_CODEC_CODEC_H_

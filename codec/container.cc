@@ -243,8 +243,7 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
   }
   layout.top_width = Load<float>(h + kOffTopWidth);
   if (layout.scheme.kind == SchemeKind::kLynx) {
-    if (!std::isfinite(layout.top_width) || (Load<uint32_t>(h + kOffTopWidth) != 0 &&
-                                             !(layout.top_width >= kMinTopWidth && layout.top_width <= kMaxTopWidth))) {
+    if (!ValidTopWidth(layout.top_width)) {
       return absl::InvalidArgumentError(absl::StrCat("container top_width ", layout.top_width, " out of range"));
     }
   } else if (Load<uint32_t>(h + kOffTopWidth) != 0) {

@@ -118,6 +118,8 @@ TEST(ContainerTest, TheKneeTravelsInTheHeaderAndIsValidated) {
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << w;
     EXPECT_NE(st.message().find("top_width"), std::string::npos) << st;
   }
+  // lynx4's 4-bit codes have no knee: its pages say 0 whatever the options.
+  EXPECT_EQ(ParseContainerHeader(EncodeRamp("lynx4", 64, 8).bytes).value().top_width, 0.0f);
   // A scheme without a curve must leave the field zero.
   EncodedPage int8 = EncodeRamp("int8", 64, 8);
   EXPECT_EQ(ParseContainerHeader(int8.bytes).value().top_width, 0.0f);

@@ -6,6 +6,10 @@
 
 namespace kvt::codec {
 
+bool ValidTopWidth(float w) {
+  return (w == 0.0f && !std::signbit(w)) || (w >= kMinTopWidth && w <= kMaxTopWidth);
+}
+
 absl::Status CodecOptions::Validate() const {
   if (chunk_tokens < 1 || chunk_tokens > 256) {
     return absl::InvalidArgumentError(absl::StrCat("CodecOptions.chunk_tokens = ", chunk_tokens, " outside 1..256"));
@@ -14,8 +18,7 @@ absl::Status CodecOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("CodecOptions.alpha = ", alpha, " outside [", kMinAlpha, ", ", kMaxAlpha, "]"));
   }
-  if (!std::isfinite(top_width) || std::signbit(top_width) ||
-      (top_width != 0.0f && !(top_width >= kMinTopWidth && top_width <= kMaxTopWidth))) {
+  if (!ValidTopWidth(top_width)) {
     return absl::InvalidArgumentError(absl::StrCat("CodecOptions.top_width = ", top_width, " is neither 0 nor in [",
                                                    kMinTopWidth, ", ", kMaxTopWidth, "]"));
   }

@@ -38,6 +38,8 @@ inline constexpr float kMaxAlpha = 1e4f;
 // the top eighth's codes with alpha -> 0: a wider top is not a knee (and would defeat the encoders' fast guess).
 inline constexpr float kMinTopWidth = 0.02f;
 inline constexpr float kMaxTopWidth = 0.12f;
+// Whether `w` is a valid top_width: +0 (not -0: headers keep the bits they are given) or in the range.
+bool ValidTopWidth(float w);
 
 struct CodecOptions {
   // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256; pages longer than one

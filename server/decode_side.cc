@@ -152,6 +152,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
   void OnChunk(uint32_t layer, const transport::ReceivedChunk& chunk) {
     const transport::ChunkHeader& h = chunk.header();
     bool schedule = false;
+    bool gpu = false;   // read under mu_ with the page's kind: the task's arguments
+    uint32_t kind = 0;
     {
       kvt::MutexLock lock(&mu_);
       if (!status_.ok() || finished_) return;
@@ -167,9 +169,11 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
           ++available;
         }
         page.stages_available = available;
-        if (region_->on_gpu()) {
+        gpu = region_->on_gpu();
+        kind = page.plan.spec.kind;
+        if (gpu) {
           // One task per layer and kind decodes whatever has arrived in batches: a launch per batch, not per page.
-          bool& scheduled = layers_[layer].gpu_task_scheduled[page.plan.spec.kind];
+          bool& scheduled = layers_[layer].gpu_task_scheduled[kind];
           if (page.stages_available > page.stages_decoded && !scheduled) {
             scheduled = true;
             ++active_tasks_;
@@ -184,8 +188,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     }
     if (schedule) {
       std::shared_ptr<InboundRequest> self = shared_from_this();
-      if (region_->on_gpu()) {
-        const uint32_t kind = layers_[layer].pages[h.page].plan.spec.kind;  // fixed since Accept
+      if (gpu) {
         context_->workers->Submit([self, layer, kind] { self->GpuDecodeTask(layer, kind); });
       } else {
         context_->workers->Submit([self, layer, page = h.page] { self->DecodeTask(layer, page); });
@@ -332,11 +335,10 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
         LayerState& ls = layers_[layer];
         if (!finished_ && status_.ok()) {
           // Pages still without their anchor go first: they are what the engine waits on.
-          bool fresh = false;
-          for (const PageState& page : ls.pages) {
-            fresh = fresh || (page.plan.spec.kind == kind && page.stages_decoded == 0 && page.stages_available > 0);
-          }
-          for (uint32_t i = 0; i < ls.pages.size(); ++i) {
+          const bool fresh = std::any_of(ls.pages.begin(), ls.pages.end(), [kind](const PageState& page) {
+            return page.plan.spec.kind == kind && page.stages_decoded == 0 && page.stages_available > 0;
+          });
+          for (uint32_t i = 0; i < ls.pages.size() && batch.size() < kMaxGpuDecodeBatch; ++i) {
             PageState& page = ls.pages[i];
             if (page.plan.spec.kind != kind || page.stages_available <= page.stages_decoded ||
                 (page.stages_decoded == 0) != fresh) {
@@ -344,8 +346,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
             }
             if (stages == 0) stages = page.stages_available;
             // One page length a launch (a request's last page may be shorter) and one stage count.
-            if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens) ||
-                batch.size() == kMaxGpuDecodeBatch) {
+            if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens)) {
               continue;
             }
             page.decode_scheduled = true;  // Finish leaves its container alone
@@ -368,8 +369,10 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       const absl::Time start = absl::Now();
       // The pump writes only streams >= `stages` of these containers meanwhile; these bytes are stable.
       absl::Status s = DecodePagesOnGpu(*region_, args_.block_ids, specs, containers, stages);
-      const absl::Duration per_page = (absl::Now() - start) / static_cast<int64_t>(batch.size());
-      for (size_t i = 0; i < batch.size(); ++i) context_->metrics->DecodeLatency(per_page);  // one per page
+      if (s.ok()) {
+        const absl::Duration per_page = (absl::Now() - start) / static_cast<int64_t>(batch.size());
+        for (size_t i = 0; i < batch.size(); ++i) context_->metrics->DecodeLatency(per_page);  // one per page
+      }
       bool done = false;
       {
         kvt::MutexLock lock(&mu_);

@@ -1,5 +1,8 @@
 #include "server/gpu_pages.h"
 
+#include <algorithm>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <utility>
@@ -64,14 +67,18 @@ class GpuSlots {
     return *slots;
   }
 
-  // A free slot of the current device `device`, or a new one.
-  absl::StatusOr<SlotLease> Acquire(int device) {
+  // A free slot of the current device `device` whose staging `fits` (a request's pages come in up to three
+  // lengths, and each would otherwise reallocate the others' staging), else the most recently freed one, else
+  // a new one.
+  absl::StatusOr<SlotLease> Acquire(int device, const std::function<bool(const codec::gpu::PageStaging&)>& fits) {
     {
       kvt::MutexLock lock(&mu_);
       std::vector<std::unique_ptr<GpuSlot>>& free = free_[device];
       if (!free.empty()) {
-        SlotLease slot(free.back().release());
-        free.pop_back();
+        auto it = std::find_if(free.rbegin(), free.rend(), [&](const auto& s) { return fits(s->staging); });
+        auto pick = it == free.rend() ? std::prev(free.end()) : std::prev(it.base());
+        SlotLease slot(pick->release());
+        free.erase(pick);
         return slot;
       }
     }
@@ -197,9 +204,15 @@ absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<c
   }
   auto buffers = std::make_shared<std::vector<ContainerBuffers::Lease>>();
   std::vector<std::vector<absl::Span<const uint8_t>>> streams(pages.size());
-  KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
   for (const auto& [key, members] : groups) {
     const auto& [layer, kind, tokens] = key;
+    const codec::gpu::PagedKvView view = View(region, layer, kind);
+    const codec::ContainerLayout shape =
+        codec::PageLayoutFor(scheme, options, static_cast<int>(tokens), view.channels());
+    const int n = static_cast<int>(members.size());
+    KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device(), [&](const auto& staging) {
+      return staging.Fits(shape, n);
+    }));
     std::vector<int32_t> ids;
     for (size_t i : members) {
       const std::vector<int32_t> page_ids = PageBlocks(region.layout(), block_ids, pages[i].spec);
@@ -207,9 +220,8 @@ absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<c
     }
     const size_t need = members.size() * pages[members[0]].total_bytes();
     ContainerBuffers::Lease& out = buffers->emplace_back(ContainerBuffers::Get().Acquire(need));
-    KVT_RETURN_IF_ERROR(codec::gpu::EncodePagesCudaInto(slot->staging, *out, scheme, options,
-                                                        View(region, layer, kind), static_cast<int>(tokens), ids,
-                                                        slot->stream->get(), seal_loop));
+    KVT_RETURN_IF_ERROR(codec::gpu::EncodePagesCudaInto(slot->staging, *out, scheme, options, view,
+                                                        static_cast<int>(tokens), ids, slot->stream->get(), seal_loop));
     if (out->num_pages() != static_cast<int>(members.size())) {
       return absl::InternalError(
           absl::StrFormat("GPU encode returned %d pages for %d", out->num_pages(), members.size()));
@@ -243,7 +255,12 @@ absl::Status DecodePagesOnGpu(const Region& region, absl::Span<const uint32_t> b
     ids.insert(ids.end(), page_ids.begin(), page_ids.end());
   }
   KVT_RETURN_IF_ERROR(UseCudaDevice(region.device()));
-  KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device()));
+  // A slot already staging this shape, if one is free (a bad header is the codec's to report).
+  const absl::StatusOr<codec::ContainerLayout> shape = codec::ParseContainerHeader(containers[0]);
+  const int n = static_cast<int>(pages.size());
+  KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(region.device(), [&](const auto& staging) {
+    return shape.ok() && staging.FitsUpTo(*shape, n);
+  }));
   return codec::gpu::DecodePagesCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
                                          View(region, first.layer, first.kind), ids, slot->stream->get());
 }

@@ -25,8 +25,9 @@ absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan);
 
 // Encodes `pages` (any mix of layers and kinds) of the request whose blocks are `block_ids` from `region`
 // (on_gpu) into containers, page i of the result being pages[i]. The containers lie in pinned host buffers
-// lent by a process-wide pool (gpu_pages.cc) until the result is destroyed; the device copies them there in container order and
-// `seal_loop` (e.g. the worker pool) checksums each page, so the host never copies the payload.
+// lent by a process-wide pool (gpu_pages.cc) until the result is destroyed; the device copies them there in
+// container order and `seal_loop` (e.g. the worker pool) checksums each page, so the host never copies the
+// payload. Each (layer, kind, page length) group takes a slot whose staging already has its shape, if one is free.
 absl::StatusOr<EncodedLayer> EncodePagesOnGpu(const Region& region, absl::Span<const uint32_t> block_ids,
                                               absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
                                               int chunk_tokens, const codec::gpu::PageLoop& seal_loop = nullptr);

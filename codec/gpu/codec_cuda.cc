@@ -389,7 +389,9 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
       std::memcpy(host + codes_offset_[i] + p * codes_stride_[i], payload, codes_bytes_[i]);
     }
   }
-  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, used_bytes(), stream));
+  // The metadata and streams [0, stages) lie first (LayOut): an anchor decode uploads no residual bytes.
+  const size_t upload = codes_offset_[stages - 1] + codes_stride_[stages - 1] * num_pages_;
+  KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, upload, stream));
   return Synchronize(stream);
 }
 
@@ -407,23 +409,18 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
     return absl::InvalidArgumentError(
         absl::StrCat("source KV has ", src.channels(), " channels but the pages have ", l.channels));
   }
-  if (options.chunk_tokens != l.chunk_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("options.chunk_tokens ", options.chunk_tokens,
-                                                   " disagrees with the batch's ", l.chunk_tokens));
+  // The header fields these options give such a page must be the batch's.
+  const ContainerLayout want = PageLayoutFor(l.scheme, options, l.tokens, l.channels);
+  if (want.chunk_tokens != l.chunk_tokens || want.alpha != l.alpha || want.top_width != l.top_width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options (chunk_tokens ", want.chunk_tokens, ", alpha ", want.alpha, ", top_width ", want.top_width,
+        ") disagree with the batch's (", l.chunk_tokens, ", ", l.alpha, ", ", l.top_width, ")"));
   }
   if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
   internal::LynxDeviceTables tables;
   const internal::LynxDeviceTables* tp = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
-    if (options.alpha != l.alpha) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.alpha ", options.alpha, " disagrees with the batch's ", l.alpha));
-    }
-    if (options.top_width != l.top_width) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.top_width ", options.top_width, " disagrees with the batch's ", l.top_width));
-    }
-    const auto t = cpu::GetLynxTables(options.alpha, options.top_width, l.scheme.total_code_bits());
+    const auto t = cpu::GetLynxTables(l.alpha, l.top_width, l.scheme.total_code_bits());
     FillLynxTables(*t, tables);
     FillAnchorFallback(*t, l.scheme, tables);
     KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
@@ -529,13 +526,7 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
   KVT_RETURN_IF_ERROR(ValidateKv(src, tokens_per_page, "source KV"));
   KVT_RETURN_IF_ERROR(ValidatePageDims(tokens_per_page, src.channels(), options.chunk_tokens));
   KVT_ASSIGN_OR_RETURN(int num_pages, PagesFromBlockIds(src, tokens_per_page, block_ids));
-  ContainerLayout layout;
-  layout.scheme = scheme;
-  layout.tokens = tokens_per_page;
-  layout.channels = src.channels();
-  layout.chunk_tokens = options.chunk_tokens;
-  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
-  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
+  const ContainerLayout layout = PageLayoutFor(scheme, options, tokens_per_page, src.channels());
   if (!staging.Fits(layout, num_pages)) {
     staging.pages.reset();
     KVT_ASSIGN_OR_RETURN(staging.pages, DeviceEncodedPages::Create(layout, num_pages));

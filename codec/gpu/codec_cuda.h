@@ -133,8 +133,9 @@ class DeviceEncodedPages {
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
-  // The host side of FromContainers: a mirror of buffer_, made at first use and kept (zeroed once, so the
-  // padding between ranges stays zero); pinned with pinned_host_ (pageable if pinning fails).
+  // The host side of FromContainers: a mirror of buffer_, made at first use and kept (zeroed once; after
+  // SetNumPages moves the ranges, padding may hold earlier bytes, which no kernel uses: they mask partial
+  // words); pinned with pinned_host_ (pageable if pinning fails).
   uint8_t* HostMirror() const;
   bool pinned_host_ = false;
   mutable std::unique_ptr<PinnedHostBuffer> pinned_;

@@ -74,14 +74,7 @@ double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
 
 // One benchmark page of `scheme` encoded with `options`.
 ContainerLayout PageLayout(const Scheme& scheme, const CodecOptions& options) {
-  ContainerLayout layout;
-  layout.scheme = scheme;
-  layout.tokens = kPageTokens;
-  layout.channels = kChannels;
-  layout.chunk_tokens = options.chunk_tokens;
-  layout.alpha = scheme.kind == SchemeKind::kLynx ? options.alpha : 0.0f;
-  layout.top_width = scheme.kind == SchemeKind::kLynx ? options.top_width : 0.0f;
-  return layout;
+  return PageLayoutFor(scheme, options, kPageTokens, kChannels);
 }
 
 // Median host milliseconds of `run()` over `reps` runs (for synchronous calls, whose cost is mostly host work).

@@ -316,6 +316,7 @@ std::shared_ptr<const LynxTables> GetLynxTables(float alpha, float top_width, in
   static absl::Mutex mu;
   static auto* cache = new std::map<std::tuple<uint32_t, uint32_t, int>, std::shared_ptr<Entry>>();
   constexpr size_t kMaxCached = 256;
+  if (!HasKnee(top_width, (1 << (bits - 1)) - 1)) top_width = 0.0f;  // one entry for what builds the same tables
   uint32_t alpha_bits, width_bits;
   std::memcpy(&alpha_bits, &alpha, 4);
   std::memcpy(&width_bits, &top_width, 4);
