@@ -140,7 +140,9 @@ TEST(LynxMathTest, TheKneeSpansTheTopEighthLinearlyAndKeepsTheFastGuesses) {
       }
       // The log guess, with the knee's line, is verified at every alpha; the cubic on the gentle curves.
       EXPECT_TRUE(t->log_guess_ok) << alpha << " " << w;
-      if (alpha <= 1.0f) EXPECT_TRUE(t->poly_guess_ok) << alpha << " " << w;
+      if (alpha <= 1.0f) {
+        EXPECT_TRUE(t->poly_guess_ok) << alpha << " " << w;
+      }
       std::mt19937 rng(static_cast<unsigned>(alpha * 1000 + w * 100));
       std::uniform_real_distribution<float> u(1.0f - 2 * w, 1.0f);  // around and above the knee
       for (int i = 0; i < 5000; ++i) {
