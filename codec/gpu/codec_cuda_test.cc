@@ -476,9 +476,9 @@ TEST(CudaEncodeTest, BadArgumentsAreRejectedBeforeAnyLaunch) {
 
 // Decodes CPU containers on the GPU into scattered blocks and compares with the CPU decode rounded to dtype.
 void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int channels, int heads, KvDType dtype,
-                            KvLayout layout, int block_tokens, AnchorRule rule, int chunk_tokens = 32) {
+                            KvLayout layout, int block_tokens, AnchorRule rule, int chunk_tokens = 32,
+                            int num_pages = 3) {
   const Scheme scheme = MustParse(scheme_name);
-  const int num_pages = 3;
   const int bpp = (tokens + block_tokens - 1) / block_tokens;
   std::vector<EncodedPage> enc;
   for (int p = 0; p < num_pages; ++p) {
@@ -551,6 +551,17 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
     ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
     ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean);
     ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kConditionalMean);
+  }
+}
+
+// The lynx tile decoder runs on a persistent grid: each block walks tiles a grid apart, prefetching the next
+// tile's words while it decodes one. 160 pages of 512 channels are 1280 tiles, more than an H100 or H200 holds at
+// once (4 blocks on each of 132 SMs), so blocks decode two or three tiles each, in both buffers, across pages.
+TEST(CudaDecodeTest, DecodesOfMoreTilesThanResidentBlocksMatchTheCpuDecode) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string name : {"lynx", "lynx4", "lynx-a2r6"}) {
+    ExpectDecodeMatchesCpu(name, 256, 512, 4, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+                           32, 160);
   }
 }
 

@@ -357,9 +357,10 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
   }
 }
 
-// Which top cells (of 8 channels x 2 signs: bit e = prefix byte e's channel, positive; bit 8 + e = negative) a set
-// of rows of one chunk has seen once or more (seen) and twice or more (again). Merging is associative, so rows can
-// be folded in any grouping.
+// Which top cells (of 8 channels x 2 signs) a set of rows of one chunk has seen once or more (seen) and twice or
+// more (again). Merging is associative, so rows can be folded in any grouping. Two bit layouts: by prefix byte
+// (bit e = prefix byte e's channel, positive; bit 8 + e = negative) and, for one 4-bit stream, by the nibble of its
+// code word (NibbleTopCells: bit 4 e = nibble e's channel, positive; bit 4 e + 1 = negative).
 struct TopCells {
   uint32_t seen = 0, again = 0;
   __device__ __forceinline__ void Add(uint32_t cells) {
@@ -373,7 +374,22 @@ struct TopCells {
   __device__ __forceinline__ uint32_t Once() const { return seen & ~again; }
   __device__ __forceinline__ uint32_t Pack() const { return seen | (again << 16); }
   __device__ __forceinline__ static TopCells Unpack(uint32_t w) { return TopCells{w & 0xFFFFu, w >> 16}; }
+  // The nibble layout uses bits 4 e and 4 e + 1; `again` packs beside them.
+  __device__ __forceinline__ uint32_t PackNibbles() const { return seen | (again << 2); }
+  __device__ __forceinline__ static TopCells UnpackNibbles(uint32_t w) {
+    return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
+  }
 };
+
+// A word of 8 4-bit anchor codes (sign in bit 3 of each nibble): 0x1 in nibble e where code e has the top magnitude
+// (the top cell of its sign), and its sign bits.
+__device__ __forceinline__ uint32_t NibbleTops(uint32_t w) { return w & (w >> 1) & (w >> 2) & 0x11111111u; }
+__device__ __forceinline__ uint32_t NibbleSigns(uint32_t w) { return (w >> 3) & 0x11111111u; }
+// The word's top cells in the nibble layout of TopCells: a negative's mark moves up from bit 4 e to 4 e + 1.
+__device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
+  const uint32_t top = NibbleTops(w);
+  return top + (top & NibbleSigns(w));
+}
 
 constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
 
@@ -427,6 +443,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   unsigned long long pre[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) pre[i] = 0;
+  // kOne4 keeps its code words as loaded (half the registers of prefix words; the exact-extremes rule works on
+  // them directly) and spreads them into prefix bytes row by row as it decodes.
+  uint32_t nibbles[kLayout == CodeLayout::kOne4 ? kRows : 1] = {};
   int block = 0;
   if (active) {
     block = p.dst.block_ids[static_cast<size_t>(page) * p.dst.blocks_per_page + bj];
@@ -447,15 +466,13 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       }
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        uint32_t even, odd;
         if constexpr (kLayout == CodeLayout::kTwo4) {
-          even = ((wa[i] << 4) & 0xF0F0F0F0u) | (wr[i] & 0x0F0F0F0Fu);
-          odd = (wa[i] & 0xF0F0F0F0u) | ((wr[i] >> 4) & 0x0F0F0F0Fu);
+          const uint32_t even = ((wa[i] << 4) & 0xF0F0F0F0u) | (wr[i] & 0x0F0F0F0Fu);
+          const uint32_t odd = (wa[i] & 0xF0F0F0F0u) | ((wr[i] >> 4) & 0x0F0F0F0Fu);
+          pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
         } else {
-          even = wa[i] & 0x0F0F0F0Fu;
-          odd = (wa[i] >> 4) & 0x0F0F0F0Fu;
+          nibbles[i] = wa[i];
         }
-        pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
       }
     } else {
       MergeStages(p, page, octet0, row_octets, rows, pre);
@@ -564,19 +581,27 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   auto byte_mask = [](unsigned long long bytes) {
     return static_cast<uint32_t>((bytes * 0x0102040810204080ull) >> 56);
   };
+  // kOne4 folds its code words in TopCells' nibble layout (rows past the page are zero words: no top cells).
+  constexpr bool kNibbleCells = kLayout == CodeLayout::kOne4;
+  auto pack = [](const TopCells& t) { return kNibbleCells ? t.PackNibbles() : t.Pack(); };
+  auto unpack = [](uint32_t w) { return kNibbleCells ? TopCells::UnpackNibbles(w) : TopCells::Unpack(w); };
   TopCells cells;
   if constexpr (kExact) {
     if (active) {
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        unsigned long long top, negative;
-        top_and_negative(pre[i], top, negative);
-        const uint32_t m = byte_mask(top), n = byte_mask(negative);
-        if (i < rows) cells.Add((m & ~n) | ((m & n) << 8));
+        if constexpr (kNibbleCells) {
+          cells.Add(NibbleTopCells(nibbles[i]));
+        } else {
+          unsigned long long top, negative;
+          top_and_negative(pre[i], top, negative);
+          const uint32_t m = byte_mask(top), n = byte_mask(negative);
+          if (i < rows) cells.Add((m & ~n) | ((m & n) << 8));
+        }
       }
     }
-    cells.Merge(TopCells::Unpack(__shfl_xor_sync(0xFFFFFFFFu, cells.Pack(), kDecodeVecThreads)));
-    if (tid % 32 < kDecodeVecThreads) s_tops[tid / 32][tid % 32] = cells.Pack();
+    cells.Merge(unpack(__shfl_xor_sync(0xFFFFFFFFu, pack(cells), kDecodeVecThreads)));
+    if (tid % 32 < kDecodeVecThreads) s_tops[tid / 32][tid % 32] = pack(cells);
   }
   __syncthreads();
   const int kk = t_first / p.shape.chunk_len - k_first;
@@ -587,13 +612,13 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     if (chunk_warps > 1) {
       const int w0 = tid / 32 / chunk_warps * chunk_warps;
       cells = TopCells{};
-      for (int w = w0; w < w0 + chunk_warps; ++w) cells.Merge(TopCells::Unpack(s_tops[w][tid % kDecodeVecThreads]));
+      for (int w = w0; w < w0 + chunk_warps; ++w) cells.Merge(unpack(s_tops[w][tid % kDecodeVecThreads]));
     }
     once = cells.Once();
   }
   // The same as bytes: 0x01 at byte e where prefix byte e's channel has one top-cell value, positive; negative.
   unsigned long long once_pos = 0, once_neg = 0;
-  if constexpr (kExact) {
+  if constexpr (kExact && !kNibbleCells) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       once_pos |= static_cast<unsigned long long>((once >> e) & 1) << (8 * e);
@@ -624,7 +649,19 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       float y[8];
       // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
       unsigned long long w = pre[i];
-      if constexpr (kExact) {
+      if constexpr (kNibbleCells) {
+        const uint32_t word = nibbles[i];
+        uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;
+        if constexpr (kExact) {
+          // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of `once` for a
+          // positive one, 4 e + 1 for a negative one. Even nibbles are bytes 0-3 of `even`, odd ones of `odd`.
+          const uint32_t signs = NibbleSigns(word);
+          const uint32_t single = NibbleTops(word) & ((once & ~signs) | ((once >> 1) & signs));
+          even |= (single & 0x01010101u) << 4;
+          odd |= single & 0x10101010u;
+        }
+        w = even | (static_cast<unsigned long long>(odd) << 32);
+      } else if constexpr (kExact) {
         unsigned long long top, negative;
         top_and_negative(w, top, negative);
         w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
