@@ -554,10 +554,10 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
   }
 }
 
-// The lynx tile decoder runs on a persistent grid: each block walks tiles a grid apart, prefetching the next
-// tile's words while it decodes one. 160 pages of 512 channels are 1280 tiles, more than an H100 or H200 holds at
-// once (4 blocks on each of 132 SMs), so blocks decode two or three tiles each, in both buffers, across pages.
-TEST(CudaDecodeTest, DecodesOfMoreTilesThanResidentBlocksMatchTheCpuDecode) {
+// A batch of 160 pages of 512 channels is 1280 tiles, more than an H100 or H200 holds at once (4 blocks on each of
+// 132 SMs): later blocks reuse the slots (and a persistent grid would walk several tiles per block), and pages far
+// apart in the batch must still decode as the CPU does.
+TEST(CudaDecodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuDecode) {
   SKIP_WITHOUT_CUDA();
   for (const std::string name : {"lynx", "lynx4", "lynx-a2r6"}) {
     ExpectDecodeMatchesCpu(name, 256, 512, 4, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
