@@ -650,28 +650,38 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
       unsigned long long w = pre[i];
       if constexpr (kNibbleCells) {
+        // The row's prefixes as byte offsets into s_table (prefix * 4 < 128, a byte each): even values' in
+        // `even`, odd ones' in `odd`, so that each lookup is one byte permute and one shared load.
         const uint32_t word = nibbles[i];
-        uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;
+        uint32_t even = (word << 2) & 0x3C3C3C3Cu, odd = (word >> 2) & 0x3C3C3C3Cu;
         if constexpr (kExact) {
           // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of `once` for a
-          // positive one, 4 e + 1 for a negative one. Even nibbles are bytes 0-3 of `even`, odd ones of `odd`.
+          // positive one, 4 e + 1 for a negative one. Its prefix gets bit `known` (4): offset bit 6.
           const uint32_t signs = NibbleSigns(word);
           const uint32_t single = NibbleTops(word) & ((once & ~signs) | ((once >> 1) & signs));
-          even |= (single & 0x01010101u) << 4;
-          odd |= single & 0x10101010u;
+          even |= (single & 0x01010101u) << 6;
+          odd |= (single & 0x10101010u) << 2;
         }
-        w = even | (static_cast<unsigned long long>(odd) << 32);
-      } else if constexpr (kExact) {
-        unsigned long long top, negative;
-        top_and_negative(w, top, negative);
-        w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
-      }
+        const char* table = reinterpret_cast<const char*>(s_table);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
-        const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
-        const int v = ValueOfByte<kLayout>(e);
-        y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
+        for (int e = 0; e < 8; ++e) {
+          const uint32_t offset = __byte_perm(e < 4 ? even : odd, 0, 0x4440 | (e & 3));
+          const int v = ValueOfByte<kLayout>(e);
+          y[v] = fminf(fmaxf(mu[v] + sigma[v] * *reinterpret_cast<const float*>(table + offset), lo[v]), hi[v]);
+        }
+      } else {
+        if constexpr (kExact) {
+          unsigned long long top, negative;
+          top_and_negative(w, top, negative);
+          w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
+          const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
+          const int v = ValueOfByte<kLayout>(e);
+          y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
+        }
       }
       StoreVec<OutT, 8>(out + i * row_stride, y);
     }
