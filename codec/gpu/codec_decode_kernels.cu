@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   constexpr int kRows = kDecodeTokensPerThread;
   constexpr int kChunkStep = kThreads / kGroupChannels;  // 2: threads tid and tid + 128 share a channel
   static_assert(kThreads % kGroupChannels == 0, "whole channel groups");
-  __shared__ float s_table[256];
+  // 256-byte aligned: a lookup's shared address is the table's with its low byte replaced (kOne4).
+  __shared__ __align__(256) float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_lo[kGroupChannels];
@@ -643,8 +644,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
                    : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
                          static_cast<size_t>(row) * p.dst.head_dim);
   const size_t row_stride = nhd ? channels : p.dst.head_dim;
+  const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
+  for (int i = 0; i < kRows; ++i, out += row_stride) {  // a pointer step a row, not a 64-bit product
     if (i < rows) {
       float y[8];
       // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
@@ -662,12 +664,14 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           even |= (single & 0x01010101u) << 6;
           odd |= (single & 0x10101010u) << 2;
         }
-        const char* table = reinterpret_cast<const char*>(s_table);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const uint32_t offset = __byte_perm(e < 4 ? even : odd, 0, 0x4440 | (e & 3));
+          // The offset byte replaces the low byte of the table's address (the table is 256-byte aligned).
+          const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
+          float t;
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
           const int v = ValueOfByte<kLayout>(e);
-          y[v] = fminf(fmaxf(mu[v] + sigma[v] * *reinterpret_cast<const float*>(table + offset), lo[v]), hi[v]);
+          y[v] = fminf(fmaxf(mu[v] + sigma[v] * t, lo[v]), hi[v]);
         }
       } else {
         if constexpr (kExact) {
@@ -683,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
         }
       }
-      StoreVec<OutT, 8>(out + i * row_stride, y);
+      StoreVec<OutT, 8>(out, y);
     }
   }
 }
