@@ -555,8 +555,7 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
 }
 
 // A batch of 160 pages of 512 channels is 1280 tiles, more than an H100 or H200 holds at once (4 blocks on each of
-// 132 SMs): later blocks reuse the slots (and a persistent grid would walk several tiles per block), and pages far
-// apart in the batch must still decode as the CPU does.
+// 132 SMs): later blocks reuse the slots, and pages far apart in the batch must still decode as the CPU does.
 TEST(CudaDecodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuDecode) {
   SKIP_WITHOUT_CUDA();
   for (const std::string name : {"lynx", "lynx4", "lynx-a2r6"}) {

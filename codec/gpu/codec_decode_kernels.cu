@@ -394,8 +394,8 @@ __device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
 constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
 
 // Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
-// and kTwo4 (4 + 4 bits) keep the codes of a row's even values in bytes 0-3 of its prefix word and the odd ones
-// in bytes 4-7 (ValueOfByte); kAny merges any widths in value order (MergeStage).
+// and kTwo4 (4 + 4 bits) keep the codes of a row's even values in bytes 0-3 of a word and the odd ones in bytes
+// 4-7 of it, or of a second word (ValueOfByte); kAny merges any widths in value order (MergeStage).
 enum class CodeLayout { kAny, kOne4, kTwo4 };
 template <CodeLayout kLayout>
 __device__ __forceinline__ constexpr int ValueOfByte(int e) {
@@ -439,13 +439,13 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   const int bt = p.dst.block_tokens;
   const int bj = t_first / bt;
 
-  // The thread's loads: every stage's fields of its rows (merged into one code prefix byte per value) and its
-  // destination block.
+  // The thread's loads: every stage's fields of its rows (kTwo4, kAny: merged into one code prefix byte per
+  // value; kOne4: its code words as they are) and its destination block.
   unsigned long long pre[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) pre[i] = 0;
   // kOne4 keeps its code words as loaded (half the registers of prefix words; the exact-extremes rule works on
-  // them directly) and spreads them into prefix bytes row by row as it decodes.
+  // them directly) and spreads each row into its lookups' byte offsets (prefix * 4) as it decodes.
   uint32_t nibbles[kLayout == CodeLayout::kOne4 ? kRows : 1] = {};
   int block = 0;
   if (active) {
@@ -453,8 +453,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
     const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
     if constexpr (kLayout != CodeLayout::kAny) {
-      // A row's 8 nibbles of each stream, one 4-byte load each; prefix byte j = code of value 2 j, byte 4 + j =
-      // code of value 2 j + 1 (stream 0's nibble above stream 1's).
+      // A row's 8 nibbles of each stream, one 4-byte load each; kTwo4: prefix byte j = code of value 2 j, byte
+      // 4 + j = code of value 2 j + 1 (stream 0's nibble above stream 1's).
       const uint32_t* a = reinterpret_cast<const uint32_t*>(p.in.codes[0] + page * p.in.codes_stride[0]) + octet0;
       const uint32_t* r = kLayout == CodeLayout::kTwo4
                               ? reinterpret_cast<const uint32_t*>(p.in.codes[1] + page * p.in.codes_stride[1]) + octet0
@@ -565,8 +565,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   // Exact extremes (codec/internal/lynx_extremes.h): a value alone in its chunk-channel's top cell (of its sign)
   // decodes as the full top code. The launch guarantees that each chunk lies in this tile, in chunk_len / 8
   // consecutive slices (whole warps, or the two slices of one warp). Each thread finds its top-cell values with
-  // byte tests on its prefix words and folds them into TopCells; the warp's two slices merge by a shuffle, the
-  // chunk's warps through s_tops across the barrier above the table work.
+  // byte tests on its prefix words (kOne4: nibble tests on its code words, NibbleTopCells) and folds them into
+  // TopCells; the warp's two slices merge by a shuffle, the chunk's warps through s_tops across the barrier above
+  // the table work.
   //
   // A prefix word's top-cell bytes and negative bytes, 0x01 in byte e where prefix byte e has the top cell of its
   // sign / is negative: computed where needed (before the barrier as masks, after it per row) rather than kept
@@ -646,11 +647,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   const size_t row_stride = nhd ? channels : p.dst.head_dim;
   const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
 #pragma unroll
-  for (int i = 0; i < kRows; ++i, out += row_stride) {  // a pointer step a row, not a 64-bit product
+  for (int i = 0; i < kRows; ++i) {
     if (i < rows) {
       float y[8];
-      // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
-      unsigned long long w = pre[i];
       if constexpr (kNibbleCells) {
         // The row's prefixes as byte offsets into s_table (prefix * 4 < 128, a byte each): even values' in
         // `even`, odd ones' in `odd`, so that each lookup is one byte permute and one shared load.
@@ -674,6 +673,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           y[v] = fminf(fmaxf(mu[v] + sigma[v] * t, lo[v]), hi[v]);
         }
       } else {
+        // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
+        unsigned long long w = pre[i];
         if constexpr (kExact) {
           unsigned long long top, negative;
           top_and_negative(w, top, negative);
@@ -687,7 +688,12 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
         }
       }
-      StoreVec<OutT, 8>(out, y);
+      if constexpr (kNibbleCells) {
+        StoreVec<OutT, 8>(out, y);
+        if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
+      } else {
+        StoreVec<OutT, 8>(out + i * row_stride, y);  // the step costs the wider instances spills
+      }
     }
   }
 }
