@@ -67,11 +67,12 @@ constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 
 __device__ __forceinline__ float EndOffset(int q) {
   return static_cast<float>(static_cast<double>(q - 2047) * (1.0 / 2047.0));
 }
+// Without branches (two selects), so that its many call sites need no divergence bookkeeping: the grid value of
+// any q is computed, then replaced at the ends.
 __device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
-  if (q <= 0) return f.lo;
-  if (q >= kEndGridMax) return f.hi;
   const float prod = f.half * EndOffset(q);
-  return Clamp(f.centre + prod, f.lo, f.hi);
+  const float v = Clamp(f.centre + prod, f.lo, f.hi);
+  return q <= 0 ? f.lo : (q >= kEndGridMax ? f.hi : v);
 }
 __device__ __forceinline__ int GuessEnd(const Frame& f, float a) {  // a starting point only
   const float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
