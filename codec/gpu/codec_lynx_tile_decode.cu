@@ -1,0 +1,380 @@
+// The lynx tile decoder (codec_decode_common.cuh LynxTileDecodeFits / LaunchLynxTileDecode): LaunchDecode's fast
+// path for lynx in the common shape (8-channel vectors, chunks and destination blocks of whole 8-token runs), which
+// does per token nothing but the arithmetic; DecodeKernel (codec_decode_kernels.cu) takes every other scheme and
+// shape. Its decodes equal the CPU decode's rounded once into the output type; compiled with --fmad=false.
+#include "codec/gpu/codec_decode_common.cuh"
+
+namespace kvt::codec::gpu::internal {
+namespace {
+
+// Which top cells (of 8 channels x 2 signs) a set of rows of one chunk has seen once or more (seen) and twice or
+// more (again). Merging is associative, so rows can be folded in any grouping. Two bit layouts: by prefix byte
+// (bit e = prefix byte e's channel, positive; bit 8 + e = negative) and, for one 4-bit stream, by the nibble of its
+// code word (NibbleTopCells: bit 4 e = nibble e's channel, positive; bit 4 e + 1 = negative).
+struct TopCells {
+  uint32_t seen = 0, again = 0;
+  __device__ __forceinline__ void Add(uint32_t cells) {
+    again |= seen & cells;
+    seen |= cells;
+  }
+  __device__ __forceinline__ void Merge(const TopCells& o) {
+    again |= o.again | (seen & o.seen);
+    seen |= o.seen;
+  }
+  __device__ __forceinline__ uint32_t Once() const { return seen & ~again; }
+  __device__ __forceinline__ uint32_t Pack() const { return seen | (again << 16); }
+  __device__ __forceinline__ static TopCells Unpack(uint32_t w) { return TopCells{w & 0xFFFFu, w >> 16}; }
+  // The nibble layout uses bits 4 e and 4 e + 1; `again` packs beside them.
+  __device__ __forceinline__ uint32_t PackNibbles() const { return seen | (again << 2); }
+  __device__ __forceinline__ static TopCells UnpackNibbles(uint32_t w) {
+    return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
+  }
+};
+
+// A word of 8 4-bit anchor codes (sign in bit 3 of each nibble): 0x1 in nibble e where code e has the top magnitude
+// (the top cell of its sign), and its sign bits.
+__device__ __forceinline__ uint32_t NibbleTops(uint32_t w) { return w & (w >> 1) & (w >> 2) & 0x11111111u; }
+__device__ __forceinline__ uint32_t NibbleSigns(uint32_t w) { return (w >> 3) & 0x11111111u; }
+// The word's top cells in the nibble layout of TopCells: a negative's mark moves up from bit 4 e to 4 e + 1.
+__device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
+  const uint32_t top = NibbleTops(w);
+  return top + (top & NibbleSigns(w));
+}
+
+constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
+
+// Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
+// and kTwo4 (4 + 4 bits) keep the codes of a row's even values in bytes 0-3 of a word and the odd ones in bytes
+// 4-7 of it, or of a second word (ValueOfByte); kAny merges any widths in value order (MergeStage).
+enum class CodeLayout { kAny, kOne4, kTwo4 };
+template <CodeLayout kLayout>
+__device__ __forceinline__ constexpr int ValueOfByte(int e) {
+  return kLayout == CodeLayout::kAny ? e : (e < 4 ? 2 * e : 2 * (e - 4) + 1);
+}
+
+// Lynx in the common shape (LynxTileDecodeFits): DecodeKernel's lynx work with nothing per token but the value
+// arithmetic. Block (128 channels, 128 tokens, page); thread (vector j, slice s) decodes channels [c, c + 8) of 8
+// consecutive tokens, which lie in one chunk (chunk_len % 8 == 0) and in consecutive rows of one destination block
+// (block_tokens % 8 == 0). Its code loads and block id are issued first; then the block's decode table and the
+// tile's chunk parameters, each thread those of one channel (its frame computed once) and every other chunk; after
+// one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows. kLayout: see CodeLayout.
+// kExact: apply the exact-extremes rule (a partial decode with DecodeParams::exact_extremes); a separate
+// instance, so that the other decodes pay nothing for it.
+template <typename OutT, CodeLayout kLayout, bool kExact>
+__global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
+    LynxTileDecodeKernel(const DecodeParams p, const LynxDeviceTables* __restrict__ tables) {
+  constexpr int kGroupChannels = kDecodeVecThreads * 8;
+  constexpr int kRows = kDecodeTokensPerThread;
+  constexpr int kChunkStep = kThreads / kGroupChannels;  // 2: threads tid and tid + 128 share a channel
+  static_assert(kThreads % kGroupChannels == 0, "whole channel groups");
+  // 256-byte aligned: a lookup's shared address is the table's with its low byte replaced (kOne4).
+  __shared__ __align__(256) float s_table[256];
+  __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
+  __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
+  __shared__ __align__(16) float s_lo[kGroupChannels];
+  __shared__ __align__(16) float s_hi[kGroupChannels];
+  // Exact extremes: per warp and vector lane, the top cells its two slices saw (TopCells), for the chunk's other
+  // warps to merge after the block's one barrier.
+  __shared__ uint32_t s_tops[kExact ? kThreads / 32 : 1][kDecodeVecThreads];
+  const int tid = threadIdx.x;
+  const int page = blockIdx.z;
+  const int tokens = p.shape.tokens;
+  const int channels = p.shape.channels;
+  const int cg0 = blockIdx.x * kGroupChannels;
+  const int c = cg0 + (tid % kDecodeVecThreads) * 8;
+  const int t_tile = blockIdx.y * kDecodeTileTokens;
+  const int t_first = t_tile + (tid / kDecodeVecThreads) * kRows;
+  const int rows = min(kRows, tokens - t_first);
+  const bool active = c < channels && rows > 0;
+  const int bt = p.dst.block_tokens;
+  const int bj = t_first / bt;
+
+  // The thread's loads: every stage's fields of its rows (kTwo4, kAny: merged into one code prefix byte per
+  // value; kOne4: its code words as they are) and its destination block.
+  unsigned long long pre[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) pre[i] = 0;
+  // kOne4 keeps its code words as loaded (half the registers of prefix words; the exact-extremes rule works on
+  // them directly) and spreads each row into its lookups' byte offsets (prefix * 4) as it decodes.
+  uint32_t nibbles[kLayout == CodeLayout::kOne4 ? kRows : 1] = {};
+  int block = 0;
+  if (active) {
+    block = p.dst.block_ids[static_cast<size_t>(page) * p.dst.blocks_per_page + bj];
+    const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
+    const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
+    if constexpr (kLayout != CodeLayout::kAny) {
+      // A row's 8 nibbles of each stream, one 4-byte load each; kTwo4: prefix byte j = code of value 2 j, byte
+      // 4 + j = code of value 2 j + 1 (stream 0's nibble above stream 1's).
+      const uint32_t* a = reinterpret_cast<const uint32_t*>(p.in.codes[0] + page * p.in.codes_stride[0]) + octet0;
+      const uint32_t* r = kLayout == CodeLayout::kTwo4
+                              ? reinterpret_cast<const uint32_t*>(p.in.codes[1] + page * p.in.codes_stride[1]) + octet0
+                              : a;
+      uint32_t wa[kRows], wr[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        wa[i] = i < rows ? a[i * row_octets] : 0u;
+        if constexpr (kLayout == CodeLayout::kTwo4) wr[i] = i < rows ? r[i * row_octets] : 0u;
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        if constexpr (kLayout == CodeLayout::kTwo4) {
+          const uint32_t even = ((wa[i] << 4) & 0xF0F0F0F0u) | (wr[i] & 0x0F0F0F0Fu);
+          const uint32_t odd = (wa[i] & 0xF0F0F0F0u) | ((wr[i] >> 4) & 0x0F0F0F0Fu);
+          pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
+        } else {
+          nibbles[i] = wa[i];
+        }
+      }
+    } else {
+      MergeStages(p, page, octet0, row_octets, rows, pre);
+    }
+  }
+
+  // The thread's channel of the tile's chunk parameters, cc, and its first chunk kk0 (then every kChunkStep-th):
+  // the range and the first two end pairs loaded now, with the codes in flight, and used after the decode table.
+  const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
+  const int k_first = t_tile / p.shape.chunk_len;
+  const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
+  const int cc = tid % kGroupChannels;
+  const int kk0 = tid / kGroupChannels;
+  const int ca = cg0 + cc;
+  const bool param_thread = ca < channels;
+  float l = 0.0f, h = 0.0f;
+  unsigned pair0 = 0, pair1 = 0;
+  if (param_thread) {
+    l = reinterpret_cast<const float*>(meta)[ca];
+    h = reinterpret_cast<const float*>(meta)[channels + ca];
+    const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;  // < 2^24: a page has < 2^24 values
+    if (kk0 < tile_chunks) pair0 = ReadEndPairAligned(meta + p.in.ends_offset, i0);
+    if (kk0 + kChunkStep < tile_chunks) {
+      pair1 = ReadEndPairAligned(meta + p.in.ends_offset, i0 + static_cast<unsigned>(kChunkStep) * channels);
+    }
+  }
+
+  // The prefix bits a value has (a constant for the fixed layouts).
+  int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
+  if constexpr (kLayout == CodeLayout::kAny) {
+    for (int s = 0; s < p.stages; ++s) known += p.stage_bits[s];
+  }
+  // The page's anchor tables, every entry checked (as the CPU decoder does); the decode table is the stored one of
+  // this stage (upper half negated) or the fixed rule's, its 2^known entries.
+  {
+    const uint8_t* stored = meta + p.in.tables_offset;
+    if (tid < p.in.table_floats) {
+      const float v = ReadF32(stored + 4 * tid);
+      if (!(v >= 0.0f && v <= 1.0f)) atomicOr(&p.status->errors, kErrBadAnchorTable);
+    }
+    const int entries = 1 << known;
+    if (tid < entries) {
+      float v;
+      if (tables->decode_from_page) {
+        const int half = entries >> 1;
+        const float m = ReadF32(stored + 4 * (tables->table_first + (tid & (half - 1))));
+        v = tid < half ? m : -m;
+      } else {
+        v = tables->decode[tid];
+      }
+      s_table[tid] = v;
+      // Exact extremes: entry entries + prefix is the full top code of the prefix's sign (the value a single takes).
+      if constexpr (kExact) {
+        const float top = tables->full_values[tables->max_code];
+        s_table[entries + tid] = tid < (entries >> 1) ? top : -top;
+      }
+    }
+  }
+  // The tile's chunk parameters of channel cc.
+  if (param_thread) {
+    if (kk0 == 0) {
+      if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
+      s_lo[cc] = l;
+      s_hi[cc] = h;
+    }
+    const Frame f = MakeFrame(l, h);
+    bool bad = false;
+    for (int kk = kk0; kk < tile_chunks; kk += kChunkStep) {
+      unsigned pair;
+      if (kk == kk0) {
+        pair = pair0;
+      } else if (kk == kk0 + kChunkStep) {
+        pair = pair1;
+      } else {
+        pair = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+      }
+      int ql, qh;
+      if (!EndPairFromIndex(pair, ql, qh)) {
+        bad = true;
+        ql = qh = 0;
+      }
+      float mu, sigma;
+      ChunkCentreAndWidth(f, ql, qh, mu, sigma);
+      s_mu[kk][cc] = mu;
+      s_sigma[kk][cc] = sigma;
+    }
+    if (bad) atomicOr(&p.status->errors, kErrBadChunkEnds);
+  }
+  // Exact extremes (codec/internal/lynx_extremes.h): a value alone in its chunk-channel's top cell (of its sign)
+  // decodes as the full top code. The launch guarantees that each chunk lies in this tile, in chunk_len / 8
+  // consecutive slices (whole warps, or the two slices of one warp). Each thread finds its top-cell values with
+  // byte tests on its prefix words (kOne4: nibble tests on its code words, NibbleTopCells) and folds them into
+  // TopCells; the warp's two slices merge by a shuffle, the chunk's warps through s_tops across the barrier above
+  // the table work.
+  //
+  // A prefix word's top-cell bytes and negative bytes, 0x01 in byte e where prefix byte e has the top cell of its
+  // sign / is negative: computed where needed (before the barrier as masks, after it per row) rather than kept
+  // across the barrier, which would spill.
+  constexpr unsigned long long kOnes = 0x0101010101010101ull;
+  auto top_and_negative = [&](unsigned long long w, unsigned long long& top, unsigned long long& negative) {
+    const unsigned long long mag = kOnes * ((1u << (known - 1)) - 1), low7 = 0x7F7F7F7F7F7F7F7Full;
+    const unsigned long long x = (w & mag) ^ mag;                 // zero bytes: magnitude bits all set
+    top = ~(((x & low7) + low7) | x | low7) >> 7;                 // 0x01 exactly at the zero bytes
+    negative = (w >> (known - 1)) & kOnes;
+  };
+  // Bit e = byte e of 0x00 / 0x01 bytes.
+  auto byte_mask = [](unsigned long long bytes) {
+    return static_cast<uint32_t>((bytes * 0x0102040810204080ull) >> 56);
+  };
+  // kOne4 folds its code words in TopCells' nibble layout (rows past the page are zero words: no top cells).
+  constexpr bool kNibbleCells = kLayout == CodeLayout::kOne4;
+  auto pack = [](const TopCells& t) { return kNibbleCells ? t.PackNibbles() : t.Pack(); };
+  auto unpack = [](uint32_t w) { return kNibbleCells ? TopCells::UnpackNibbles(w) : TopCells::Unpack(w); };
+  TopCells cells;
+  if constexpr (kExact) {
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        if constexpr (kNibbleCells) {
+          cells.Add(NibbleTopCells(nibbles[i]));
+        } else {
+          unsigned long long top, negative;
+          top_and_negative(pre[i], top, negative);
+          const uint32_t m = byte_mask(top), n = byte_mask(negative);
+          if (i < rows) cells.Add((m & ~n) | ((m & n) << 8));
+        }
+      }
+    }
+    cells.Merge(unpack(__shfl_xor_sync(0xFFFFFFFFu, pack(cells), kDecodeVecThreads)));
+    if (tid % 32 < kDecodeVecThreads) s_tops[tid / 32][tid % 32] = pack(cells);
+  }
+  __syncthreads();
+  const int kk = t_first / p.shape.chunk_len - k_first;
+  // once: the top cells (TopCells bits) that the thread's chunk has exactly one value in.
+  uint32_t once = 0;
+  if constexpr (kExact) {
+    const int chunk_warps = p.shape.chunk_len / (2 * kRows);
+    if (chunk_warps > 1) {
+      const int w0 = tid / 32 / chunk_warps * chunk_warps;
+      cells = TopCells{};
+      for (int w = w0; w < w0 + chunk_warps; ++w) cells.Merge(unpack(s_tops[w][tid % kDecodeVecThreads]));
+    }
+    once = cells.Once();
+  }
+  // The same as bytes: 0x01 at byte e where prefix byte e's channel has one top-cell value, positive; negative.
+  unsigned long long once_pos = 0, once_neg = 0;
+  if constexpr (kExact && !kNibbleCells) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      once_pos |= static_cast<unsigned long long>((once >> e) & 1) << (8 * e);
+      once_neg |= static_cast<unsigned long long>((once >> (8 + e)) & 1) << (8 * e);
+    }
+  }
+  if (!active) return;
+  if (block < 0 || block >= p.dst.num_blocks) {
+    atomicOr(&p.status->errors, kErrBadBlockId);
+    return;
+  }
+
+  float mu[8], sigma[8], lo[8], hi[8];
+  LoadShared<8>(&s_mu[kk][c - cg0], mu);
+  LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
+  LoadShared<8>(&s_lo[c - cg0], lo);
+  LoadShared<8>(&s_hi[c - cg0], hi);
+  const bool nhd = p.dst.layout == Layout::kNHD;
+  const int row = t_first - bj * bt;
+  OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
+              (nhd ? (static_cast<size_t>(block) * bt + row) * channels
+                   : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
+                         static_cast<size_t>(row) * p.dst.head_dim);
+  const size_t row_stride = nhd ? channels : p.dst.head_dim;
+  const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i < rows) {
+      float y[8];
+      if constexpr (kNibbleCells) {
+        // The row's prefixes as byte offsets into s_table (prefix * 4 < 128, a byte each): even values' in
+        // `even`, odd ones' in `odd`, so that each lookup is one byte permute and one shared load.
+        const uint32_t word = nibbles[i];
+        uint32_t even = (word << 2) & 0x3C3C3C3Cu, odd = (word >> 2) & 0x3C3C3C3Cu;
+        if constexpr (kExact) {
+          // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of `once` for a
+          // positive one, 4 e + 1 for a negative one. Its prefix gets bit `known` (4): offset bit 6.
+          const uint32_t signs = NibbleSigns(word);
+          const uint32_t single = NibbleTops(word) & ((once & ~signs) | ((once >> 1) & signs));
+          even |= (single & 0x01010101u) << 6;
+          odd |= (single & 0x10101010u) << 2;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          // The offset byte replaces the low byte of the table's address (the table is 256-byte aligned).
+          const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
+          float t;
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
+          const int v = ValueOfByte<kLayout>(e);
+          y[v] = fminf(fmaxf(mu[v] + sigma[v] * t, lo[v]), hi[v]);
+        }
+      } else {
+        // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
+        unsigned long long w = pre[i];
+        if constexpr (kExact) {
+          unsigned long long top, negative;
+          top_and_negative(w, top, negative);
+          w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
+          const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
+          const int v = ValueOfByte<kLayout>(e);
+          y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
+        }
+      }
+      if constexpr (kNibbleCells) {
+        StoreVec<OutT, 8>(out, y);
+        if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
+      } else {
+        StoreVec<OutT, 8>(out + i * row_stride, y);  // the step costs the wider instances spills
+      }
+    }
+  }
+}
+}  // namespace
+
+bool LynxTileDecodeFits(const DecodeParams& p) {
+  return p.shape.channels % 8 == 0 && p.dst.head_dim % 8 == 0 && Aligned16(p.dst.data) &&
+         p.shape.chunk_len >= 16 && p.shape.chunk_len % kDecodeTokensPerThread == 0 &&
+         p.dst.block_tokens % kDecodeTokensPerThread == 0;
+}
+
+absl::Status LaunchLynxTileDecode(const DecodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
+  const dim3 grid((p.shape.channels + 8 * kDecodeVecThreads - 1) / (8 * kDecodeVecThreads),
+                  (p.shape.tokens + kDecodeTileTokens - 1) / kDecodeTileTokens, p.shape.num_pages);
+  return ForDType(p.dst.dtype, [&](auto tag) {
+    using OutT = typename decltype(tag)::type;
+    if (p.stages == 2 && p.stage_bits[0] == 4 && p.stage_bits[1] == 4) {
+      LynxTileDecodeKernel<OutT, CodeLayout::kTwo4, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else if (p.stages == 1 && p.stage_bits[0] == 4) {
+      if (p.exact_extremes) {
+        LynxTileDecodeKernel<OutT, CodeLayout::kOne4, true><<<grid, kThreads, 0, stream>>>(p, tb);
+      } else {
+        LynxTileDecodeKernel<OutT, CodeLayout::kOne4, false><<<grid, kThreads, 0, stream>>>(p, tb);
+      }
+    } else if (p.exact_extremes) {
+      LynxTileDecodeKernel<OutT, CodeLayout::kAny, true><<<grid, kThreads, 0, stream>>>(p, tb);
+    } else {
+      LynxTileDecodeKernel<OutT, CodeLayout::kAny, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    }
+    return LaunchError("LynxTileDecodeKernel");
+  });
+}
+
+}  // namespace kvt::codec::gpu::internal
