@@ -22,6 +22,8 @@ struct DecodeParams {
   // Lynx partial decodes in LynxTileDecodeKernel: apply the exact-extremes rule while writing (other kernels
   // leave it to LaunchExactExtremes).
   int exact_extremes;
+  // shape.chunk_len and dst.block_tokens as divisors (LynxTileDecodeKernel's tile, chunk and block indices).
+  FastDivisor chunk_div, block_div;
 };
 
 // Whether LynxTileDecodeKernel takes a launch (channels and head_dim multiples of 8, 16-byte aligned output too,

@@ -319,6 +319,8 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
   p.shape = shape;
   p.dst = dst;
   p.status = status;
+  p.chunk_div = FastDivisor::For(shape.chunk_len);
+  p.block_div = FastDivisor::For(dst.block_tokens);
   p.stages = stages;
   p.total_bits = 0;
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < scheme.num_streams() ? scheme.stage_bits[i] : 0;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
+#include "codec/gpu/fast_divisor.h"
 
 namespace kvt::codec::gpu::internal {
 namespace {

@@ -87,7 +87,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   const int rows = min(kRows, tokens - t_first);
   const bool active = c < channels && rows > 0;
   const int bt = p.dst.block_tokens;
-  const int bj = t_first / bt;
+  // The page's block of the thread's rows. kAny divides: with the multiply-high its instances spill 24 bytes
+  // (measured: lynx8's full decode 0.053 -> 0.055 ms), as the register allocation comes out differently.
+  const int bj = kLayout == CodeLayout::kAny ? t_first / bt : p.block_div.Divide(t_first);
 
   // The thread's loads: every stage's fields of its rows (kTwo4, kAny: merged into one code prefix byte per
   // value; kOne4: its code words as they are) and its destination block.
@@ -133,8 +135,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   // The thread's channel of the tile's chunk parameters, cc, and its first chunk kk0 (then every kChunkStep-th):
   // the range and the first two end pairs loaded now, with the codes in flight, and used after the decode table.
   const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
-  const int k_first = t_tile / p.shape.chunk_len;
-  const int tile_chunks = (min(t_tile + kDecodeTileTokens, tokens) - 1) / p.shape.chunk_len - k_first + 1;
+  const int k_first = p.chunk_div.Divide(t_tile);
+  const int tile_chunks = p.chunk_div.Divide(min(t_tile + kDecodeTileTokens, tokens) - 1) - k_first + 1;
   const int cc = tid % kGroupChannels;
   const int kk0 = tid / kGroupChannels;
   const int ca = cg0 + cc;
@@ -256,13 +258,14 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     if (tid % 32 < kDecodeVecThreads) s_tops[tid / 32][tid % 32] = pack(cells);
   }
   __syncthreads();
-  const int kk = t_first / p.shape.chunk_len - k_first;
+  const int kk = p.chunk_div.Divide(t_first) - k_first;
   // once: the top cells (TopCells bits) that the thread's chunk has exactly one value in.
   uint32_t once = 0;
   if constexpr (kExact) {
+    // A chunk's warps: chunk_len / 16 of them, a power of two (chunk_len divides the 128-token tile).
     const int chunk_warps = p.shape.chunk_len / (2 * kRows);
     if (chunk_warps > 1) {
-      const int w0 = tid / 32 / chunk_warps * chunk_warps;
+      const int w0 = (tid / 32) & -chunk_warps;
       cells = TopCells{};
       for (int w = w0; w < w0 + chunk_warps; ++w) cells.Merge(unpack(s_tops[w][tid % kDecodeVecThreads]));
     }
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   LoadShared<8>(&s_lo[c - cg0], lo);
   LoadShared<8>(&s_hi[c - cg0], hi);
   const bool nhd = p.dst.layout == Layout::kNHD;
-  const int row = t_first - bj * bt;
+  const int row = t_first - bj * bt;  // in that block
   OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
               (nhd ? (static_cast<size_t>(block) * bt + row) * channels
                    : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
