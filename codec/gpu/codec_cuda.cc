@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
 #include "codec/internal/bitpack.h"
@@ -154,6 +155,14 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
     d.bucket_count = t.bucket_count;
     d.corrections = t.corrections;
     for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
+    if (t.bucket_count > 0 && t.bucket_count <= internal::kMaxTileBuckets) {
+      for (int j = 0; j <= t.bucket_count; ++j) {
+        const int base = t.bucket_base[j];
+        d.tile_buckets[2 * j] = static_cast<uint32_t>(base);
+        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(d.thresholds[base + 1]);
+      }
+      d.tile_magic = 8388608.0f / static_cast<float>(t.bucket_count);  // exact: bucket_count is a power of two
+    }
   }
   for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];
   for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;

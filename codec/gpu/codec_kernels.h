@@ -77,6 +77,8 @@ inline constexpr unsigned long long kNoNonFinite = ~0ull;
 // The lynx family's tables for one (alpha, top_width, bits), as lynx_math.h builds them, in device memory for a launch.
 inline constexpr int kMaxDeviceBuckets = 4096;
 inline constexpr int kMaxDeviceCorrections = 8;
+// Bucket tables of up to this many buckets take the lynx tile encoder's bucket path (tile_buckets below).
+inline constexpr int kMaxTileBuckets = 1024;
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need
@@ -84,6 +86,12 @@ struct LynxDeviceTables {
   uint8_t bucket_base[kMaxDeviceBuckets + 1];
   int bucket_count;
   int corrections;
+  // The lynx tile encoder's shared bucket table, copied whole in 16-byte pieces, when 0 < bucket_count <=
+  // kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
+  // thresholds[bucket_base[j] + 1]), then one entry of padding; and 2^23 / bucket_count, the magic addend of its
+  // bucket index (codec_lynx_tile_encode.cu TileCode).
+  alignas(16) uint32_t tile_buckets[2 * (kMaxTileBuckets + 2)];
+  float tile_magic;
   float full_values[128];  // [I] for I in 0..M
   // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are
   // (the value of a cell no code falls in).

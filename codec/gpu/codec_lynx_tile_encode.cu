@@ -25,7 +25,6 @@ constexpr int kChunkTokens = 32;                               // a chunk is a w
 constexpr int kSliceTokens = 8;                                // tokens per lane
 constexpr int kMaxChunks = 8;                                  // warps per block
 constexpr int kEndWords = kTileChannels * kEndPairBits / 32;  // 46 words: a chunk's end pairs of one group
-constexpr int kMaxBuckets = 1024;                              // larger bucket tables take the log-guess path
 static_assert(kTileChannels == 64, "lane (s, g) covers 8 x 8 channels");
 static_assert(kTileChannels * kEndPairBits % 32 == 0, "a group's end pairs fill whole words");
 
@@ -38,6 +37,7 @@ struct TileParams {
   int stage_bits[kMaxStreams];
   int total_bits;
   bool exact_extremes;  // the anchor tables leave out the rule's singles
+  FastDivisor block_div;  // src.block_tokens
 };
 
 // 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
@@ -209,7 +209,7 @@ __device__ __forceinline__ void QuantizeEnds2(const Frame* f, const float* cmin,
 
 // What coding a value needs, uniform over the block.
 struct CodeTables {
-  // Bucket path (bucket_count in 1..kMaxBuckets): the shared table of (bucket_base[j], bits of
+  // Bucket path (bucket_count in 1..kMaxTileBuckets): the shared table of (bucket_base[j], bits of
   // thresholds[bucket_base[j] + 1]), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj (see
   // TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
   unsigned bucket_adj;
@@ -251,6 +251,13 @@ __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const
   return code | (neg & ct.sign_bit);
 }
 
+// Lane `src`'s 64-bit value (every lane of the warp takes part).
+__device__ __forceinline__ unsigned long long ShflU64(unsigned long long v, int src) {
+  const uint32_t lo = __shfl_sync(kFull, static_cast<uint32_t>(v), src);
+  const uint32_t hi = __shfl_sync(kFull, static_cast<uint32_t>(v >> 32), src);
+  return lo | static_cast<unsigned long long>(hi) << 32;
+}
+
 // Four codes (< 256) as the bytes of a word, first in the low byte.
 __device__ __forceinline__ uint32_t Bytes4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
   return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
@@ -270,7 +277,7 @@ template <typename T, Streams kStreams>
 __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     LynxTileEncodeKernel(const TileParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kWords = Octet<T>::kWords;
-  __shared__ uint2 s_bucket[kMaxBuckets + 1];
+  __shared__ __align__(16) uint2 s_bucket[sizeof(LynxDeviceTables::tile_buckets) / sizeof(uint2)];
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ unsigned s_hist[256];
   constexpr bool kGeneric = kStreams == Streams::kAnyStreams || kStreams == Streams::kStaged;
@@ -281,7 +288,6 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   __shared__ __align__(16) float s_cmax[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_mu[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_inv[kMaxChunks][kTileChannels];
-  __shared__ __align__(16) unsigned s_idx[kMaxChunks][kTileChannels];
   __shared__ bool s_last;
 
   const int tid = threadIdx.x;
@@ -295,6 +301,17 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const int tokens = p.shape.tokens;
   const int num_chunks = p.shape.num_chunks;
   const int t0 = k * kChunkTokens + s * kSliceTokens;
+
+  // The bucket table goes first, whole (waiting for its size, bucket_count, would hold up the rows), straight into
+  // shared memory: cp.async takes no registers and is waited for only at the block's barrier.
+  {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_bucket));
+    const size_t src = __cvta_generic_to_global(tables->tile_buckets);
+    constexpr int kCopies = static_cast<int>(sizeof(tables->tile_buckets) / 16);
+    for (int i = tid; i < kCopies; i += blockDim.x) {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst + 16 * i), "l"(src + 16 * i) : "memory");
+    }
+  }
 
   // The lane's 8 rows, all 8 loads in flight together. With blocks of a multiple of 8 tokens its tokens are
   // consecutive rows of one block; otherwise a cursor over the page's blocks.
@@ -310,7 +327,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     };
     bool bad = false;
     if (bt % kSliceTokens == 0) {
-      const int j = t0 / bt;
+      const int j = p.block_div.Divide(t0);
       const int b = ids[j];
       bad = b < 0 || b >= p.src.num_blocks;
       const T* row = src + row_offset(bad ? 0 : b, t0 - j * bt);
@@ -326,7 +343,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       }
     } else {
       int b[kSliceTokens], r[kSliceTokens];
-      int j = t0 / bt, row = t0 - j * bt;
+      int j = p.block_div.Divide(t0), row = t0 - j * bt;
 #pragma unroll
       for (int i = 0; i < kSliceTokens; ++i) {
         b[i] = ids[j];
@@ -355,15 +372,11 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   ct.max_code = tables->max_code;
   ct.sign_bit = 1u << (tables->bits - 1);
   const int buckets = tables->bucket_count;  // > 0 only with one correction
-  const bool use_buckets = buckets > 0 && buckets <= kMaxBuckets;
-  ct.magic = use_buckets ? 8388608.0f / static_cast<float>(buckets) : 0.0f;
+  const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
+  ct.magic = use_buckets ? tables->tile_magic : 0.0f;
   ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
-  for (int i = tid; i < 128 + kMaxDeviceCorrections; i += blockDim.x) s_thr[i] = tables->thresholds[i];
-  if (use_buckets) {
-    for (int j = tid; j <= buckets; j += blockDim.x) {
-      const int base = tables->bucket_base[j];
-      s_bucket[j] = make_uint2(static_cast<unsigned>(base), __float_as_uint(tables->thresholds[base + 1]));
-    }
+  if (!use_buckets) {
+    for (int i = tid; i < 128 + kMaxDeviceCorrections; i += blockDim.x) s_thr[i] = tables->thresholds[i];
   }
   for (int i = tid; i < 256; i += blockDim.x) s_hist[i] = 0;
   if constexpr (kStreams == Streams::kStaged) {
@@ -417,6 +430,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     dmax[0] = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
     dmax[1] = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
   }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's bucket copies; the barrier then shows all
   __syncthreads();
 
   // Lane L: chunk-channels (k, 2 L) and (k, 2 L + 1). The page-channel range is the min / max of the chunks'
@@ -467,26 +481,26 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     }
     *reinterpret_cast<float2*>(&s_mu[k][cc]) = make_float2(mu[0], mu[1]);
     *reinterpret_cast<float2*>(&s_inv[k][cc]) = make_float2(inv[0], inv[1]);
-    *reinterpret_cast<uint2*>(&s_idx[k][cc]) = make_uint2(idx[0], idx[1]);
-  }
-  __syncwarp();
-
-  // The chunk's end pairs of the group, fields (k channels + c0 + f) * 23 bits: they start on a word, as
-  // k channels + c0 is a multiple of 32.
-  {
+    // The chunk's end pairs of the group, fields (k channels + c0 + f) * 23 bits: they start on a word, as
+    // k channels + c0 is a multiple of 32. Lane L holds bits [46 L, 46 L + 46) of them (fields 2 L and 2 L + 1);
+    // word w (bits [32 w, 32 w + 32)) starts in lane a = 32 w / 46 and ends there or in lane a + 1, so each
+    // lane builds word L, and lanes 0..13 word L + 32 too, from two lanes' bits fetched by shuffles.
+    const unsigned long long mine = idx[0] | static_cast<unsigned long long>(idx[1]) << kEndPairBits;
     uint32_t* ends = reinterpret_cast<uint32_t*>(meta + p.out.ends_offset) +
                      (static_cast<size_t>(k) * channels + c0) / 32 * kEndPairBits;
-    for (int w = lane; w < kEndWords; w += 32) {
-      const int b0 = 32 * w;
-      uint32_t word = 0;
-      for (int f = b0 / kEndPairBits; f * kEndPairBits < b0 + 32; ++f) {
-        const int sh = kEndPairBits * f - b0;
-        const uint32_t v = s_idx[k][f];
-        word |= sh >= 0 ? v << sh : v >> -sh;
-      }
-      ends[w] = word;
+    constexpr int kLaneBits = 2 * kEndPairBits;
+#pragma unroll
+    for (int round = 0; round < 2; ++round) {
+      const int w = lane + 32 * round;
+      const int wc = min(w, kEndWords - 1);  // lanes past the last word compute it again, and store nothing
+      const int a = 32 * wc / kLaneBits, o = 32 * wc - kLaneBits * a;  // a <= 31, o < 46
+      const unsigned long long first = ShflU64(mine, a), next = ShflU64(mine, min(a + 1, 31));
+      // Lane 31 ends the stream (word 45 takes exactly its last 32 bits): the `next` of a = 31 shifts out.
+      const uint32_t word = static_cast<uint32_t>((first >> o) | (next << (kLaneBits - o)));
+      if (w < kEndWords) ends[w] = word;
     }
   }
+  __syncwarp();  // s_mu and s_inv, for the warp's other lanes
 
   // Code the lane's 64 values: each stream's fields of a row's 8 values fill whole bytes, at a fixed stride.
   float mu[8], inv[8];
@@ -657,15 +671,18 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   for (int i = tid; i < counts; i += blockDim.x) {
     page_hist[blockIdx.x * kTileGroupCounts + i] = i < 256 ? s_hist[i] : s_excl[kExclStages == 1 ? 0 : i - 256];
   }
-  __threadfence();
+  // Every thread's counts are written; one thread fences for the block and arrives (cooperative groups' grid
+  // barrier pattern), and in the last block to arrive fences again before the block reads the others' counts.
   __syncthreads();
   if (tid == 0) {
-    s_last = atomicInc(&p.out.page_arrivals[page], static_cast<unsigned>(groups - 1)) ==
-             static_cast<unsigned>(groups - 1);
+    __threadfence();
+    const bool last = atomicInc(&p.out.page_arrivals[page], static_cast<unsigned>(groups - 1)) ==
+                      static_cast<unsigned>(groups - 1);
+    if (last) __threadfence();
+    s_last = last;
   }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
   for (int i = tid; i < counts; i += blockDim.x) {
     unsigned n = 0;
     for (int gg = 0; gg < groups; ++gg) n += __ldcg(page_hist + gg * kTileGroupCounts + i);
@@ -716,6 +733,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.exact_extremes = exact_extremes;
+  p.block_div = FastDivisor::For(src.block_tokens);
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
   const int n = p.num_streams;
