@@ -129,16 +129,20 @@ __device__ __forceinline__ void ChunkCentreAndWidth(const Frame& f, int q_low, i
 // off by up to 2^-19 (16 times rsqrt.approx.f32's documented bound). So one step each way, without
 // branches, corrects it exactly in 32-bit integers (h <= 4094 keeps (h + 1) (h + 2) / 2 below 2^24); the check
 // that q_low lies in [0, h] would turn a miss into a bad pair (DATA_LOSS) rather than wrong values.
+// x >= 1 has no subnormal to care about: rsqrt.approx.ftz skips rsqrtf's scaling for one.
 __device__ __forceinline__ bool EndPairFromIndex(unsigned index, int& q_low, int& q_high) {
-  const int i = static_cast<int>(index < kMaxEndPairIndex ? index : kMaxEndPairIndex);
+  const unsigned i = index < kMaxEndPairIndex ? index : kMaxEndPairIndex;
   const float x = 8.0f * static_cast<float>(i) + 1.0f;
-  int h = static_cast<int>((x * rsqrtf(x) - 1.0f) * 0.5f);
-  h = h < 0 ? 0 : (h > kEndGridMax ? kEndGridMax : h);
-  h -= h * (h + 1) / 2 > i ? 1 : 0;
+  float r;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  int g = static_cast<int>((x * r - 1.0f) * 0.5f);
+  unsigned h = g < 0 ? 0u : (g > kEndGridMax ? kEndGridMax : static_cast<unsigned>(g));
+  h -= h * (h + 1) / 2 > i ? 1 : 0;  // unsigned: the triangles are shifts, and h >= 0 throughout
   h += (h + 1) * (h + 2) / 2 <= i ? 1 : 0;
-  q_high = h;
-  q_low = i - h * (h + 1) / 2;
-  return index <= kMaxEndPairIndex && q_low >= 0 && q_low <= h;
+  const int low = static_cast<int>(i) - static_cast<int>(h * (h + 1) / 2);
+  q_high = static_cast<int>(h);
+  q_low = low;
+  return index <= kMaxEndPairIndex && low >= 0 && low <= q_high;
 }
 // The 23-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves room
 // past the array for the 4-byte read).

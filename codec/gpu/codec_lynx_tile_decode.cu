@@ -91,6 +91,34 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   // (measured: lynx8's full decode 0.053 -> 0.055 ms), as the register allocation comes out differently.
   const int bj = kLayout == CodeLayout::kAny ? t_first / bt : p.block_div.Divide(t_first);
 
+  // The thread's channel of the tile's chunk parameters, cc, and its first chunk kk0 (then every kChunkStep-th):
+  // the range and the words of the first two end pairs are loaded first, ahead of the codes, as the parameters
+  // are the longer way to the block's barrier; the pairs are cut out of their words after the codes are asked for.
+  const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
+  const int k_first = p.chunk_div.Divide(t_tile);
+  const int tile_chunks = p.chunk_div.Divide(min(t_tile + kDecodeTileTokens, tokens) - 1) - k_first + 1;
+  const int cc = tid % kGroupChannels;
+  const int kk0 = tid / kGroupChannels;
+  const int ca = cg0 + cc;
+  const bool param_thread = ca < channels;
+  const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;  // < 2^24: a page has < 2^24 values
+  const unsigned i1 = i0 + static_cast<unsigned>(kChunkStep) * channels;
+  const uint32_t* end_words = reinterpret_cast<const uint32_t*>(meta + p.in.ends_offset);
+  float l = 0.0f, h = 0.0f;
+  uint32_t w0[2] = {0, 0}, w1[2] = {0, 0};  // the 32-bit words pair 0 and pair 1 lie in
+  if (param_thread) {
+    l = reinterpret_cast<const float*>(meta)[ca];
+    h = reinterpret_cast<const float*>(meta)[channels + ca];
+    if (kk0 < tile_chunks) {
+      w0[0] = end_words[i0 * kEndPairBits / 32];
+      w0[1] = end_words[i0 * kEndPairBits / 32 + 1];
+    }
+    if (kk0 + kChunkStep < tile_chunks) {
+      w1[0] = end_words[i1 * kEndPairBits / 32];
+      w1[1] = end_words[i1 * kEndPairBits / 32 + 1];
+    }
+  }
+
   // The thread's loads: every stage's fields of its rows (kTwo4, kAny: merged into one code prefix byte per
   // value; kOne4: its code words as they are) and its destination block.
   unsigned long long pre[kRows];
@@ -132,26 +160,10 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
-  // The thread's channel of the tile's chunk parameters, cc, and its first chunk kk0 (then every kChunkStep-th):
-  // the range and the first two end pairs loaded now, with the codes in flight, and used after the decode table.
-  const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
-  const int k_first = p.chunk_div.Divide(t_tile);
-  const int tile_chunks = p.chunk_div.Divide(min(t_tile + kDecodeTileTokens, tokens) - 1) - k_first + 1;
-  const int cc = tid % kGroupChannels;
-  const int kk0 = tid / kGroupChannels;
-  const int ca = cg0 + cc;
-  const bool param_thread = ca < channels;
-  float l = 0.0f, h = 0.0f;
-  unsigned pair0 = 0, pair1 = 0;
-  if (param_thread) {
-    l = reinterpret_cast<const float*>(meta)[ca];
-    h = reinterpret_cast<const float*>(meta)[channels + ca];
-    const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;  // < 2^24: a page has < 2^24 values
-    if (kk0 < tile_chunks) pair0 = ReadEndPairAligned(meta + p.in.ends_offset, i0);
-    if (kk0 + kChunkStep < tile_chunks) {
-      pair1 = ReadEndPairAligned(meta + p.in.ends_offset, i0 + static_cast<unsigned>(kChunkStep) * channels);
-    }
-  }
+
+  constexpr uint32_t kPairMask = (1u << kEndPairBits) - 1;
+  const unsigned pair0 = __funnelshift_r(w0[0], w0[1], i0 * kEndPairBits % 32) & kPairMask;
+  const unsigned pair1 = __funnelshift_r(w1[0], w1[1], i1 * kEndPairBits % 32) & kPairMask;
 
   // The prefix bits a value has (a constant for the fixed layouts).
   int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
@@ -280,6 +292,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       once_neg |= static_cast<unsigned long long>((once >> (8 + e)) & 1) << (8 * e);
     }
   }
+  // kOne4: `once` split by sign, each at bit 4 e of nibble e's channel, so that a row picks by its sign bits.
+  const uint32_t once_p = once & 0x11111111u, once_n = (once >> 1) & 0x11111111u;
   if (!active) return;
   if (block < 0 || block >= p.dst.num_blocks) {
     atomicOr(&p.status->errors, kErrBadBlockId);
@@ -309,10 +323,11 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         const uint32_t word = nibbles[i];
         uint32_t even = (word << 2) & 0x3C3C3C3Cu, odd = (word >> 2) & 0x3C3C3C3Cu;
         if constexpr (kExact) {
-          // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of `once` for a
-          // positive one, 4 e + 1 for a negative one. Its prefix gets bit `known` (4): offset bit 6.
-          const uint32_t signs = NibbleSigns(word);
-          const uint32_t single = NibbleTops(word) & ((once & ~signs) | ((once >> 1) & signs));
+          // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of once_p for a
+          // positive one, of once_n for a negative one (its sign: bit 4 e of word >> 3; the masked once_p and
+          // once_n drop the other bits). Its prefix gets bit `known` (4): offset bit 6.
+          const uint32_t signs = word >> 3;
+          const uint32_t single = NibbleTops(word) & ((once_p & ~signs) | (once_n & signs));
           even |= (single & 0x01010101u) << 6;
           odd |= (single & 0x10101010u) << 2;
         }
