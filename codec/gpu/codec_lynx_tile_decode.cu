@@ -119,14 +119,17 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
-  // The thread's loads: every stage's fields of its rows (kTwo4, kAny: merged into one code prefix byte per
-  // value; kOne4: its code words as they are) and its destination block.
+  // The thread's loads: every stage's fields of its rows (kAny: merged into one code prefix byte per value;
+  // kOne4, kTwo4: the code words as they are) and its destination block.
   unsigned long long pre[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) pre[i] = 0;
   // kOne4 keeps its code words as loaded (half the registers of prefix words; the exact-extremes rule works on
-  // them directly) and spreads each row into its lookups' byte offsets (prefix * 4) as it decodes.
-  uint32_t nibbles[kLayout == CodeLayout::kOne4 ? kRows : 1] = {};
+  // them directly) and spreads each row into its lookups' byte offsets (prefix * 4) as it decodes. kTwo4 keeps
+  // both streams' words (as many registers as the prefix words) and merges a row as it decodes it, so that no
+  // instruction waits for the codes before the chunk parameters are done.
+  uint32_t nibbles[kLayout != CodeLayout::kAny ? kRows : 1] = {};
+  uint32_t resid[kLayout == CodeLayout::kTwo4 ? kRows : 1] = {};
   int block = 0;
   if (active) {
     block = p.dst.block_ids[static_cast<size_t>(page) * p.dst.blocks_per_page + bj];
@@ -139,21 +142,10 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       const uint32_t* r = kLayout == CodeLayout::kTwo4
                               ? reinterpret_cast<const uint32_t*>(p.in.codes[1] + page * p.in.codes_stride[1]) + octet0
                               : a;
-      uint32_t wa[kRows], wr[kRows];
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        wa[i] = i < rows ? a[i * row_octets] : 0u;
-        if constexpr (kLayout == CodeLayout::kTwo4) wr[i] = i < rows ? r[i * row_octets] : 0u;
-      }
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        if constexpr (kLayout == CodeLayout::kTwo4) {
-          const uint32_t even = ((wa[i] << 4) & 0xF0F0F0F0u) | (wr[i] & 0x0F0F0F0Fu);
-          const uint32_t odd = (wa[i] & 0xF0F0F0F0u) | ((wr[i] >> 4) & 0x0F0F0F0Fu);
-          pre[i] = even | (static_cast<unsigned long long>(odd) << 32);
-        } else {
-          nibbles[i] = wa[i];
-        }
+        nibbles[i] = i < rows ? a[i * row_octets] : 0u;
+        if constexpr (kLayout == CodeLayout::kTwo4) resid[i] = i < rows ? r[i * row_octets] : 0u;
       }
     } else {
       MergeStages(p, page, octet0, row_octets, rows, pre);
@@ -343,6 +335,11 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       } else {
         // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
         unsigned long long w = pre[i];
+        if constexpr (kLayout == CodeLayout::kTwo4) {
+          const uint32_t even = ((nibbles[i] << 4) & 0xF0F0F0F0u) | (resid[i] & 0x0F0F0F0Fu);
+          const uint32_t odd = (nibbles[i] & 0xF0F0F0F0u) | ((resid[i] >> 4) & 0x0F0F0F0Fu);
+          w = even | (static_cast<unsigned long long>(odd) << 32);
+        }
         if constexpr (kExact) {
           unsigned long long top, negative;
           top_and_negative(w, top, negative);
