@@ -31,7 +31,11 @@ def kvt_cuda_library(name, srcs, hdrs = [], textual_hdrs = [], cu_hdrs = [], dep
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
             srcs = [src] + hdrs + textual_hdrs + cu_hdrs,
             outs = [obj],
-            cmd = "%s %s %s -c $(location %s) -o $@" % (NVCC, CUDA_FLAGS, " ".join(copts), src),
+            # Each nvcc gets its own temporary directory: sandboxed actions share /tmp but each has its own PID
+            # namespace, so two concurrent nvcc calls both named their files tmpxft_00000002_... and one failed
+            # with "cudafe1.cpp: No such file or directory".
+            cmd = ("tmp=$$(mktemp -d /tmp/kvt-nvcc.XXXXXXXX) && TMPDIR=$$tmp %s %s %s -c $(location %s) -o $@; " +
+                   "rc=$$?; rm -rf $$tmp; exit $$rc") % (NVCC, CUDA_FLAGS, " ".join(copts), src),
             message = "nvcc " + src,
         )
         objs.append(obj)
