@@ -55,9 +55,10 @@ __device__ __forceinline__ constexpr int ValueOfByte(int e) {
 // Lynx in the common shape (LynxTileDecodeFits): DecodeKernel's lynx work with nothing per token but the value
 // arithmetic. Block (128 channels, 128 tokens, page); thread (vector j, slice s) decodes channels [c, c + 8) of 8
 // consecutive tokens, which lie in one chunk (chunk_len % 8 == 0) and in consecutive rows of one destination block
-// (block_tokens % 8 == 0). Its code loads and block id are issued first; then the block's decode table and the
-// tile's chunk parameters, each thread those of one channel (its frame computed once) and every other chunk; after
-// one barrier each thread holds its chunk's (mu, sigma, lo, hi) for all 8 rows. kLayout: see CodeLayout.
+// (block_tokens % 8 == 0). The loads of its chunk parameters' range and end pairs are issued first, then its code
+// loads and block id; then the block's decode table and the tile's chunk parameters, each thread those of one
+// channel (its frame computed once) and every other chunk; after one barrier each thread holds its chunk's (mu,
+// sigma, lo, hi) for all 8 rows. kLayout: see CodeLayout.
 // kExact: apply the exact-extremes rule (a partial decode with DecodeParams::exact_extremes); a separate
 // instance, so that the other decodes pay nothing for it.
 template <typename OutT, CodeLayout kLayout, bool kExact>
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   constexpr int kRows = kDecodeTokensPerThread;
   constexpr int kChunkStep = kThreads / kGroupChannels;  // 2: threads tid and tid + 128 share a channel
   static_assert(kThreads % kGroupChannels == 0, "whole channel groups");
+  static_assert(!(kExact && kLayout == CodeLayout::kTwo4), "kTwo4 keeps no prefix words for the rule's cells");
   // 256-byte aligned: a lookup's shared address is the table's with its low byte replaced (kOne4).
   __shared__ __align__(256) float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
@@ -101,21 +103,22 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   const int kk0 = tid / kGroupChannels;
   const int ca = cg0 + cc;
   const bool param_thread = ca < channels;
-  const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;  // < 2^24: a page has < 2^24 values
+  // Chunk-channel indices: a page has at most 2^26 values and chunks of >= 16 tokens, so i0 < 2^22 and i0 * 23 fits.
+  const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;
   const unsigned i1 = i0 + static_cast<unsigned>(kChunkStep) * channels;
   const uint32_t* end_words = reinterpret_cast<const uint32_t*>(meta + p.in.ends_offset);
   float l = 0.0f, h = 0.0f;
-  uint32_t w0[2] = {0, 0}, w1[2] = {0, 0};  // the 32-bit words pair 0 and pair 1 lie in
+  uint32_t pair0_words[2] = {0, 0}, pair1_words[2] = {0, 0};  // the 32-bit words the two pairs lie in
   if (param_thread) {
     l = reinterpret_cast<const float*>(meta)[ca];
     h = reinterpret_cast<const float*>(meta)[channels + ca];
     if (kk0 < tile_chunks) {
-      w0[0] = end_words[i0 * kEndPairBits / 32];
-      w0[1] = end_words[i0 * kEndPairBits / 32 + 1];
+      pair0_words[0] = end_words[i0 * kEndPairBits / 32];
+      pair0_words[1] = end_words[i0 * kEndPairBits / 32 + 1];
     }
     if (kk0 + kChunkStep < tile_chunks) {
-      w1[0] = end_words[i1 * kEndPairBits / 32];
-      w1[1] = end_words[i1 * kEndPairBits / 32 + 1];
+      pair1_words[0] = end_words[i1 * kEndPairBits / 32];
+      pair1_words[1] = end_words[i1 * kEndPairBits / 32 + 1];
     }
   }
 
@@ -136,8 +139,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     const unsigned octet0 = (static_cast<unsigned>(t_first) * channels + c) >> 3;
     const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
     if constexpr (kLayout != CodeLayout::kAny) {
-      // A row's 8 nibbles of each stream, one 4-byte load each; kTwo4: prefix byte j = code of value 2 j, byte
-      // 4 + j = code of value 2 j + 1 (stream 0's nibble above stream 1's).
+      // A row's 8 nibbles of each stream, one 4-byte load each, kept as loaded.
       const uint32_t* a = reinterpret_cast<const uint32_t*>(p.in.codes[0] + page * p.in.codes_stride[0]) + octet0;
       const uint32_t* r = kLayout == CodeLayout::kTwo4
                               ? reinterpret_cast<const uint32_t*>(p.in.codes[1] + page * p.in.codes_stride[1]) + octet0
@@ -152,10 +154,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
-
   constexpr uint32_t kPairMask = (1u << kEndPairBits) - 1;
-  const unsigned pair0 = __funnelshift_r(w0[0], w0[1], i0 * kEndPairBits % 32) & kPairMask;
-  const unsigned pair1 = __funnelshift_r(w1[0], w1[1], i1 * kEndPairBits % 32) & kPairMask;
+  const unsigned pair0 = __funnelshift_r(pair0_words[0], pair0_words[1], i0 * kEndPairBits % 32) & kPairMask;
+  const unsigned pair1 = __funnelshift_r(pair1_words[0], pair1_words[1], i1 * kEndPairBits % 32) & kPairMask;
 
   // The prefix bits a value has (a constant for the fixed layouts).
   int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
@@ -335,7 +336,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       } else {
         // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
         unsigned long long w = pre[i];
-        if constexpr (kLayout == CodeLayout::kTwo4) {
+        if constexpr (kLayout == CodeLayout::kTwo4) {  // prefix byte j = code of value 2 j, byte 4 + j = code of
+          // value 2 j + 1 (stream 0's nibble above stream 1's)
           const uint32_t even = ((nibbles[i] << 4) & 0xF0F0F0F0u) | (resid[i] & 0x0F0F0F0Fu);
           const uint32_t odd = (nibbles[i] & 0xF0F0F0F0u) | ((resid[i] >> 4) & 0x0F0F0F0Fu);
           w = even | (static_cast<unsigned long long>(odd) << 32);

@@ -307,6 +307,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   {
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_bucket));
     const size_t src = __cvta_generic_to_global(tables->tile_buckets);
+    static_assert(sizeof(LynxDeviceTables::tile_buckets) % 16 == 0, "whole 16-byte copies");
     constexpr int kCopies = static_cast<int>(sizeof(tables->tile_buckets) / 16);
     for (int i = tid; i < kCopies; i += blockDim.x) {
       asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst + 16 * i), "l"(src + 16 * i) : "memory");
@@ -525,7 +526,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
 #pragma unroll
   for (int st = 0; st < kExclStages; ++st) ex_one[st] = ex_two[st] = ex_sampled[st] = 0;
   uint32_t keep[4] = {0, 0, 0, 0};
-  // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has < 2^24 values).
+  // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has <= 2^26 values).
   const unsigned octet0 = (static_cast<unsigned>(t0) * channels + c0 + 8 * g) >> 3;
   const unsigned row_octets = static_cast<unsigned>(channels) >> 3;
   uint8_t* out0 = p.out.codes[0] + page * p.out.codes_stride[0];

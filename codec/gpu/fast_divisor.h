@@ -5,6 +5,7 @@
 #ifndef KVT_CODEC_GPU_FAST_DIVISOR_H_
 #define KVT_CODEC_GPU_FAST_DIVISOR_H_
 
+#include <cassert>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -22,16 +23,17 @@ namespace kvt::codec::gpu::internal {
 struct FastDivisor {
   uint32_t mul = 0;
   uint32_t shift = 0;  // l - 1
-  uint32_t one = 1;    // d == 1
+  uint32_t is_one = 1;  // d == 1
 
-  static FastDivisor For(int d) {  // host; d >= 1
+  static FastDivisor For(int d) {  // host
+    assert(d >= 1);
     FastDivisor f;
     if (d <= 1) return f;
     uint32_t l = 0;
     while ((1ull << l) < static_cast<uint64_t>(d)) ++l;
     f.mul = static_cast<uint32_t>(((1ull << (31 + l)) + static_cast<uint64_t>(d) - 1) / static_cast<uint64_t>(d));
     f.shift = l - 1;
-    f.one = 0;
+    f.is_one = 0;
     return f;
   }
 
@@ -42,7 +44,7 @@ struct FastDivisor {
 #else
     const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(u) * mul) >> 32);
 #endif
-    return static_cast<int>(one ? u : hi >> shift);
+    return static_cast<int>(is_one ? u : hi >> shift);
   }
 };
 

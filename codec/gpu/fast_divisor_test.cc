@@ -67,7 +67,7 @@ TEST(FastDivisorTest, RandomPairsOverTheWholeDomain) {
 
 TEST(FastDivisorTest, DivisorOneIsTheIdentity) {
   const FastDivisor f = FastDivisor::For(1);
-  EXPECT_EQ(f.one, 1u);
+  EXPECT_EQ(f.is_one, 1u);
   for (int x : {0, 1, 2, 12345, kMaxDividend}) EXPECT_EQ(f.Divide(x), x);
 }
 

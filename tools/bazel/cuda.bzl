@@ -33,9 +33,11 @@ def kvt_cuda_library(name, srcs, hdrs = [], textual_hdrs = [], cu_hdrs = [], dep
             outs = [obj],
             # Each nvcc gets its own temporary directory: sandboxed actions share /tmp but each has its own PID
             # namespace, so two concurrent nvcc calls both named their files tmpxft_00000002_... and one failed
-            # with "cudafe1.cpp: No such file or directory".
-            cmd = ("tmp=$$(mktemp -d /tmp/kvt-nvcc.XXXXXXXX) && TMPDIR=$$tmp %s %s %s -c $(location %s) -o $@; " +
-                   "rc=$$?; rm -rf $$tmp; exit $$rc") % (NVCC, CUDA_FLAGS, " ".join(copts), src),
+            # with "cudafe1.cpp: No such file or directory". The genrule shell runs under set -e: nvcc's status is
+            # caught with || so that the directory is removed on failure too.
+            cmd = ("tmp=$$(mktemp -d /tmp/kvt-nvcc.XXXXXXXX) && rc=0 && " +
+                   "{ TMPDIR=$$tmp %s %s %s -c $(location %s) -o $@ || rc=$$?; }; " +
+                   "rm -rf $$tmp; exit $$rc") % (NVCC, CUDA_FLAGS, " ".join(copts), src),
             message = "nvcc " + src,
         )
         objs.append(obj)
