@@ -153,11 +153,21 @@ __device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i) {
   return (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
 }
 // ReadEndPair from two aligned 32-bit loads; `ends` must be 4-byte aligned (the staging's end pairs are: they
-// start 8 * channels bytes into 256-byte-aligned metadata) with a readable word past the field's.
-__device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, size_t i) {
-  const size_t bit = i * kEndPairBits;
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(ends) + bit / 32;
-  return __funnelshift_r(w[0], w[1], static_cast<unsigned>(bit % 32)) & ((1u << kEndPairBits) - 1);
+// start 8 * channels bytes into 256-byte-aligned metadata) with a readable word past the field's. i < 2^22 (a
+// page has at most 2^26 values, chunks >= 16 tokens here), so i * 23 fits 32 bits. In two halves, so that a
+// kernel can ask for the words early and cut the pair out once it needs it.
+struct EndPairWords {
+  uint32_t lo = 0, hi = 0;
+};
+__device__ __forceinline__ EndPairWords LoadEndPairWords(const uint8_t* ends, unsigned i) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(ends) + i * kEndPairBits / 32;
+  return EndPairWords{w[0], w[1]};
+}
+__device__ __forceinline__ unsigned CutEndPair(const EndPairWords& w, unsigned i) {
+  return __funnelshift_r(w.lo, w.hi, i * kEndPairBits % 32) & ((1u << kEndPairBits) - 1);
+}
+__device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, unsigned i) {
+  return CutEndPair(LoadEndPairWords(ends, i), i);
 }
 // mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
 __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {

@@ -41,6 +41,14 @@ __device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
   return top + (top & NibbleSigns(w));
 }
 
+// kTwo4: a row's code prefixes from its anchor and residual words (nibble e of each: value e), the even values'
+// codes in bytes 0-3 and the odd ones' in bytes 4-7 (ValueOfByte), stream 0's nibble above stream 1's.
+__device__ __forceinline__ unsigned long long Two4Prefixes(uint32_t anchor, uint32_t resid) {
+  const uint32_t even = ((anchor << 4) & 0xF0F0F0F0u) | (resid & 0x0F0F0F0Fu);
+  const uint32_t odd = (anchor & 0xF0F0F0F0u) | ((resid >> 4) & 0x0F0F0F0Fu);
+  return even | (static_cast<unsigned long long>(odd) << 32);
+}
+
 constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
 
 // Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
@@ -103,23 +111,17 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   const int kk0 = tid / kGroupChannels;
   const int ca = cg0 + cc;
   const bool param_thread = ca < channels;
-  // Chunk-channel indices: a page has at most 2^26 values and chunks of >= 16 tokens, so i0 < 2^22 and i0 * 23 fits.
+  // Chunk-channel indices (< 2^22: see ReadEndPairAligned).
   const unsigned i0 = static_cast<unsigned>(k_first + kk0) * channels + ca;
   const unsigned i1 = i0 + static_cast<unsigned>(kChunkStep) * channels;
-  const uint32_t* end_words = reinterpret_cast<const uint32_t*>(meta + p.in.ends_offset);
+  const uint8_t* ends = meta + p.in.ends_offset;
   float l = 0.0f, h = 0.0f;
-  uint32_t pair0_words[2] = {0, 0}, pair1_words[2] = {0, 0};  // the 32-bit words the two pairs lie in
+  EndPairWords pair0_words, pair1_words;
   if (param_thread) {
     l = reinterpret_cast<const float*>(meta)[ca];
     h = reinterpret_cast<const float*>(meta)[channels + ca];
-    if (kk0 < tile_chunks) {
-      pair0_words[0] = end_words[i0 * kEndPairBits / 32];
-      pair0_words[1] = end_words[i0 * kEndPairBits / 32 + 1];
-    }
-    if (kk0 + kChunkStep < tile_chunks) {
-      pair1_words[0] = end_words[i1 * kEndPairBits / 32];
-      pair1_words[1] = end_words[i1 * kEndPairBits / 32 + 1];
-    }
+    if (kk0 < tile_chunks) pair0_words = LoadEndPairWords(ends, i0);
+    if (kk0 + kChunkStep < tile_chunks) pair1_words = LoadEndPairWords(ends, i1);
   }
 
   // The thread's loads: every stage's fields of its rows (kAny: merged into one code prefix byte per value;
@@ -154,9 +156,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
-  constexpr uint32_t kPairMask = (1u << kEndPairBits) - 1;
-  const unsigned pair0 = __funnelshift_r(pair0_words[0], pair0_words[1], i0 * kEndPairBits % 32) & kPairMask;
-  const unsigned pair1 = __funnelshift_r(pair1_words[0], pair1_words[1], i1 * kEndPairBits % 32) & kPairMask;
+  const unsigned pair0 = CutEndPair(pair0_words, i0), pair1 = CutEndPair(pair1_words, i1);
 
   // The prefix bits a value has (a constant for the fixed layouts).
   int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       } else if (kk == kk0 + kChunkStep) {
         pair = pair1;
       } else {
-        pair = ReadEndPairAligned(meta + p.in.ends_offset, static_cast<size_t>(k_first + kk) * channels + ca);
+        pair = ReadEndPairAligned(ends, static_cast<unsigned>(k_first + kk) * channels + ca);
       }
       int ql, qh;
       if (!EndPairFromIndex(pair, ql, qh)) {
@@ -335,13 +335,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         }
       } else {
         // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
-        unsigned long long w = pre[i];
-        if constexpr (kLayout == CodeLayout::kTwo4) {  // prefix byte j = code of value 2 j, byte 4 + j = code of
-          // value 2 j + 1 (stream 0's nibble above stream 1's)
-          const uint32_t even = ((nibbles[i] << 4) & 0xF0F0F0F0u) | (resid[i] & 0x0F0F0F0Fu);
-          const uint32_t odd = (nibbles[i] & 0xF0F0F0F0u) | ((resid[i] >> 4) & 0x0F0F0F0Fu);
-          w = even | (static_cast<unsigned long long>(odd) << 32);
-        }
+        unsigned long long w = kLayout == CodeLayout::kTwo4 ? Two4Prefixes(nibbles[i], resid[i]) : pre[i];
         if constexpr (kExact) {
           unsigned long long top, negative;
           top_and_negative(w, top, negative);
