@@ -159,7 +159,8 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
       for (int j = 0; j <= t.bucket_count; ++j) {
         const int base = t.bucket_base[j];
         d.tile_buckets[2 * j] = static_cast<uint32_t>(base);
-        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(d.thresholds[base + 1]);
+        // Less one: the tile encoder tests bits(a) > this (TileCode).
+        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(d.thresholds[base + 1]) - 1u;
       }
       d.tile_magic = 8388608.0f / static_cast<float>(t.bucket_count);  // exact: bucket_count is a power of two
     }
@@ -436,7 +437,8 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
   return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, options.exact_extremes, tp,
-                                Geometry(src, l.tokens, device_block_ids), Shape(out), StagingOf(out),
+                                tp == nullptr ? nullptr : &tables, Geometry(src, l.tokens, device_block_ids),
+                                Shape(out), StagingOf(out),
                                 static_cast<internal::DeviceStatus*>(out.status_word()), stream.handle);
 }
 

@@ -495,8 +495,8 @@ absl::Status LaunchEncodeTyped(SchemeKind kind, const EncodeParams& p, const Lyn
 }  // namespace
 
 absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_extremes,
-                          const LynxDeviceTables* tables, const KvGeometry& src, const PageShape& shape,
-                          const Staging& out, DeviceStatus* status, void* stream_handle) {
+                          const LynxDeviceTables* tables, const LynxDeviceTables* host_tables, const KvGeometry& src,
+                          const PageShape& shape, const Staging& out, DeviceStatus* status, void* stream_handle) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   EncodeParams p;
   p.src = src;
@@ -509,8 +509,8 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.centering_mean = centering_mean;
   if (LynxTileEncodeFits(scheme, centering_mean, exact_extremes, src, shape, out)) {
-    if (tables == nullptr) return absl::InternalError("lynx launches need device tables");
-    return LaunchLynxTileEncode(scheme, exact_extremes, tables, src, shape, out, status, stream_handle);
+    if (tables == nullptr || host_tables == nullptr) return absl::InternalError("lynx launches need tables");
+    return LaunchLynxTileEncode(scheme, exact_extremes, tables, *host_tables, src, shape, out, status, stream_handle);
   }
   // With channels % 8 != 0 the warp-per-row packer runs, and streams whose rows do not start on 32-bit words
   // share boundary words between groups, which it ORs in: zero those streams first.

@@ -86,10 +86,10 @@ struct LynxDeviceTables {
   uint8_t bucket_base[kMaxDeviceBuckets + 1];
   int bucket_count;
   int corrections;
-  // The lynx tile encoder's shared bucket table, copied whole in 16-byte pieces, when 0 < bucket_count <=
-  // kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
-  // thresholds[bucket_base[j] + 1]), then one entry of padding; and 2^23 / bucket_count, the magic addend of its
-  // bucket index (codec_lynx_tile_encode.cu TileCode).
+  // The lynx tile encoder's shared bucket table, whose first bucket_count / 2 + 1 16-byte pieces it copies, when
+  // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
+  // thresholds[bucket_base[j] + 1] less one), then one entry of padding; and 2^23 / bucket_count, the magic addend
+  // of its bucket index (codec_lynx_tile_encode.cu TileCode).
   alignas(16) uint32_t tile_buckets[2 * (kMaxTileBuckets + 2)];
   float tile_magic;
   float full_values[128];  // [I] for I in 0..M
@@ -116,10 +116,11 @@ inline constexpr int kTileGroupCounts = 256 * (1 + kTileExclusionStages);
 
 // Encodes every page of the batch. centering_mean: Centering::kMean. exact_extremes: CodecOptions'; the anchor
 // tables then leave out the rule's singles (lynx_extremes.h ExcludeSingleExtremes). `status` and `tables` (lynx
-// only, else null) are device memory.
+// only, else null) are device memory; `host_tables` is the host's copy of `tables` (lynx only), whose launch-time
+// constants the tile encoder takes as parameters.
 absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_extremes, const LynxDeviceTables* tables,
-                          const KvGeometry& src, const PageShape& shape, const Staging& out, DeviceStatus* status,
-                          void* stream);
+                          const LynxDeviceTables* host_tables, const KvGeometry& src, const PageShape& shape,
+                          const Staging& out, DeviceStatus* status, void* stream);
 
 // The lynx tile encoder, which LaunchEncode uses when it fits: midrange centering, 32-token chunks, whole pages
 // of 1..8 chunks, channels % kTileChannels == 0, 8 consecutive channels contiguous and 16-byte aligned in `src`,
@@ -129,8 +130,8 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
 bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
                         const PageShape& shape, const Staging& out);
 absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
-                                  const KvGeometry& src, const PageShape& shape, const Staging& out,
-                                  DeviceStatus* status, void* stream);
+                                  const LynxDeviceTables& host_tables, const KvGeometry& src, const PageShape& shape,
+                                  const Staging& out, DeviceStatus* status, void* stream);
 
 // The general encoder's half of the exact-extremes rule: after the codes are written, counts into
 // out.exclusions (zeroed) the code of every single top-cell value at a sampled token, per partial stage.

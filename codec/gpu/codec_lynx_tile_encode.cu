@@ -38,6 +38,10 @@ struct TileParams {
   int total_bits;
   bool exact_extremes;  // the anchor tables leave out the rule's singles
   FastDivisor block_div;  // src.block_tokens
+  // The bucket path (LynxDeviceTables::tile_buckets): the 16-byte pieces of the table its bucket_count uses, and
+  // the magic addend; 0 pieces for the log-guess path.
+  int bucket_copies;
+  float magic;
 };
 
 // 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
@@ -210,8 +214,8 @@ __device__ __forceinline__ void QuantizeEnds2(const Frame* f, const float* cmin,
 // What coding a value needs, uniform over the block.
 struct CodeTables {
   // Bucket path (bucket_count in 1..kMaxTileBuckets): the shared table of (bucket_base[j], bits of
-  // thresholds[bucket_base[j] + 1]), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj (see
-  // TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
+  // thresholds[bucket_base[j] + 1] less one), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj
+  // (see TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
   unsigned bucket_adj;
   float magic;
   const float* thr;  // shared: thresholds, +inf past M
@@ -234,10 +238,11 @@ __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const
     // a + 2^23 / buckets rounded toward zero keeps floor(a * buckets) in its low mantissa bits (the sum lies in
     // [2^23 / buckets, 2^24 / buckets), whose spacing is 1 / buckets): j = bits(sum) - bits(magic), exact.
     const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 3) + ct.bucket_adj;
-    unsigned base, thr, ge;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(base), "=r"(thr) : "r"(addr));
-    asm("set.ge.u32.f32 %0, %1, %2;" : "=r"(ge) : "f"(a), "f"(__uint_as_float(thr)));  // all ones or 0
-    code = base - ge;
+    unsigned base, thr_less_one;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(base), "=r"(thr_less_one) : "r"(addr));
+    // a >= thr iff bits(a) > bits(thr) - 1: non-negative floats order as their bits do (a <= 1 and thr <= +inf
+    // keep both below 2^31), so the difference's sign bit is the comparison, added without a predicate.
+    code = base + ((thr_less_one - __float_as_uint(a)) >> 31);
   } else {
     const int m = ct.max_code;
     int g = __float2int_rn(__logf(1.0f + ct.alpha * a) * ct.inv_log1p_alpha * static_cast<float>(m));
@@ -301,15 +306,18 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const int tokens = p.shape.tokens;
   const int num_chunks = p.shape.num_chunks;
   const int t0 = k * kChunkTokens + s * kSliceTokens;
+  // The block id of the lane's first row, asked for first: the row loads wait for it.
+  const int32_t* ids = p.src.block_ids + static_cast<size_t>(page) * p.src.blocks_per_page;
+  const int j0 = p.block_div.Divide(t0);
+  const int b0 = ids[j0];
 
-  // The bucket table goes first, whole (waiting for its size, bucket_count, would hold up the rows), straight into
-  // shared memory: cp.async takes no registers and is waited for only at the block's barrier.
+  // The bucket table goes next (its size is a launch parameter), straight into shared memory: cp.async takes no
+  // registers and is waited for only at the block's barrier.
   {
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_bucket));
     const size_t src = __cvta_generic_to_global(tables->tile_buckets);
     static_assert(sizeof(LynxDeviceTables::tile_buckets) % 16 == 0, "whole 16-byte copies");
-    constexpr int kCopies = static_cast<int>(sizeof(tables->tile_buckets) / 16);
-    for (int i = tid; i < kCopies; i += blockDim.x) {
+    for (int i = tid; i < p.bucket_copies; i += blockDim.x) {
       asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst + 16 * i), "l"(src + 16 * i) : "memory");
     }
   }
@@ -319,7 +327,6 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   Octet<T> x[kSliceTokens];
   {
     const int bt = p.src.block_tokens;
-    const int32_t* ids = p.src.block_ids + static_cast<size_t>(page) * p.src.blocks_per_page;
     const T* src = static_cast<const T*>(p.src.data) + ChannelOffset(p.src, 0, c0 + 8 * g);
     const bool nhd = p.src.layout == Layout::kNHD;
     auto row_offset = [&](int b, int r) -> size_t {
@@ -328,10 +335,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     };
     bool bad = false;
     if (bt % kSliceTokens == 0) {
-      const int j = p.block_div.Divide(t0);
-      const int b = ids[j];
-      bad = b < 0 || b >= p.src.num_blocks;
-      const T* row = src + row_offset(bad ? 0 : b, t0 - j * bt);
+      bad = b0 < 0 || b0 >= p.src.num_blocks;
+      const T* row = src + row_offset(bad ? 0 : b0, t0 - j0 * bt);
       const size_t stride = nhd ? channels : p.src.head_dim;
 #pragma unroll
       for (int i = 0; i < kSliceTokens; ++i) {
@@ -344,7 +349,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       }
     } else {
       int b[kSliceTokens], r[kSliceTokens];
-      int j = p.block_div.Divide(t0), row = t0 - j * bt;
+      int j = j0, row = t0 - j * bt;
 #pragma unroll
       for (int i = 0; i < kSliceTokens; ++i) {
         b[i] = ids[j];
@@ -372,9 +377,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   ct.inv_log1p_alpha = tables->inv_log1p_alpha;
   ct.max_code = tables->max_code;
   ct.sign_bit = 1u << (tables->bits - 1);
-  const int buckets = tables->bucket_count;  // > 0 only with one correction
-  const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
-  ct.magic = use_buckets ? tables->tile_magic : 0.0f;
+  const bool use_buckets = p.bucket_copies > 0;
+  ct.magic = p.magic;
   ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
   if (!use_buckets) {
     for (int i = tid; i < 128 + kMaxDeviceCorrections; i += blockDim.x) s_thr[i] = tables->thresholds[i];
@@ -532,8 +536,13 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   uint8_t* out0 = p.out.codes[0] + page * p.out.codes_stride[0];
   uint8_t* out1 = p.out.codes[kStreams == Streams::kTwo4 ? 1 : 0] +
                   page * p.out.codes_stride[kStreams == Streams::kTwo4 ? 1 : 0];
+  // kOne8, kOne4 and kTwo4: the lane's first row in each stream, stepped a row at a time.
+  constexpr int kOctetBytes = kStreams == Streams::kOne8 ? 8 : 4;
+  const unsigned row_bytes = row_octets * kOctetBytes;  // < 2^26
   auto code_rows = [&](auto buckets_tag) {
     constexpr bool kBuckets = decltype(buckets_tag)::value;
+    uint8_t* row0 = out0 + static_cast<size_t>(octet0) * kOctetBytes;
+    uint8_t* row1 = out1 + static_cast<size_t>(octet0) * kOctetBytes;
 #pragma unroll
     for (int i = 0; i < kSliceTokens; ++i) {
       float v[8];
@@ -547,6 +556,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       }
       const uint32_t lo4 = Bytes4(code[0], code[1], code[2], code[3]);
       const uint32_t hi4 = Bytes4(code[4], code[5], code[6], code[7]);
+      // The 4-bit streams' packing takes the even and the odd values' codes: nibble pair i of a word is byte i.
+      const uint32_t even = Bytes4(code[0], code[2], code[4], code[6]);
+      const uint32_t odd = Bytes4(code[1], code[3], code[5], code[7]);
       if constexpr (kGeneric) {
         if (excluding) {  // each partial stage's prefixes, compared one by one
           int known = 0;
@@ -572,19 +584,16 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           }
         }
       }
-      const unsigned octet = octet0 + i * row_octets;
       if constexpr (kStreams == Streams::kOne8) {
-        *reinterpret_cast<uint2*>(out0 + octet * 8) = make_uint2(lo4, hi4);
+        *reinterpret_cast<uint2*>(row0) = make_uint2(lo4, hi4);
       } else if constexpr (kStreams == Streams::kOne4) {
-        *reinterpret_cast<uint32_t*>(out0 + octet * 4) =
-            __byte_perm(lo4, hi4, 0x6420) | (__byte_perm(lo4, hi4, 0x7531) << 4);
+        *reinterpret_cast<uint32_t*>(row0) = even | odd << 4;  // codes < 16
       } else if constexpr (kStreams == Streams::kTwo4) {
-        const uint32_t a_lo = (lo4 >> 4) & 0x0F0F0F0Fu, a_hi = (hi4 >> 4) & 0x0F0F0F0Fu;
-        const uint32_t r_lo = lo4 & 0x0F0F0F0Fu, r_hi = hi4 & 0x0F0F0F0Fu;
-        const uint32_t anchor = __byte_perm(a_lo, a_hi, 0x6420) | (__byte_perm(a_lo, a_hi, 0x7531) << 4);
-        const uint32_t resid = __byte_perm(r_lo, r_hi, 0x6420) | (__byte_perm(r_lo, r_hi, 0x7531) << 4);
-        *reinterpret_cast<uint32_t*>(out0 + octet * 4) = anchor;
-        *reinterpret_cast<uint32_t*>(out1 + octet * 4) = resid;
+        // Each byte's two top nibbles, then its two low ones (one shift and one bit select a word).
+        const uint32_t anchor = ((even >> 4) & 0x0F0F0F0Fu) | (odd & 0xF0F0F0F0u);
+        const uint32_t resid = (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
+        *reinterpret_cast<uint32_t*>(row0) = anchor;
+        *reinterpret_cast<uint32_t*>(row1) = resid;
         if (excluding) {  // nibble e of the anchor word is channel e's anchor: 0x7 and 0xF are the top cells
           // Low three bits set (bit 4 e), then the sign bit moves a negative's mark up to bit 4 e + 1.
           const uint32_t top = anchor & (anchor >> 1) & (anchor >> 2) & 0x11111111u;
@@ -597,6 +606,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           }
         }
       } else {
+        const unsigned octet = octet0 + i * row_octets;
         int shift = p.total_bits;
         for (int st = 0; st < p.num_streams; ++st) {
           const int w = p.stage_bits[st];
@@ -618,6 +628,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           StoreFields(p.out.codes[st] + page * p.out.codes_stride[st] + static_cast<size_t>(octet) * w, packed, w);
         }
       }
+      row0 += row_bytes;
+      row1 += row_bytes;
     }
   };
   if (use_buckets) {
@@ -651,7 +663,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           } else {
             code = ((e < 4 ? keep[2 * row] : keep[2 * row + 1]) >> (8 * (e & 3))) & 0xFFu;
           }
-          if (partial == 1) {
+          if (kStreams == Streams::kTwo4 || partial == 1) {
             atomicSub(&s_hist[code], 1u);  // the one table's counts
           } else if constexpr (kStreams == Streams::kStaged) {
             atomicAdd(&s_excl[256 * st + code], 1u);
@@ -721,8 +733,8 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_ex
 }
 
 absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
-                                  const KvGeometry& src, const PageShape& shape, const Staging& out,
-                                  DeviceStatus* status, void* stream_handle) {
+                                  const LynxDeviceTables& host_tables, const KvGeometry& src, const PageShape& shape,
+                                  const Staging& out, DeviceStatus* status, void* stream_handle) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   TileParams p;
   p.src = src;
@@ -735,6 +747,12 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.exact_extremes = exact_extremes;
   p.block_div = FastDivisor::For(src.block_tokens);
+  const int buckets = host_tables.bucket_count;  // > 0 only with one correction
+  const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
+  // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
+  p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
+  p.magic = use_buckets ? host_tables.tile_magic : 0.0f;
+  static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 2 + 1), "the pieces exist");
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
   const int n = p.num_streams;
