@@ -652,22 +652,23 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
         ex_one[st] |= one;
       }
       const uint32_t single = ex_one[st] & ~ex_two[st] & mine;
-#pragma unroll
-      for (int row = 0; row < 2; ++row) {
-        for (uint32_t m = (ex_sampled[st] >> (2 * row)) & single & 0x33333333u; m != 0; m &= m - 1) {
-          const int b = __ffs(m) - 1;
-          const int e = b >> 2;
-          uint32_t code;
-          if constexpr (kStreams == Streams::kTwo4) {
-            code = ((b & 1) ? 0xF0u : 0x70u) | ((keep[row] >> (4 * e)) & 0xFu);
-          } else {
-            code = ((e < 4 ? keep[2 * row] : keep[2 * row + 1]) >> (8 * (e & 3))) & 0xFFu;
-          }
-          if (kStreams == Streams::kTwo4 || partial == 1) {
-            atomicSub(&s_hist[code], 1u);  // the one table's counts
-          } else if constexpr (kStreams == Streams::kStaged) {
-            atomicAdd(&s_excl[256 * st + code], 1u);
-          }
+      // Both sampled rows in one loop (bit 4 e + 2 row + negative), so the warp runs the most any lane has in
+      // all, not the most of row 0 plus the most of row 4.
+      for (uint32_t m = ex_sampled[st] & (single | single << 2); m != 0; m &= m - 1) {
+        const int b = __ffs(m) - 1;
+        const int e = b >> 2;
+        const bool row4 = (b & 2) != 0;
+        uint32_t code;
+        if constexpr (kStreams == Streams::kTwo4) {
+          code = ((b & 1) ? 0xF0u : 0x70u) | (((row4 ? keep[1] : keep[0]) >> (4 * e)) & 0xFu);
+        } else {
+          const uint32_t word = row4 ? (e < 4 ? keep[2] : keep[3]) : (e < 4 ? keep[0] : keep[1]);
+          code = (word >> (8 * (e & 3))) & 0xFFu;
+        }
+        if (kStreams == Streams::kTwo4 || partial == 1) {
+          atomicSub(&s_hist[code], 1u);  // the one table's counts
+        } else if constexpr (kStreams == Streams::kStaged) {
+          atomicAdd(&s_excl[256 * st + code], 1u);
         }
       }
     }
