@@ -4,6 +4,7 @@
 #include "codec/gpu/codec_cuda.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -159,8 +160,11 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
       for (int j = 0; j <= t.bucket_count; ++j) {
         const int base = t.bucket_base[j];
         d.tile_buckets[2 * j] = static_cast<uint32_t>(base);
-        // Less one: the tile encoder tests bits(a) > this (TileCode).
-        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(d.thresholds[base + 1]) - 1u;
+        // Less one: the tile encoder tests bits(a) > this (TileCode), which needs the threshold's sign bit clear
+        // (thresholds are > 0, and +inf past M).
+        const float thr = d.thresholds[base + 1];
+        assert(!std::signbit(thr));
+        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(thr) - 1u;
       }
       d.tile_magic = 8388608.0f / static_cast<float>(t.bucket_count);  // exact: bucket_count is a power of two
     }

@@ -307,6 +307,36 @@ TEST(CudaEncodeTest, EveryOptionVariantMatchesTheCpuReference) {
   }
 }
 
+// A page whose chunk-channels hold lone extremes wherever the tile encoder's lanes can hold a sampled one (row 0
+// or row 4 of an 8-token slice, either sign, each of a lane's 8 channels), pairs of extremes (no single), and lone
+// extremes off the sampled tokens: every path of its single removal, taken. Values in [-1, 1], extremes +-8.
+std::vector<float> LoneExtremes(int tokens, int channels, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> noise(-1.0f, 1.0f);
+  std::vector<float> page(static_cast<size_t>(tokens) * channels);
+  for (float& v : page) v = noise(rng);
+  for (int k = 0; k < tokens / 32; ++k) {
+    for (int c = 0; c < channels; ++c) {
+      const int slice = 8 * ((c / 8 + k) % 4), other = 8 * ((c / 8 + k + 1) % 4);
+      auto at = [&](int t) -> float& { return page[static_cast<size_t>(32 * k + t) * channels + c]; };
+      switch ((c + 3 * k) % 4) {
+        case 0:  // lone positive at a slice's row 0, lone negative at another's row 4
+          at(slice) = 8.0f, at(other + 4) = -8.0f;
+          break;
+        case 1:  // the other way round
+          at(slice + 4) = 8.0f, at(other) = -8.0f;
+          break;
+        case 2:  // a pair of positives (no single), a lone negative off the sampled tokens
+          at(slice) = 8.0f, at(other + 4) = 8.0f, at(slice + 1) = -8.0f;
+          break;
+        default:  // none
+          break;
+      }
+    }
+  }
+  return page;
+}
+
 TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
   // With the rule the tables leave out its singles: found inside the tile encoder for lynx (two 4-bit streams),
@@ -319,6 +349,8 @@ TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuRe
       ExpectEncodeMatchesCpu(name, o, {Realistic(256, 1024, 11), Realistic(256, 1024, 12)}, 256, 1024,
                              KvDType::kBfloat16, KvLayout::kNHD, 16, 8);
       ExpectEncodeMatchesCpu(name, o, {Realistic(96, 40, 13)}, 96, 40, KvDType::kFloat32, KvLayout::kHND, 16, 5);
+      ExpectEncodeMatchesCpu(name, o, {LoneExtremes(256, 128, 14), LoneExtremes(256, 128, 15)}, 256, 128,
+                             KvDType::kBfloat16, KvLayout::kNHD, 16, 2);
     }
   }
   // The rule does change the tables of such pages (else this test could not fail).
@@ -329,6 +361,11 @@ TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuRe
   const absl::StatusOr<EncodedPage> b = EncodePage(MustParse("lynx"), without, PageView{page.data(), 256, 1024, 0});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->bytes, b->bytes);
+  const std::vector<float> lone = LoneExtremes(256, 128, 14);
+  const absl::StatusOr<EncodedPage> c = EncodePage(MustParse("lynx"), with, PageView{lone.data(), 256, 128, 0});
+  const absl::StatusOr<EncodedPage> d = EncodePage(MustParse("lynx"), without, PageView{lone.data(), 256, 128, 0});
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_NE(c->bytes, d->bytes);
 }
 
 TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {

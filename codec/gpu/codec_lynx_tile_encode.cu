@@ -213,7 +213,7 @@ __device__ __forceinline__ void QuantizeEnds2(const Frame* f, const float* cmin,
 
 // What coding a value needs, uniform over the block.
 struct CodeTables {
-  // Bucket path (bucket_count in 1..kMaxTileBuckets): the shared table of (bucket_base[j], bits of
+  // Bucket path (TileParams::bucket_copies > 0): the shared table of (bucket_base[j], bits of
   // thresholds[bucket_base[j] + 1] less one), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj
   // (see TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
   unsigned bucket_adj;
@@ -240,8 +240,10 @@ __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const
     const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 3) + ct.bucket_adj;
     unsigned base, thr_less_one;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(base), "=r"(thr_less_one) : "r"(addr));
-    // a >= thr iff bits(a) > bits(thr) - 1: non-negative floats order as their bits do (a <= 1 and thr <= +inf
-    // keep both below 2^31), so the difference's sign bit is the comparison, added without a predicate.
+    // a >= thr iff bits(a) > bits(thr) - 1: a is in [+0, 1] and thr (thresholds[k >= 1]) is > 0 or +inf, so
+    // both have the sign bit clear and order as their bits do; the difference's sign bit is the comparison, added
+    // without a predicate. (A threshold of +0 would wrap to all ones and still compare right; one with the sign
+    // bit set would not, which FillLynxTables rules out.)
     code = base + ((thr_less_one - __float_as_uint(a)) >> 31);
   } else {
     const int m = ct.max_code;
@@ -352,7 +354,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
       int j = j0, row = t0 - j * bt;
 #pragma unroll
       for (int i = 0; i < kSliceTokens; ++i) {
-        b[i] = ids[j];
+        b[i] = i == 0 ? b0 : ids[j];  // (the asm's memory clobber would make ids[j0] a second load)
         r[i] = row;
         if (++row == bt) row = 0, ++j;
       }
