@@ -130,6 +130,45 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
   }
 }
 
+// A batch of more tiles than the device runs at once (80 pages of 16 channel groups: 1280 tile-encoder blocks,
+// against an H100's 528 resident bf16 ones), so that the pages are coded, counted and given their tables by
+// several waves of blocks. Every page differs, so that a row coded from the wrong page, a stale count or a table
+// written twice shows; the schemes cover every stream layout of the kernel, and both row paths (16-token blocks;
+// 12-token blocks, across which a lane's 8 rows run).
+TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kPages = 80, kTokens = 256, kChannels = 1024;
+  std::vector<std::vector<float>> pages;
+  for (int p = 0; p < kPages; ++p) pages.push_back(Realistic(kTokens, kChannels, 1000 + p));
+  for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, pages, kTokens, kChannels, KvDType::kBfloat16, KvLayout::kNHD, 16,
+                           8);
+  }
+  const std::vector<std::vector<float>> some(pages.begin(), pages.begin() + 40);
+  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, some, kTokens, kChannels, KvDType::kFloat32, KvLayout::kHND, 12, 8);
+  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, some, kTokens, kChannels, KvDType::kFloat16, KvLayout::kNHD, 16, 8);
+}
+
+// A NaN in the last page of such a batch, coded by the last wave of blocks, is still found and named.
+TEST(CudaEncodeTest, NanInALateTileOfALargeBatchIsRejectedNamingIt) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kPages = 80, kTokens = 256, kChannels = 1024, kBlockTokens = 16;
+  constexpr int kBpp = kTokens / kBlockTokens;
+  DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, kPages * kBpp, kBlockTokens, 8, kChannels / 8);
+  const std::vector<int32_t> ids = ScatteredIds(kPages * kBpp, kPages * kBpp, 5);
+  for (int p = 0; p < kPages; ++p) {
+    std::vector<float> page = Realistic(kTokens, kChannels, 2000 + p);
+    if (p == kPages - 1) page[static_cast<size_t>(200) * kChannels + 1000] = std::numeric_limits<float>::quiet_NaN();
+    kv.Place(page, kTokens, ids, p);
+  }
+  kv.Upload();
+  absl::StatusOr<std::vector<EncodedPage>> got =
+      EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), kTokens, ids);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_NE(std::string(got.status().message()).find("(token 200, channel 1000)"), std::string::npos) << got.status();
+  EXPECT_NE(std::string(got.status().message()).find("page 79"), std::string::npos) << got.status();
+}
+
 TEST(CudaEncodeTest, OddChannelCountsLongPagesAndSmallBlocksMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
