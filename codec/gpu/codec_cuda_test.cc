@@ -130,43 +130,101 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
   }
 }
 
-// A batch of more tiles than the device runs at once (80 pages of 16 channel groups: 1280 tile-encoder blocks,
-// against an H100's 528 resident bf16 ones), so that the pages are coded, counted and given their tables by
-// several waves of blocks. Every page differs, so that a row coded from the wrong page, a stale count or a table
-// written twice shows; the schemes cover every stream layout of the kernel, and both row paths (16-token blocks;
-// 12-token blocks, across which a lane's 8 rows run).
+// Batches of more tiles than the device runs at once (bf16: 80 pages of 16 channel groups, 1280 tile-encoder
+// blocks against an H100's 528 resident ones; fp32 and fp16: 40 pages, 640 blocks against 264 and 396), so that the
+// pages are coded, counted and given their tables by several waves of blocks. Every page differs, so that a row
+// coded from the wrong page or a table written twice shows. Every scheme covers one stream layout of the kernel, and
+// each runs on both row paths (16-token blocks; 12-token blocks, across which a lane's 8 rows run). These shapes are
+// the tile encoder's (LynxTileEncodeFits); the test does not check which kernel ran.
+struct LargeBatch {
+  KvDType dtype;
+  KvLayout layout;
+  int block_tokens;
+  int pages;
+};
+constexpr int kLargeTokens = 256, kLargeChannels = 1024, kLargeHeads = 8;
+const LargeBatch kLargeBatches[] = {{KvDType::kBfloat16, KvLayout::kNHD, 16, 80},
+                                    {KvDType::kFloat32, KvLayout::kHND, 12, 40},
+                                    {KvDType::kFloat16, KvLayout::kNHD, 16, 40}};
+
 TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
-  constexpr int kPages = 80, kTokens = 256, kChannels = 1024;
   std::vector<std::vector<float>> pages;
-  for (int p = 0; p < kPages; ++p) pages.push_back(Realistic(kTokens, kChannels, 1000 + p));
-  for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
-    ExpectEncodeMatchesCpu(name, CodecOptions{}, pages, kTokens, kChannels, KvDType::kBfloat16, KvLayout::kNHD, 16,
-                           8);
+  for (int p = 0; p < 80; ++p) pages.push_back(Realistic(kLargeTokens, kLargeChannels, 1000 + p));
+  for (const LargeBatch& batch : kLargeBatches) {
+    const std::vector<std::vector<float>> batch_pages(pages.begin(), pages.begin() + batch.pages);
+    for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
+      ExpectEncodeMatchesCpu(name, CodecOptions{}, batch_pages, kLargeTokens, kLargeChannels, batch.dtype,
+                             batch.layout, batch.block_tokens, kLargeHeads);
+    }
   }
-  const std::vector<std::vector<float>> some(pages.begin(), pages.begin() + 40);
-  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, some, kTokens, kChannels, KvDType::kFloat32, KvLayout::kHND, 12, 8);
-  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, some, kTokens, kChannels, KvDType::kFloat16, KvLayout::kNHD, 16, 8);
 }
 
-// A NaN in the last page of such a batch, coded by the last wave of blocks, is still found and named.
-TEST(CudaEncodeTest, NanInALateTileOfALargeBatchIsRejectedNamingIt) {
+// The page arrival counters and group counts are kept with the staging: two large batches through one staging must
+// encode as fresh staging does (a counter that did not come back to zero would give the second its tables early).
+TEST(CudaEncodeTest, LargeBatchesThroughKeptStagingEncodeAsFreshStaging) {
   SKIP_WITHOUT_CUDA();
-  constexpr int kPages = 80, kTokens = 256, kChannels = 1024, kBlockTokens = 16;
-  constexpr int kBpp = kTokens / kBlockTokens;
-  DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, kPages * kBpp, kBlockTokens, 8, kChannels / 8);
-  const std::vector<int32_t> ids = ScatteredIds(kPages * kBpp, kPages * kBpp, 5);
-  for (int p = 0; p < kPages; ++p) {
-    std::vector<float> page = Realistic(kTokens, kChannels, 2000 + p);
-    if (p == kPages - 1) page[static_cast<size_t>(200) * kChannels + 1000] = std::numeric_limits<float>::quiet_NaN();
-    kv.Place(page, kTokens, ids, p);
+  constexpr int kPages = 80, kBlocksPerPage = kLargeTokens / 16;
+  PageStaging staging;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, kPages * kBlocksPerPage, 16, kLargeHeads,
+                kLargeChannels / kLargeHeads);
+    const std::vector<int32_t> ids = ScatteredIds(kPages * kBlocksPerPage, kPages * kBlocksPerPage, 9 + round);
+    for (int p = 0; p < kPages; ++p) {
+      kv.Place(Realistic(kLargeTokens, kLargeChannels, 3000 + 100 * round + p), kLargeTokens, ids, p);
+    }
+    kv.Upload();
+    for (const char* name : {"lynx", "lynx-a2r2r4"}) {
+      absl::StatusOr<std::vector<EncodedPage>> fresh =
+          EncodePagesCuda(MustParse(name), CodecOptions{}, kv.view(), kLargeTokens, ids);
+      absl::StatusOr<std::vector<EncodedPage>> kept =
+          EncodePagesCudaWith(staging, MustParse(name), CodecOptions{}, kv.view(), kLargeTokens, ids);
+      ASSERT_TRUE(fresh.ok() && kept.ok()) << name << ": " << fresh.status() << " / " << kept.status();
+      ASSERT_EQ(fresh->size(), kept->size());
+      for (size_t p = 0; p < fresh->size(); ++p) {
+        EXPECT_EQ((*fresh)[p].bytes, (*kept)[p].bytes) << name << " page " << p;
+      }
+    }
   }
-  kv.Upload();
-  absl::StatusOr<std::vector<EncodedPage>> got =
-      EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), kTokens, ids);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
-  EXPECT_NE(std::string(got.status().message()).find("(token 200, channel 1000)"), std::string::npos) << got.status();
-  EXPECT_NE(std::string(got.status().message()).find("page 79"), std::string::npos) << got.status();
+}
+
+// A NaN in the last page of a large batch is found and named exactly, on both row paths; with an Inf in the page
+// before it too, the first of the two (in page order) is the one named, whichever block saw its value first.
+TEST(CudaEncodeTest, NonFiniteValuesInLateTilesOfALargeBatchAreRejectedNamingTheFirst) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kPages = 80;
+  for (const LargeBatch& batch : {kLargeBatches[0], kLargeBatches[1]}) {
+    SCOPED_TRACE("block tokens " + std::to_string(batch.block_tokens));
+    const int blocks_per_page = (kLargeTokens + batch.block_tokens - 1) / batch.block_tokens;
+    DeviceKv kv(batch.dtype, batch.layout, kPages * blocks_per_page, batch.block_tokens, kLargeHeads,
+                kLargeChannels / kLargeHeads);
+    const std::vector<int32_t> ids = ScatteredIds(kPages * blocks_per_page, kPages * blocks_per_page, 5);
+    std::vector<std::vector<float>> pages;
+    for (int p = 0; p < kPages; ++p) pages.push_back(Realistic(kLargeTokens, kLargeChannels, 2000 + p));
+    // Inside a lane's 8 rows and 8 channels, not at their starts.
+    constexpr int kNanPage = kPages - 1, kNanToken = 205, kNanChannel = 1003;
+    constexpr int kInfPage = kPages - 2, kInfToken = 99, kInfChannel = 517;
+    pages[kNanPage][static_cast<size_t>(kNanToken) * kLargeChannels + kNanChannel] =
+        std::numeric_limits<float>::quiet_NaN();
+    for (int p = 0; p < kPages; ++p) kv.Place(pages[p], kLargeTokens, ids, p);
+    kv.Upload();
+    auto expect_named = [&](int page, int token, int channel) {
+      absl::StatusOr<std::vector<EncodedPage>> got =
+          EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), kLargeTokens, ids);
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+      const std::string want = "page " + std::to_string(page) + " value at (token " + std::to_string(token) +
+                               ", channel " + std::to_string(channel) + ")";
+      EXPECT_NE(std::string(got.status().message()).find(want), std::string::npos)
+          << "want \"" << want << "\" in: " << got.status();
+    };
+    expect_named(kNanPage, kNanToken, kNanChannel);
+    pages[kInfPage][static_cast<size_t>(kInfToken) * kLargeChannels + kInfChannel] =
+        std::numeric_limits<float>::infinity();
+    kv.Place(pages[kInfPage], kLargeTokens, ids, kInfPage);
+    kv.Upload();
+    expect_named(kInfPage, kInfToken, kInfChannel);
+  }
 }
 
 TEST(CudaEncodeTest, OddChannelCountsLongPagesAndSmallBlocksMatchTheCpuReference) {
