@@ -166,7 +166,6 @@ void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
         assert(!std::signbit(thr));
         d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(thr) - 1u;
       }
-      d.tile_magic = 8388608.0f / static_cast<float>(t.bucket_count);  // exact: bucket_count is a power of two
     }
   }
   for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];

@@ -212,8 +212,7 @@ TEST(CudaDecodeTest, AnEncodeAfterASmallerDecodeInTheSameStagingLaysOutItsWholeB
   SKIP_WITHOUT_CUDA();
   const Scheme lynx = MustParse("lynx");
   DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 4, 128);
-  std::vector<int32_t> ids(32);
-  for (int i = 0; i < 32; ++i) ids[i] = 31 - i;
+  const std::vector<int32_t> ids = ReversedIds(32);
   src.Place(Realistic(256, 512, 50), 256, ids, 0);
   src.Place(Realistic(256, 512, 51), 256, ids, 1);
   src.Upload();
@@ -247,8 +246,7 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   SKIP_WITHOUT_CUDA();
   const Scheme lynx = MustParse("lynx");
   DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 8, 128);
-  std::vector<int32_t> ids(32);
-  for (int i = 0; i < 32; ++i) ids[i] = 31 - i;
+  const std::vector<int32_t> ids = ReversedIds(32);
   std::vector<float> a = src.Place(Realistic(256, 1024, 30), 256, ids, 0);
   std::vector<float> b = src.Place(Realistic(256, 1024, 31), 256, ids, 1);
   src.Upload();

@@ -165,6 +165,12 @@ inline std::vector<int32_t> ScatteredIds(int needed, int total, uint32_t seed) {
   all.resize(needed);
   return all;
 }
+// Block ids n - 1, ..., 0: pages whose blocks run backwards through the cache.
+inline std::vector<int32_t> ReversedIds(int n) {
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = n - 1 - i;
+  return ids;
+}
 inline std::vector<float> Realistic(int tokens, int channels, uint64_t seed) {
   return RealisticPage(tokens, channels, seed).data;
 }

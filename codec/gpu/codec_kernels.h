@@ -88,11 +88,9 @@ struct LynxDeviceTables {
   int corrections;
   // The lynx tile encoder's shared bucket table, whose first bucket_count / 2 + 1 16-byte pieces it copies, when
   // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
-  // thresholds[bucket_base[j] + 1] less one), then one entry of padding; and 2^23 / bucket_count, the magic addend
-  // of its bucket index (codec_lynx_tile_encode.cu TileCode). The tile encoder takes bucket_count and tile_magic
-  // from the host's copy at launch (LaunchEncode's host_tables) and reads only the entries here.
+  // thresholds[bucket_base[j] + 1] less one), then one entry of padding. The tile encoder takes bucket_count from
+  // the host's copy at launch (LaunchEncode's host_tables) and reads only the entries here.
   alignas(16) uint32_t tile_buckets[2 * (kMaxTileBuckets + 2)];
-  float tile_magic;
   float full_values[128];  // [I] for I in 0..M
   // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are
   // (the value of a cell no code falls in).

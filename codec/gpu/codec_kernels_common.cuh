@@ -169,6 +169,16 @@ __device__ __forceinline__ unsigned CutEndPair(const EndPairWords& w, unsigned i
 __device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, unsigned i) {
   return CutEndPair(LoadEndPairWords(ends, i), i);
 }
+// A word of 8 4-bit anchor codes (sign in bit 3 of each nibble): 0x1 in nibble e where code e has the top magnitude
+// (the top cell of its sign), and its sign bits.
+__device__ __forceinline__ uint32_t NibbleTops(uint32_t w) { return w & (w >> 1) & (w >> 2) & 0x11111111u; }
+__device__ __forceinline__ uint32_t NibbleSigns(uint32_t w) { return (w >> 3) & 0x11111111u; }
+// The word's top cells, bit 4 e for nibble e's channel if positive, bit 4 e + 1 if negative (a negative's mark
+// moves up from bit 4 e): the exact-extremes rule's marks in the tile encoder and the tile decoder (TopCells).
+__device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
+  const uint32_t top = NibbleTops(w);
+  return top + (top & NibbleSigns(w));
+}
 // mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
 __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
   int ql, qh;

@@ -31,16 +31,6 @@ struct TopCells {
   }
 };
 
-// A word of 8 4-bit anchor codes (sign in bit 3 of each nibble): 0x1 in nibble e where code e has the top magnitude
-// (the top cell of its sign), and its sign bits.
-__device__ __forceinline__ uint32_t NibbleTops(uint32_t w) { return w & (w >> 1) & (w >> 2) & 0x11111111u; }
-__device__ __forceinline__ uint32_t NibbleSigns(uint32_t w) { return (w >> 3) & 0x11111111u; }
-// The word's top cells in the nibble layout of TopCells: a negative's mark moves up from bit 4 e to 4 e + 1.
-__device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
-  const uint32_t top = NibbleTops(w);
-  return top + (top & NibbleSigns(w));
-}
-
 // kTwo4: a row's code prefixes from its anchor and residual words (nibble e of each: value e), the even values'
 // codes in bytes 0-3 and the odd ones' in bytes 4-7 (ValueOfByte), stream 0's nibble above stream 1's.
 __device__ __forceinline__ unsigned long long Two4Prefixes(uint32_t anchor, uint32_t resid) {

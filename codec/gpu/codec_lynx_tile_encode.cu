@@ -597,9 +597,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
         *reinterpret_cast<uint32_t*>(row0) = anchor;
         *reinterpret_cast<uint32_t*>(row1) = resid;
         if (excluding) {  // nibble e of the anchor word is channel e's anchor: 0x7 and 0xF are the top cells
-          // Low three bits set (bit 4 e), then the sign bit moves a negative's mark up to bit 4 e + 1.
-          const uint32_t top = anchor & (anchor >> 1) & (anchor >> 2) & 0x11111111u;
-          const uint32_t m = top + (top & (anchor >> 3));
+          const uint32_t m = NibbleTopCells(anchor);
           ex_two[0] |= ex_one[0] & m;
           ex_one[0] |= m;
           if (i % kAnchorSampleStride == 0) {
@@ -630,8 +628,10 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
           StoreFields(p.out.codes[st] + page * p.out.codes_stride[st] + static_cast<size_t>(octet) * w, packed, w);
         }
       }
-      row0 += row_bytes;
-      row1 += row_bytes;
+      if constexpr (!kGeneric) {
+        row0 += row_bytes;
+        row1 += row_bytes;
+      }
     }
   };
   if (use_buckets) {
@@ -754,7 +754,8 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
   // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
   p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
-  p.magic = use_buckets ? host_tables.tile_magic : 0.0f;
+  // 2^23 / buckets, the magic addend of TileCode's bucket index: exact, as bucket_count is a power of two.
+  p.magic = use_buckets ? 8388608.0f / static_cast<float>(buckets) : 0.0f;
   static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 2 + 1), "the pieces exist");
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
