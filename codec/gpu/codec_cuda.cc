@@ -4,13 +4,11 @@
 #include "codec/gpu/codec_cuda.h"
 
 #include <algorithm>
-#include <cassert>
-#include <cmath>
 #include <cstring>
 
-#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
+#include "codec/gpu/lynx_device_tables.h"
 #include "codec/internal/bitpack.h"
 #include "codec/internal/lynx_math.h"
 #include "common/crc32c.h"
@@ -143,48 +141,6 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
     st.codes_stride[i] = pages.codes_stride(i);
   }
   return st;
-}
-
-void FillLynxTables(const cpu::LynxTables& t, internal::LynxDeviceTables& d) {
-  std::memset(&d, 0, sizeof(d));  // padding and unused entries too: StageTables compares bytes
-  for (int k = 0; k < 128 + internal::kMaxDeviceCorrections; ++k) {
-    d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
-  }
-  d.bucket_count = 0;
-  d.corrections = 0;
-  if (t.bucket_count <= internal::kMaxDeviceBuckets && t.corrections == 1) {
-    d.bucket_count = t.bucket_count;
-    d.corrections = t.corrections;
-    for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
-    if (t.bucket_count > 0 && t.bucket_count <= internal::kMaxTileBuckets) {
-      for (int j = 0; j <= t.bucket_count; ++j) {
-        const int base = t.bucket_base[j];
-        d.tile_buckets[2 * j] = static_cast<uint32_t>(base);
-        // Less one: the tile encoder tests bits(a) > this (TileCode), which needs the threshold's sign bit clear
-        // (thresholds are > 0, and +inf past M).
-        const float thr = d.thresholds[base + 1];
-        assert(!std::signbit(thr));
-        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(thr) - 1u;
-      }
-    }
-  }
-  for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];
-  for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
-  d.alpha = t.guess_alpha;  // the log guess's bulk (the knee's top is left to the corrections)
-  d.inv_log1p_alpha = static_cast<float>(1.0 / std::log1p(static_cast<double>(t.alpha)));
-  d.bits = t.bits;
-  d.max_code = t.max_code;
-}
-
-// The code-centre magnitudes of every partial stage of `scheme`, concatenated like the anchor tables: the
-// value the encoder gives a cell no code falls in.
-void FillAnchorFallback(const cpu::LynxTables& t, const Scheme& scheme, internal::LynxDeviceTables& d) {
-  int known = 0, j = 0;
-  for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
-    known += scheme.stage_bits[s];
-    const std::vector<float>& centre = t.decode_table(known, AnchorRule::kCodeCentre);
-    for (int h = 0; h < (1 << (known - 1)) && j < 128; ++h) d.anchor_fallback[j++] = centre[h];
-  }
 }
 
 // Whether pages of layouts a and b have the same staging: scheme, dims, chunk, curve and flags.
@@ -434,8 +390,8 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
   const internal::LynxDeviceTables* tp = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
     const auto t = cpu::GetLynxTables(l.alpha, l.top_width, l.scheme.total_code_bits());
-    FillLynxTables(*t, tables);
-    FillAnchorFallback(*t, l.scheme, tables);
+    internal::FillLynxTables(*t, tables);
+    internal::FillAnchorFallback(*t, l.scheme, tables);
     KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged);
   }
@@ -465,7 +421,7 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
   if (l.scheme.kind == SchemeKind::kLynx) {
     const int bits = l.scheme.total_code_bits();
     const auto t = cpu::GetLynxTables(l.alpha, l.top_width, bits);
-    FillLynxTables(*t, tables);
+    internal::FillLynxTables(*t, tables);
     int known = 0;
     for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
     const std::vector<float>& dec = t->decode_table(known, rule);

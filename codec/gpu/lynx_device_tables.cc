@@ -1,0 +1,54 @@
+#include "codec/gpu/lynx_device_tables.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/base/casts.h"
+
+namespace kvt::codec::gpu::internal {
+
+void FillLynxTables(const codec::internal::LynxTables& t, LynxDeviceTables& d) {
+  std::memset(&d, 0, sizeof(d));  // padding and unused entries too: StageTables compares bytes
+  for (int k = 0; k < 128 + kMaxDeviceCorrections; ++k) {
+    d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
+  }
+  d.bucket_count = 0;
+  d.corrections = 0;
+  if (t.bucket_count <= kMaxDeviceBuckets && t.corrections == 1) {
+    d.bucket_count = t.bucket_count;
+    d.corrections = t.corrections;
+    for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
+    if (t.bucket_count > 0 && t.bucket_count <= kMaxTileBuckets) {
+      for (int j = 0; j <= t.bucket_count; ++j) {
+        const int base = t.bucket_base[j];
+        d.tile_buckets[2 * j] = static_cast<uint32_t>(base);
+        // Less one: the tile encoder tests bits(a) > this (TileCode), which needs the threshold's sign bit
+        // clear (thresholds are > 0, and +inf past M).
+        const float thr = d.thresholds[base + 1];
+        assert(!std::signbit(thr));
+        d.tile_buckets[2 * j + 1] = absl::bit_cast<uint32_t>(thr) - 1u;
+      }
+    }
+  }
+  for (int i = 0; i <= t.max_code; ++i) d.full_values[i] = t.full_values[i];
+  for (int i = 0; i < 256; ++i) d.decode[i] = 0.0f;
+  d.alpha = t.guess_alpha;  // the log guess's bulk (the knee's top is left to the corrections)
+  d.inv_log1p_alpha = static_cast<float>(1.0 / std::log1p(static_cast<double>(t.alpha)));
+  d.bits = t.bits;
+  d.max_code = t.max_code;
+}
+
+void FillAnchorFallback(const codec::internal::LynxTables& t, const Scheme& scheme, LynxDeviceTables& d) {
+  int known = 0, j = 0;
+  for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
+    known += scheme.stage_bits[s];
+    const std::vector<float>& centre = t.decode_table(known, AnchorRule::kCodeCentre);
+    for (int h = 0; h < (1 << (known - 1)) && j < 128; ++h) d.anchor_fallback[j++] = centre[h];
+  }
+}
+
+}  // namespace kvt::codec::gpu::internal

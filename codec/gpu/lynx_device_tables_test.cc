@@ -1,0 +1,184 @@
+// The lynx tile encoder's bucket table (LynxDeviceTables::tile_buckets), checked on the host against the
+// reference's code, with the kernel's arithmetic (codec_lynx_tile_encode.cu TileCode) done in f32 as the GPU
+// does it: a = min(|xf|, 1), the round-toward-zero add of 2^23 / B, the entry at bits(sum) - bits(2^23 / B),
+// code = base + the sign bit of (entry's threshold bits less one) - bits(a), and the sign bit where xf < 0.
+// Host-only: it needs no GPU.
+#include "codec/gpu/lynx_device_tables.h"
+
+#include <cfenv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/base/casts.h"
+#include "absl/strings/str_cat.h"
+#include "codec/options.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec::gpu::internal {
+namespace {
+
+namespace cpu = ::kvt::codec::internal;
+
+// The reference's b-bit code of xf (lynx_kernels_ref.cc RefCodesRange on a value clamped to [-1, 1]).
+uint32_t ReferenceCode(const cpu::LynxTables& t, float xf) {
+  const float c = xf > -1.0f ? (xf < 1.0f ? xf : 1.0f) : -1.0f;
+  const uint32_t neg = c < 0.0f ? 1u : 0u;
+  return neg << (t.bits - 1) | static_cast<uint32_t>(cpu::MagnitudeCode(t, std::fabs(c)));
+}
+
+float AddTowardZero(float a, float b) {
+  std::fesetround(FE_TOWARDZERO);
+  volatile float x = a, y = b;
+  volatile float s = x + y;
+  std::fesetround(FE_TONEAREST);
+  return s;
+}
+
+// TileCode's bucket path for xf; the entry index goes to *j (the kernel reads entry j unchecked).
+uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j) {
+  const float magic = 8388608.0f / static_cast<float>(d.bucket_count);
+  const float a = std::fmin(std::fabs(xf), 1.0f);  // min.f32: a NaN operand gives the other
+  const float sum = AddTowardZero(a, magic);
+  *j = static_cast<int64_t>(absl::bit_cast<uint32_t>(sum)) - absl::bit_cast<uint32_t>(magic);
+  if (*j < 0 || *j > d.bucket_count) return ~0u;
+  const uint32_t base = d.tile_buckets[2 * *j], thr_less_one = d.tile_buckets[2 * *j + 1];
+  const uint32_t code = base + ((thr_less_one - absl::bit_cast<uint32_t>(a)) >> 31);
+  return code | (xf < 0.0f ? 1u << (d.bits - 1) : 0u);  // set.lt: -0 is not below 0
+}
+
+struct Curve {
+  float alpha, top_width;
+  int bits;
+};
+
+// The curves whose tables take the tile encoder's bucket path (one correction, at most kMaxTileBuckets
+// buckets).
+std::vector<Curve> TileCurves() {
+  std::vector<Curve> out;
+  for (float alpha : {0.001f, 0.1f, 0.5f, 1.0f, 4.0f, 30.0f, 1000.0f}) {
+    for (float top_width : {0.0f, 0.02f, 0.11f, 0.12f}) {
+      for (int bits = 2; bits <= 8; ++bits) {
+        if (top_width > 0.0f && bits != 8) continue;  // the knee is an 8-bit curve's
+        const auto t = cpu::GetLynxTables(alpha, top_width, bits);
+        if (t->corrections == 1 && t->bucket_count <= kMaxTileBuckets)
+          out.push_back({alpha, top_width, bits});
+      }
+    }
+  }
+  return out;
+}
+
+std::string Name(const Curve& c) {
+  return absl::StrCat("alpha ", c.alpha, ", top width ", c.top_width, ", ", c.bits, " bits");
+}
+
+// xf and its float neighbours, both signs.
+void AddAround(float x, std::vector<float>& out) {
+  for (float s : {x, -x}) {
+    out.push_back(s);
+    out.push_back(std::nextafter(s, std::numeric_limits<float>::infinity()));
+    out.push_back(std::nextafter(s, -std::numeric_limits<float>::infinity()));
+  }
+}
+
+// Mismatches of TileCode against ReferenceCode over `values` (first few reported).
+int CheckValues(const cpu::LynxTables& t, const LynxDeviceTables& d, const std::vector<float>& values,
+                const std::string& what) {
+  int bad = 0;
+  for (float xf : values) {
+    int64_t j = 0;
+    const uint32_t got = TileCode(d, xf, &j);
+    const uint32_t want = ReferenceCode(t, xf);
+    if (got != want && bad++ < 5) {
+      ADD_FAILURE() << what << ": xf " << xf << " (bits 0x" << std::hex << absl::bit_cast<uint32_t>(xf)
+                    << std::dec << ") entry " << j << " code " << got << ", reference " << want;
+    }
+  }
+  return bad;
+}
+
+TEST(LynxDeviceTablesTest, TheDefaultCurveTakesTheTileBucketPath) {
+  const CodecOptions defaults;
+  const auto t = cpu::GetLynxTables(defaults.alpha, defaults.top_width, 8);
+  LynxDeviceTables d;
+  FillLynxTables(*t, d);
+  EXPECT_GT(d.bucket_count, 0);
+  EXPECT_LE(d.bucket_count, kMaxTileBuckets);
+  EXPECT_EQ(d.corrections, 1);
+  EXPECT_GE(TileCurves().size(), 10u);
+}
+
+TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceAtEveryEdge) {
+  for (const Curve& curve : TileCurves()) {
+    const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
+    LynxDeviceTables d;
+    FillLynxTables(*t, d);
+    const int buckets = d.bucket_count;
+    std::vector<float> values;
+    for (int m = 0; m <= buckets; ++m) AddAround(static_cast<float>(m) / static_cast<float>(buckets), values);
+    for (int k = 1; k <= t->max_code; ++k) AddAround(t->thresholds[k], values);
+    for (float x : {0.0f, 1.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                    1e-30f, 0.5f}) {
+      AddAround(x, values);
+    }
+    EXPECT_EQ(CheckValues(*t, d, values, Name(curve)), 0) << Name(curve);
+  }
+}
+
+TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceOverASweepOfTheFloatsInMinusOneToOne) {
+  // Every 4099th bit pattern of each sign up to 1.0f (about 260 000 a sign), per curve.
+  for (const Curve& curve : TileCurves()) {
+    const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
+    LynxDeviceTables d;
+    FillLynxTables(*t, d);
+    std::vector<float> values;
+    for (uint32_t u = 0; u <= 0x3F800000u; u += 4099) {
+      values.push_back(absl::bit_cast<float>(u));
+      values.push_back(absl::bit_cast<float>(u | 0x80000000u));
+    }
+    EXPECT_EQ(CheckValues(*t, d, values, Name(curve)), 0) << Name(curve);
+  }
+}
+
+TEST(LynxDeviceTablesTest, EveryIndexTheKernelCanFormIsInsideTheTable) {
+  const auto t = cpu::GetLynxTables(0.1f, 0.11f, 8);
+  LynxDeviceTables d;
+  FillLynxTables(*t, d);
+  // NaN (min.f32 makes |NaN| 1), infinities, both zeros, the ends and past them.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float xf : {std::numeric_limits<float>::quiet_NaN(), inf, -inf, -0.0f, 0.0f, -1.0f, 1.0f, 3e38f,
+                   -3e38f, std::nextafter(1.0f, 2.0f)}) {
+    int64_t j = -1;
+    TileCode(d, xf, &j);
+    EXPECT_GE(j, 0) << xf;
+    EXPECT_LE(j, d.bucket_count) << xf;
+  }
+  // -0, as the reference's positive zero, codes 0; the ends code M with their signs.
+  int64_t j = 0;
+  EXPECT_EQ(TileCode(d, -0.0f, &j), 0u);
+  EXPECT_EQ(TileCode(d, -1.0f, &j), 0x80u | static_cast<uint32_t>(t->max_code));
+  EXPECT_EQ(TileCode(d, 1.0f, &j), static_cast<uint32_t>(t->max_code));
+  EXPECT_EQ(TileCode(d, 2.0f, &j), static_cast<uint32_t>(t->max_code));
+}
+
+// The checks fail for a table whose thresholds sit one entry off, so the tests above can fail.
+TEST(LynxDeviceTablesTest, ThresholdsOneEntryOffAreCaught) {
+  const auto t = cpu::GetLynxTables(0.1f, 0.11f, 8);
+  LynxDeviceTables d;
+  FillLynxTables(*t, d);
+  const int b = d.bucket_count;
+  for (int j = 0; j < b; ++j) d.tile_buckets[2 * j + 1] = d.tile_buckets[2 * (j + 1) + 1];
+  int bad = 0;
+  for (int k = 1; k <= t->max_code; ++k) {
+    int64_t j = 0;
+    const float x = t->thresholds[k];
+    bad += TileCode(d, x, &j) != ReferenceCode(*t, x) ? 1 : 0;
+  }
+  EXPECT_GT(bad, t->max_code / 2);
+}
+
+}  // namespace
+}  // namespace kvt::codec::gpu::internal
