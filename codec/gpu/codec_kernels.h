@@ -79,6 +79,9 @@ inline constexpr int kMaxDeviceBuckets = 4096;
 inline constexpr int kMaxDeviceCorrections = 8;
 // Bucket tables of up to this many buckets take the lynx tile encoder's bucket path (tile_buckets below).
 inline constexpr int kMaxTileBuckets = 1024;
+// 2^23 / buckets, the magic addend of the tile encoder's bucket index (TileCode): exact, as bucket counts are powers
+// of two. Shared with the host test that checks the index (lynx_device_tables_test).
+inline float TileBucketMagic(int buckets) { return 8388608.0f / static_cast<float>(buckets); }
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need

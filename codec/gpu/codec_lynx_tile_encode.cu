@@ -754,8 +754,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
   // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
   p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
-  // 2^23 / buckets, the magic addend of TileCode's bucket index: exact, as bucket_count is a power of two.
-  p.magic = use_buckets ? 8388608.0f / static_cast<float>(buckets) : 0.0f;
+  p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;
   static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 2 + 1), "the pieces exist");
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;

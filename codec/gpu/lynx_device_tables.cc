@@ -1,6 +1,5 @@
 #include "codec/gpu/lynx_device_tables.h"
 
-#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -8,10 +7,11 @@
 #include <vector>
 
 #include "absl/base/casts.h"
+#include "codec/options.h"
 
 namespace kvt::codec::gpu::internal {
 
-void FillLynxTables(const codec::internal::LynxTables& t, LynxDeviceTables& d) {
+void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTables& d) {
   std::memset(&d, 0, sizeof(d));  // padding and unused entries too: StageTables compares bytes
   for (int k = 0; k < 128 + kMaxDeviceCorrections; ++k) {
     d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
@@ -42,7 +42,8 @@ void FillLynxTables(const codec::internal::LynxTables& t, LynxDeviceTables& d) {
   d.max_code = t.max_code;
 }
 
-void FillAnchorFallback(const codec::internal::LynxTables& t, const Scheme& scheme, LynxDeviceTables& d) {
+void FillAnchorFallback(const ::kvt::codec::internal::LynxTables& t, const Scheme& scheme,
+                        LynxDeviceTables& d) {
   int known = 0, j = 0;
   for (int s = 0; s + 1 < scheme.num_streams(); ++s) {
     known += scheme.stage_bits[s];

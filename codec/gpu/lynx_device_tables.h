@@ -12,11 +12,12 @@ namespace kvt::codec::gpu::internal {
 
 // Every field but the decode launch's (decode, decode_from_page, table_first) and anchor_fallback; zeroes the
 // rest, padding included (StageTables compares bytes).
-void FillLynxTables(const codec::internal::LynxTables& t, LynxDeviceTables& d);
+void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTables& d);
 
 // anchor_fallback: the code-centre magnitudes of every partial stage of `scheme`, concatenated like the
 // anchor tables (the value the encoder gives a cell no code falls in).
-void FillAnchorFallback(const codec::internal::LynxTables& t, const Scheme& scheme, LynxDeviceTables& d);
+void FillAnchorFallback(const ::kvt::codec::internal::LynxTables& t, const Scheme& scheme,
+                        LynxDeviceTables& d);
 
 }  // namespace kvt::codec::gpu::internal
 

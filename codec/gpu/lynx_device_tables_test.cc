@@ -1,8 +1,8 @@
 // The lynx tile encoder's bucket table (LynxDeviceTables::tile_buckets), checked on the host against the
 // reference's code, with the kernel's arithmetic (codec_lynx_tile_encode.cu TileCode) done in f32 as the GPU
-// does it: a = min(|xf|, 1), the round-toward-zero add of 2^23 / B, the entry at bits(sum) - bits(2^23 / B),
-// code = base + the sign bit of (entry's threshold bits less one) - bits(a), and the sign bit where xf < 0.
-// Host-only: it needs no GPU.
+// does it: a = min(|xf|, 1), the round-toward-zero add of TileBucketMagic(B) = 2^23 / B, the entry at
+// bits(sum) - bits(magic), code = base + the sign bit of ((entry's threshold bits less one) - bits(a)), and
+// the sign bit where xf < 0. Host-only: it builds and runs without nvcc or a GPU.
 #include "codec/gpu/lynx_device_tables.h"
 
 #include <cfenv>
@@ -14,6 +14,8 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
+#include "codec/gpu/codec_kernels.h"
+#include "codec/internal/lynx_math.h"
 #include "codec/options.h"
 #include "gtest/gtest.h"
 
@@ -29,19 +31,23 @@ uint32_t ReferenceCode(const cpu::LynxTables& t, float xf) {
   return neg << (t.bits - 1) | static_cast<uint32_t>(cpu::MagnitudeCode(t, std::fabs(c)));
 }
 
-float AddTowardZero(float a, float b) {
-  std::fesetround(FE_TOWARDZERO);
+// a + b in f32 under `mode` (FE_TOWARDZERO for the kernel's __fadd_rz); volatile keeps the add between the
+// mode switches.
+float Add(float a, float b, int mode) {
+  const int previous = std::fegetround();
+  std::fesetround(mode);
   volatile float x = a, y = b;
   volatile float s = x + y;
-  std::fesetround(FE_TONEAREST);
+  std::fesetround(previous);
   return s;
 }
 
-// TileCode's bucket path for xf; the entry index goes to *j (the kernel reads entry j unchecked).
-uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j) {
-  const float magic = 8388608.0f / static_cast<float>(d.bucket_count);
+// TileCode's bucket path for xf; the entry index goes to *j (the kernel reads entry j unchecked). `mode` is
+// the bucket add's rounding: only FE_TOWARDZERO is the kernel's (the mutation test tries another).
+uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j, int mode = FE_TOWARDZERO) {
+  const float magic = TileBucketMagic(d.bucket_count);
   const float a = std::fmin(std::fabs(xf), 1.0f);  // min.f32: a NaN operand gives the other
-  const float sum = AddTowardZero(a, magic);
+  const float sum = Add(a, magic, mode);
   *j = static_cast<int64_t>(absl::bit_cast<uint32_t>(sum)) - absl::bit_cast<uint32_t>(magic);
   if (*j < 0 || *j > d.bucket_count) return ~0u;
   const uint32_t base = d.tile_buckets[2 * *j], thr_less_one = d.tile_buckets[2 * *j + 1];
@@ -54,8 +60,8 @@ struct Curve {
   int bits;
 };
 
-// The curves whose tables take the tile encoder's bucket path (one correction, at most kMaxTileBuckets
-// buckets).
+// The curves of a grid (alpha 0.001..1000, top width 0 or 0.02..0.12, 2..8 bits) whose tables take the tile
+// encoder's bucket path (one correction, at most kMaxTileBuckets buckets): 57 of them, 16 to 1024 buckets.
 std::vector<Curve> TileCurves() {
   std::vector<Curve> out;
   for (float alpha : {0.001f, 0.1f, 0.5f, 1.0f, 4.0f, 30.0f, 1000.0f}) {
@@ -75,7 +81,7 @@ std::string Name(const Curve& c) {
   return absl::StrCat("alpha ", c.alpha, ", top width ", c.top_width, ", ", c.bits, " bits");
 }
 
-// xf and its float neighbours, both signs.
+// x and its float neighbours, both signs.
 void AddAround(float x, std::vector<float>& out) {
   for (float s : {x, -x}) {
     out.push_back(s);
@@ -84,17 +90,29 @@ void AddAround(float x, std::vector<float>& out) {
   }
 }
 
-// Mismatches of TileCode against ReferenceCode over `values` (first few reported).
-int CheckValues(const cpu::LynxTables& t, const LynxDeviceTables& d, const std::vector<float>& values,
-                const std::string& what) {
+// Every bucket edge, every threshold, both zeros, subnormals and a few others, with their neighbours.
+std::vector<float> Edges(const cpu::LynxTables& t, int buckets) {
+  std::vector<float> values;
+  for (int m = 0; m <= buckets; ++m) AddAround(static_cast<float>(m) / static_cast<float>(buckets), values);
+  for (int k = 1; k <= t.max_code; ++k) AddAround(t.thresholds[k], values);
+  for (float x : {0.0f, 1.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                  1e-30f, 0.5f}) {
+    AddAround(x, values);
+  }
+  return values;
+}
+
+// How many of `values` TileCode codes unlike the reference; the first goes to *first.
+int Mismatches(const cpu::LynxTables& t, const LynxDeviceTables& d, const std::vector<float>& values,
+               std::string* first, int mode = FE_TOWARDZERO) {
   int bad = 0;
   for (float xf : values) {
     int64_t j = 0;
-    const uint32_t got = TileCode(d, xf, &j);
+    const uint32_t got = TileCode(d, xf, &j, mode);
     const uint32_t want = ReferenceCode(t, xf);
-    if (got != want && bad++ < 5) {
-      ADD_FAILURE() << what << ": xf " << xf << " (bits 0x" << std::hex << absl::bit_cast<uint32_t>(xf)
-                    << std::dec << ") entry " << j << " code " << got << ", reference " << want;
+    if (got != want && bad++ == 0) {
+      *first = absl::StrCat("xf ", xf, " (bits 0x", absl::Hex(absl::bit_cast<uint32_t>(xf)), ") entry ", j,
+                            " code ", got, ", reference ", want);
     }
   }
   return bad;
@@ -108,38 +126,35 @@ TEST(LynxDeviceTablesTest, TheDefaultCurveTakesTheTileBucketPath) {
   EXPECT_GT(d.bucket_count, 0);
   EXPECT_LE(d.bucket_count, kMaxTileBuckets);
   EXPECT_EQ(d.corrections, 1);
-  EXPECT_GE(TileCurves().size(), 10u);
 }
 
 TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceAtEveryEdge) {
-  for (const Curve& curve : TileCurves()) {
+  const std::vector<Curve> curves = TileCurves();
+  ASSERT_GE(curves.size(), 10u);
+  for (const Curve& curve : curves) {
     const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
     LynxDeviceTables d;
     FillLynxTables(*t, d);
-    const int buckets = d.bucket_count;
-    std::vector<float> values;
-    for (int m = 0; m <= buckets; ++m) AddAround(static_cast<float>(m) / static_cast<float>(buckets), values);
-    for (int k = 1; k <= t->max_code; ++k) AddAround(t->thresholds[k], values);
-    for (float x : {0.0f, 1.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-                    1e-30f, 0.5f}) {
-      AddAround(x, values);
-    }
-    EXPECT_EQ(CheckValues(*t, d, values, Name(curve)), 0) << Name(curve);
+    std::string first;
+    EXPECT_EQ(Mismatches(*t, d, Edges(*t, d.bucket_count), &first), 0) << Name(curve) << ": " << first;
   }
 }
 
 TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceOverASweepOfTheFloatsInMinusOneToOne) {
+  const std::vector<Curve> curves = TileCurves();
+  ASSERT_GE(curves.size(), 10u);
   // Every 4099th bit pattern of each sign up to 1.0f (about 260 000 a sign), per curve.
-  for (const Curve& curve : TileCurves()) {
+  std::vector<float> values;
+  for (uint32_t u = 0; u <= 0x3F800000u; u += 4099) {
+    values.push_back(absl::bit_cast<float>(u));
+    values.push_back(absl::bit_cast<float>(u | 0x80000000u));
+  }
+  for (const Curve& curve : curves) {
     const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
     LynxDeviceTables d;
     FillLynxTables(*t, d);
-    std::vector<float> values;
-    for (uint32_t u = 0; u <= 0x3F800000u; u += 4099) {
-      values.push_back(absl::bit_cast<float>(u));
-      values.push_back(absl::bit_cast<float>(u | 0x80000000u));
-    }
-    EXPECT_EQ(CheckValues(*t, d, values, Name(curve)), 0) << Name(curve);
+    std::string first;
+    EXPECT_EQ(Mismatches(*t, d, values, &first), 0) << Name(curve) << ": " << first;
   }
 }
 
@@ -164,20 +179,18 @@ TEST(LynxDeviceTablesTest, EveryIndexTheKernelCanFormIsInsideTheTable) {
   EXPECT_EQ(TileCode(d, 2.0f, &j), static_cast<uint32_t>(t->max_code));
 }
 
-// The checks fail for a table whose thresholds sit one entry off, so the tests above can fail.
-TEST(LynxDeviceTablesTest, ThresholdsOneEntryOffAreCaught) {
+// The edge check catches a kernel that rounded the bucket add to nearest, and a table whose thresholds sit
+// one entry off: the tests above can fail.
+TEST(LynxDeviceTablesTest, ARoundToNearestAddAndThresholdsOneEntryOffAreCaught) {
   const auto t = cpu::GetLynxTables(0.1f, 0.11f, 8);
   LynxDeviceTables d;
   FillLynxTables(*t, d);
-  const int b = d.bucket_count;
-  for (int j = 0; j < b; ++j) d.tile_buckets[2 * j + 1] = d.tile_buckets[2 * (j + 1) + 1];
-  int bad = 0;
-  for (int k = 1; k <= t->max_code; ++k) {
-    int64_t j = 0;
-    const float x = t->thresholds[k];
-    bad += TileCode(d, x, &j) != ReferenceCode(*t, x) ? 1 : 0;
-  }
-  EXPECT_GT(bad, t->max_code / 2);
+  const std::vector<float> edges = Edges(*t, d.bucket_count);
+  std::string first;
+  ASSERT_EQ(Mismatches(*t, d, edges, &first), 0) << first;
+  EXPECT_GT(Mismatches(*t, d, edges, &first, FE_TONEAREST), 0);
+  for (int j = 0; j < d.bucket_count; ++j) d.tile_buckets[2 * j + 1] = d.tile_buckets[2 * (j + 1) + 1];
+  EXPECT_GT(Mismatches(*t, d, edges, &first), t->max_code / 2);
 }
 
 }  // namespace
