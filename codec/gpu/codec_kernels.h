@@ -82,6 +82,9 @@ inline constexpr int kMaxTileBuckets = 1024;
 // 2^23 / buckets, the magic addend of the tile encoder's bucket index (TileCode): exact, as bucket counts are powers
 // of two. Shared with the host test that checks the index (lynx_device_tables_test).
 inline float TileBucketMagic(int buckets) { return 8388608.0f / static_cast<float>(buckets); }
+// Whether tables of this LynxDeviceTables::bucket_count (0: no bucket path) fill tile_buckets, and so whether the
+// tile encoder takes its bucket path: the one test FillLynxTables and LaunchLynxTileEncode share.
+inline bool TakesTileBuckets(int bucket_count) { return bucket_count > 0 && bucket_count <= kMaxTileBuckets; }
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need

@@ -751,7 +751,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   p.exact_extremes = exact_extremes;
   p.block_div = FastDivisor::For(src.block_tokens);
   const int buckets = host_tables.bucket_count;  // > 0 only with one correction
-  const bool use_buckets = buckets > 0 && buckets <= kMaxTileBuckets;
+  const bool use_buckets = TakesTileBuckets(buckets);
   // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
   p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
   p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;

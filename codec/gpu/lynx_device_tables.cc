@@ -22,7 +22,7 @@ void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTable
     d.bucket_count = t.bucket_count;
     d.corrections = t.corrections;
     for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
-    if (t.bucket_count > 0 && t.bucket_count <= kMaxTileBuckets) {
+    if (TakesTileBuckets(d.bucket_count)) {
       for (int j = 0; j <= t.bucket_count; ++j) {
         const int base = t.bucket_base[j];
         d.tile_buckets[2 * j] = static_cast<uint32_t>(base);

@@ -68,9 +68,9 @@ std::vector<Curve> TileCurves() {
     for (float top_width : {0.0f, 0.02f, 0.11f, 0.12f}) {
       for (int bits = 2; bits <= 8; ++bits) {
         if (top_width > 0.0f && bits != 8) continue;  // the knee is an 8-bit curve's
-        const auto t = cpu::GetLynxTables(alpha, top_width, bits);
-        if (t->corrections == 1 && t->bucket_count <= kMaxTileBuckets)
-          out.push_back({alpha, top_width, bits});
+        LynxDeviceTables d;
+        FillLynxTables(*cpu::GetLynxTables(alpha, top_width, bits), d);
+        if (TakesTileBuckets(d.bucket_count)) out.push_back({alpha, top_width, bits});
       }
     }
   }
@@ -126,6 +126,7 @@ TEST(LynxDeviceTablesTest, TheDefaultCurveTakesTheTileBucketPath) {
   EXPECT_GT(d.bucket_count, 0);
   EXPECT_LE(d.bucket_count, kMaxTileBuckets);
   EXPECT_EQ(d.corrections, 1);
+  EXPECT_TRUE(TakesTileBuckets(d.bucket_count));
 }
 
 TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceAtEveryEdge) {
