@@ -18,6 +18,7 @@
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
 #include "codec/internal/float_formats.h"
+#include "codec/internal/lynx_math.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
@@ -323,6 +324,50 @@ TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuRe
   const absl::StatusOr<EncodedPage> d = EncodePage(MustParse("lynx"), without, PageView{lone.data(), 256, 128, 0});
   ASSERT_TRUE(c.ok() && d.ok());
   EXPECT_NE(c->bytes, d->bytes);
+}
+
+// A page whose chunk minima and maxima sit on the grid points of their channel's frame (lynx_math.h ChunkEnd)
+// or a float or two beside them: the targets where the tile encoder's shortcut (proven_ends.h) has no margin and
+// its lanes search instead. Channels around zero, one-sided, and offset up to twice the domain's |centre| / half
+// = 1024 (where the shortcut never answers); fp32, so the values are stored as chosen.
+std::vector<float> GridPointChunkEnds(int tokens, int channels, uint64_t seed) {
+  namespace cpu = ::kvt::codec::internal;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<int> grid(1, cpu::kEndGridMax - 1), ulps(-2, 2);
+  std::vector<float> page(static_cast<size_t>(tokens) * channels);
+  for (int c = 0; c < channels; ++c) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(unit(rng) * 40.0f) - 20);
+    const float offset = (c % 3 == 0 ? 0.0f : (c % 3 == 1 ? 1.0f : 2048.0f * unit(rng))) * scale;
+    const float lo = offset - scale * (0.5f + unit(rng)), hi = offset + scale * (0.5f + unit(rng));
+    const cpu::ChannelFrame f = cpu::MakeChannelFrame(lo, hi);
+    auto at = [&](int t) -> float& { return page[static_cast<size_t>(t) * channels + c]; };
+    auto near_grid = [&]() {
+      float v = cpu::ChunkEnd(f, grid(rng));
+      for (int n = ulps(rng); n != 0; n += n > 0 ? -1 : 1) v = std::nextafter(v, n > 0 ? hi : lo);
+      return std::min(std::max(v, lo), hi);
+    };
+    for (int k = 0; k < tokens / 32; ++k) {
+      float a = near_grid(), b = near_grid();
+      if (a > b) std::swap(a, b);
+      for (int t = 0; t < 32; ++t) at(32 * k + t) = a + (b - a) * unit(rng) * 0.999f;
+      at(32 * k + static_cast<int>(unit(rng) * 31.0f)) = a;
+      at(32 * k + 31) = b;
+    }
+    at(0) = lo;  // the page range: the frame's own ends
+    at(tokens - 1) = hi;
+  }
+  return page;
+}
+
+TEST(CudaEncodeTest, ChunkEndsOnAndBesideGridPointsMatchTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* name : {"lynx", "lynx8", "lynx4"}) {
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(256, 128, 21), GridPointChunkEnds(256, 128, 22)},
+                           256, 128, KvDType::kFloat32, KvLayout::kNHD, 16, 2);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(128, 192, 23)}, 128, 192, KvDType::kFloat32,
+                           KvLayout::kHND, 8, 3);
+  }
 }
 
 TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {

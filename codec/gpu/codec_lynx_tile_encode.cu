@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
+#include "codec/gpu/proven_ends.h"
 
 namespace kvt::codec::gpu::internal {
 namespace {
@@ -42,6 +43,11 @@ struct TileParams {
   // the magic addend; 0 pieces for the log-guess path.
   int bucket_copies;
   float magic;
+  // The rest of CodeTables, from the host's copy of the tables: launch constants, so that no register holds them
+  // from the row loads to the coding.
+  uint32_t sign_bit;
+  int max_code;
+  float alpha, inv_log1p_alpha;
 };
 
 // 8 consecutive input values as loaded: 4 words of bf16/fp16 pairs, or 8 fp32 words.
@@ -121,93 +127,74 @@ __device__ __forceinline__ uint32_t MaxNan(uint32_t a, uint32_t b) {
   return MinMaxNan<T, true>(a, b);
 }
 
-// lynx_math.h QuantizeEndBelow and QuantizeEndAbove for a lane's two chunk-channels at once (independent
-// straight-line work the scheduler interleaves), returning the same q_low, q_high and also ChunkEnd(f, q) of each
-// (which the searches evaluate anyway, so ChunkCentreAndWidth need not again). The start is a guess from a
-// reciprocal of half instead of a division: any start gives the same q. Each step evaluates both channels'
-// candidates and keeps those that move.
-__device__ __forceinline__ int StartEnd(const Frame& f, float inv_half, float a) {
-  const float d = a - f.centre;
-  const float u = Clamp(isfinite(inv_half) ? d * inv_half : d / f.half, -1.0f, 1.0f);
-  const int g = static_cast<int>(floorf(u * 2047.0f + 2047.0f));
-  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+// The largest q with ChunkEnd(f, q) <= a, and the smallest q >= q_low with ChunkEnd(f, q) >= b, by bisection:
+// for frames outside proven_ends.h's domain (offsets past 1024 half-widths, half outside [2^-100, 2^100]), where
+// any q the search would find is found (ChunkEnd is non-decreasing in q). Small in registers, as it is inlined
+// into a 64-register kernel; 12 ChunkEnd evaluations an end.
+__device__ __forceinline__ int BisectEndBelow(const Frame& f, float a) {
+  int below = 0, above = kEndGridMax + 1;  // ChunkEnd(below) <= a (ChunkEnd(0) = lo); `above` past the answer
+#pragma unroll 1
+  while (above - below > 1) {
+    const int mid = (below + above) >> 1;
+    if (ChunkEnd(f, mid) <= a) {
+      below = mid;
+    } else {
+      above = mid;
+    }
+  }
+  return below;
 }
-__device__ __forceinline__ void QuantizeEnds2(const Frame* f, const float* cmin, const float* cmax, int* q_low,
-                                              int* q_high, float* end_low, float* end_high) {
-  bool flat[2];
-  float inv_half[2];
-  int q[2];
-  float e[2];
-  // q_low: the largest q with ChunkEnd(q) <= cmin (0 for a flat channel: ChunkEnd(0) = lo).
+__device__ __forceinline__ int BisectEndAbove(const Frame& f, float b, int q_low) {
+  int below = q_low - 1, above = kEndGridMax;  // ChunkEnd(above) >= b (ChunkEnd(4094) = hi); `below` short of it
+#pragma unroll 1
+  while (above - below > 1) {
+    const int mid = (below + above) >> 1;
+    if (ChunkEnd(f, mid) >= b) {
+      above = mid;
+    } else {
+      below = mid;
+    }
+  }
+  return above;
+}
+
+// A lane's two chunk-channels' ends q_low, q_high (lynx_math.h QuantizeChunkEnds, midrange) and ChunkEnd(f, q) of
+// each, from the targets' grid positions (proven_ends.h): one ChunkEnd evaluation an end, straight-line, where the
+// search took four or more a chunk-channel in loops that a warp ran whenever one of its 64 chunk-channels needed a
+// step. False when an end is left to SearchEnds2: a flat channel, or a frame outside the proofs' domain.
+__device__ __forceinline__ bool ProvenEnds2(const Frame* f, const float* cmin, const float* cmax, int* q_low,
+                                            int* q_high, float* end_low, float* end_high) {
+  bool proven = true;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    flat[h] = f[h].half == 0.0f;
-    inv_half[h] = __frcp_rn(f[h].half);
-    q[h] = flat[h] ? 0 : StartEnd(f[h], inv_half[h], cmin[h]);
-    e[h] = ChunkEnd(f[h], q[h]);
+    const ProvenFrame pf = MakeProvenFrame(f[h].lo, f[h].hi, f[h].centre, f[h].half, __frcp_rn(f[h].half));
+    auto end = [&](int q) { return ChunkEnd(f[h], q); };
+    q_low[h] = ProvenEndBelow(pf, cmin[h], end, &end_low[h]);
+    q_high[h] = ProvenEndAbove(pf, cmax[h], end, &end_high[h]);
+    proven = proven && q_low[h] >= 0 && q_high[h] >= 0;
   }
-  for (;;) {  // down while ChunkEnd(q) > cmin
-    bool step[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) step[h] = q[h] > 0 && e[h] > cmin[h];
-    if (!step[0] && !step[1]) break;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float prev = ChunkEnd(f[h], q[h] - 1);
-      if (step[h]) --q[h], e[h] = prev;
-    }
-  }
-  bool go[2] = {!flat[0], !flat[1]};
-  for (;;) {  // up while ChunkEnd(q + 1) <= cmin
-#pragma unroll
-    for (int h = 0; h < 2; ++h) go[h] = go[h] && q[h] < kEndGridMax;
-    if (!go[0] && !go[1]) break;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float next = ChunkEnd(f[h], q[h] + 1);
-      go[h] = go[h] && next <= cmin[h];
-      if (go[h]) ++q[h], e[h] = next;
-    }
-  }
-#pragma unroll
+  return proven;
+}
+
+// The same by bisection, one chunk-channel at a time, for a lane ProvenEnds2 leaves (rare). It takes the frames'
+// ranges and rebuilds them, and reads the chunk ranges again from shared memory, so that nothing of ProvenEnds2
+// stays live for it: in a 64-register kernel that holds its rows throughout, its registers must come from there.
+__device__ __forceinline__ void SearchEnds2(const float* lo, const float* hi, const float* s_cmin,
+                                            const float* s_cmax, int* q_low, int* q_high, float* end_low,
+                                            float* end_high) {
+#pragma unroll 1
   for (int h = 0; h < 2; ++h) {
-    q_low[h] = q[h];
-    end_low[h] = e[h];
-    // q_high: the smallest q >= q_low with ChunkEnd(q) >= cmax (0 for a flat channel).
-    if (!flat[h]) {
-      const int g = StartEnd(f[h], inv_half[h], cmax[h]);
-      q[h] = g < q_low[h] ? q_low[h] : g;
+    const Frame f = MakeFrame(h == 0 ? lo[0] : lo[1], h == 0 ? hi[0] : hi[1]);
+    const float a = s_cmin[h], b = s_cmax[h];
+    const bool flat = f.half == 0.0f;
+    const int ql = flat ? 0 : BisectEndBelow(f, a);
+    const int qh = flat ? 0 : BisectEndAbove(f, b, ql);
+    const float el = ChunkEnd(f, ql), eh = ChunkEnd(f, qh);
+    if (h == 0) {
+      q_low[0] = ql, q_high[0] = qh, end_low[0] = el, end_high[0] = eh;
+    } else {
+      q_low[1] = ql, q_high[1] = qh, end_low[1] = el, end_high[1] = eh;
     }
-    e[h] = ChunkEnd(f[h], q[h]);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) go[h] = true;
-  for (;;) {  // down while ChunkEnd(q - 1) >= cmax
-#pragma unroll
-    for (int h = 0; h < 2; ++h) go[h] = go[h] && q[h] > q_low[h];
-    if (!go[0] && !go[1]) break;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float prev = ChunkEnd(f[h], q[h] - 1);
-      go[h] = go[h] && prev >= cmax[h];
-      if (go[h]) --q[h], e[h] = prev;
-    }
-  }
-  for (;;) {  // up while ChunkEnd(q) < cmax
-    bool step[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) step[h] = !flat[h] && q[h] < kEndGridMax && e[h] < cmax[h];
-    if (!step[0] && !step[1]) break;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float next = ChunkEnd(f[h], q[h] + 1);
-      if (step[h]) ++q[h], e[h] = next;
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    q_high[h] = q[h];
-    end_high[h] = e[h];
   }
 }
 
@@ -372,16 +359,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     if (bad) atomicOr(&p.status->errors, kErrBadBlockId);
   }
 
-  // The tables, while the loads are in flight.
-  CodeTables ct;
-  ct.thr = s_thr;
-  ct.alpha = tables->alpha;
-  ct.inv_log1p_alpha = tables->inv_log1p_alpha;
-  ct.max_code = tables->max_code;
-  ct.sign_bit = 1u << (tables->bits - 1);
+  // The thresholds (log-guess path) and counts, while the loads are in flight.
   const bool use_buckets = p.bucket_copies > 0;
-  ct.magic = p.magic;
-  ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
   if (!use_buckets) {
     for (int i = tid; i < 128 + kMaxDeviceCorrections; i += blockDim.x) s_thr[i] = tables->thresholds[i];
   }
@@ -451,10 +430,10 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     for (int kk = 0; kk < num_chunks; ++kk) {
       const float2 a = *reinterpret_cast<const float2*>(&s_cmin[kk][cc]);
       const float2 b = *reinterpret_cast<const float2*>(&s_cmax[kk][cc]);
-      if (a.x < lo[0]) lo[0] = a.x;
-      if (a.y < lo[1]) lo[1] = a.y;
-      if (b.x > hi[0]) hi[0] = b.x;
-      if (b.y > hi[1]) hi[1] = b.y;
+      lo[0] = fminf(lo[0], a.x);  // a NaN operand is ignored, as by a compare-and-select; zeros are canonical below
+      lo[1] = fminf(lo[1], a.y);
+      hi[0] = fmaxf(hi[0], b.x);
+      hi[1] = fmaxf(hi[1], b.y);
     }
     const float2 kmin = *reinterpret_cast<const float2*>(&s_cmin[k][cc]);
     const float2 kmax = *reinterpret_cast<const float2*>(&s_cmax[k][cc]);
@@ -468,7 +447,16 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     }
     int ql[2], qh[2];
     float a[2], b[2];  // ChunkEnd(f, ql), ChunkEnd(f, qh)
-    QuantizeEnds2(f, cmin, cmax, ql, qh, a, b);
+    if (!ProvenEnds2(f, cmin, cmax, ql, qh, a, b)) {
+      SearchEnds2(lo, hi, &s_cmin[k][cc], &s_cmax[k][cc], ql, qh, a, b);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (qh[h] < ql[h]) {  // QuantizeEndAbove's max with q_low
+        qh[h] = ql[h];
+        b[h] = a[h];
+      }
+    }
     float mu[2], inv[2];
     unsigned idx[2];
 #pragma unroll
@@ -519,6 +507,14 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     inv[0] = i0.x, inv[1] = i0.y, inv[2] = i0.z, inv[3] = i0.w, inv[4] = i1.x, inv[5] = i1.y, inv[6] = i1.z,
     inv[7] = i1.w;
   }
+  CodeTables ct;
+  ct.thr = s_thr;
+  ct.alpha = p.alpha;
+  ct.inv_log1p_alpha = p.inv_log1p_alpha;
+  ct.max_code = p.max_code;
+  ct.sign_bit = p.sign_bit;
+  ct.magic = p.magic;
+  ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
   const bool counting = p.num_streams > 1;
   // The exact-extremes rule's singles leave the anchor tables (lynx_extremes.h ExcludeSingleExtremes): with two
   // streams straight out of the one table's counts, with more into each partial stage's s_excl. Per partial
@@ -755,6 +751,10 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
   p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
   p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;
+  p.sign_bit = 1u << (host_tables.bits - 1);
+  p.max_code = host_tables.max_code;
+  p.alpha = host_tables.alpha;
+  p.inv_log1p_alpha = host_tables.inv_log1p_alpha;
   static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 2 + 1), "the pieces exist");
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
