@@ -327,9 +327,10 @@ TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuRe
 }
 
 // A page whose chunk minima and maxima sit on the grid points of their channel's frame (lynx_math.h ChunkEnd)
-// or a float or two beside them: the targets where the tile encoder's shortcut (proven_ends.h) has no margin and
-// its lanes search instead. Channels around zero, one-sided, and offset up to twice the domain's |centre| / half
-// = 1024 (where the shortcut never answers); fp32, so the values are stored as chosen.
+// or a float or two beside them: the targets where the tile encoder's window (proven_ends.h) straddles a grid
+// point and takes its second evaluation. Channels around zero, one-sided, and offset up to about four times the
+// proofs' domain edge (|centre| / half = 1024), past which the lanes bisect; fp32, so the values are stored as
+// chosen.
 std::vector<float> GridPointChunkEnds(int tokens, int channels, uint64_t seed) {
   namespace cpu = ::kvt::codec::internal;
   std::mt19937_64 rng(seed);

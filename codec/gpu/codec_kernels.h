@@ -94,8 +94,9 @@ struct LynxDeviceTables {
   int corrections;
   // The lynx tile encoder's shared bucket table, whose first bucket_count / 2 + 1 16-byte pieces it copies, when
   // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
-  // thresholds[bucket_base[j] + 1] less one), then one entry of padding. The tile encoder takes bucket_count from
-  // the host's copy at launch (LaunchEncode's host_tables) and reads only the entries here.
+  // thresholds[bucket_base[j] + 1] less one), then one entry of padding. The tile encoder takes bucket_count (and
+  // bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's host_tables) and reads
+  // only the entries here.
   alignas(16) uint32_t tile_buckets[2 * (kMaxTileBuckets + 2)];
   float full_values[128];  // [I] for I in 0..M
   // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are
@@ -122,8 +123,9 @@ inline constexpr int kTileGroupCounts = 256 * (1 + kTileExclusionStages);
 // Encodes every page of the batch. centering_mean: Centering::kMean. exact_extremes: CodecOptions'; the anchor
 // tables then leave out the rule's singles (lynx_extremes.h ExcludeSingleExtremes). `status` and `tables` (lynx
 // only, else null) are device memory. `host_tables` is non-null exactly when `tables` is: the host bytes `tables`
-// was staged from (read during the call only), whose bucket count and magic the tile encoder takes as launch
-// parameters; it copies that many of `tables`' entries, so the two must be the same tables.
+// was staged from (read during the call only), whose bucket count, magic and coding constants (bits, max_code,
+// alpha, inv_log1p_alpha) the tile encoder takes as launch parameters; it copies that many of `tables`' entries, so
+// the two must be the same tables.
 absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_extremes, const LynxDeviceTables* tables,
                           const LynxDeviceTables* host_tables, const KvGeometry& src, const PageShape& shape,
                           const Staging& out, DeviceStatus* status, void* stream);

@@ -95,7 +95,7 @@ __device__ __forceinline__ void WordsToFloats(const uint32_t* w, float* x) {
 
 // Element-wise minimum / maximum of two Octet words, NaN if either operand is (so a NaN anywhere in a chunk's
 // column ends in its minimum and maximum; an Inf ends in one of them). The sign of a zero result may differ from
-// the reference's compare order, which no code depends on (the page range canonicalizes zeros; the end searches
+// the reference's compare order, which no code depends on (the page range canonicalizes zeros; the chunk ends
 // compare).
 template <typename T, bool kMax>
 __device__ __forceinline__ uint32_t MinMaxNan(uint32_t a, uint32_t b) {
@@ -158,20 +158,22 @@ __device__ __forceinline__ int BisectEndAbove(const Frame& f, float b, int q_low
   return above;
 }
 
-// A lane's two chunk-channels' ends q_low, q_high (lynx_math.h QuantizeChunkEnds, midrange) and ChunkEnd(f, q) of
-// each, from the targets' grid positions (proven_ends.h): one ChunkEnd evaluation an end, straight-line, where the
-// search took four or more a chunk-channel in loops that a warp ran whenever one of its 64 chunk-channels needed a
-// step. False when an end is left to SearchEnds2: a flat channel, or a frame outside the proofs' domain.
+// A lane's two chunk-channels' ends (lynx_math.h QuantizeChunkEnds, midrange; q_high before QuantizeEndAbove's
+// max with q_low, which the caller takes) and ChunkEnd(f, q) of each, from the targets' grid positions
+// (proven_ends.h): one ChunkEnd evaluation an end, straight-line, where the search took four or more a
+// chunk-channel in loops that a warp ran whenever one of its 64 chunk-channels needed a step. False when an end is
+// left to SearchEnds2: a flat channel, a frame outside the proofs' domain, or a non-finite range.
 __device__ __forceinline__ bool ProvenEnds2(const Frame* f, const float* cmin, const float* cmax, int* q_low,
                                             int* q_high, float* end_low, float* end_high) {
   bool proven = true;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const ProvenFrame pf = MakeProvenFrame(f[h].lo, f[h].hi, f[h].centre, f[h].half, __frcp_rn(f[h].half));
+    const ProvenFrame pf =
+        MakeProvenFrame(f[h].lo, f[h].hi, f[h].centre, f[h].half, RoundedReciprocal(f[h].half));
     auto end = [&](int q) { return ChunkEnd(f[h], q); };
-    q_low[h] = ProvenEndBelow(pf, cmin[h], end, &end_low[h]);
-    q_high[h] = ProvenEndAbove(pf, cmax[h], end, &end_high[h]);
-    proven = proven && q_low[h] >= 0 && q_high[h] >= 0;
+    const bool below = ProvenEndBelow(pf, cmin[h], end, &q_low[h], &end_low[h]);
+    const bool above = ProvenEndAbove(pf, cmax[h], end, &q_high[h], &end_high[h]);
+    proven = proven && below && above;
   }
   return proven;
 }
@@ -452,7 +454,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (qh[h] < ql[h]) {  // QuantizeEndAbove's max with q_low
+      // QuantizeEndAbove's max with q_low: a guard (cmin <= cmax and ChunkEnd rises strictly inside the domain,
+      // so the proven ends never cross; the search already takes it).
+      if (qh[h] < ql[h]) {
         qh[h] = ql[h];
         b[h] = a[h];
       }

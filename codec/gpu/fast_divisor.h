@@ -8,11 +8,7 @@
 #include <cassert>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define KVT_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define KVT_HOST_DEVICE inline
-#endif
+#include "codec/gpu/host_device.h"
 
 namespace kvt::codec::gpu::internal {
 
@@ -49,7 +45,5 @@ struct FastDivisor {
 };
 
 }  // namespace kvt::codec::gpu::internal
-
-#undef KVT_HOST_DEVICE
 
 #endif  // KVT_CODEC_GPU_FAST_DIVISOR_H_

@@ -14,28 +14,28 @@
 //   each within u of its result, and |(q - 2047) / 2047| < 1.
 // - T(v*) = t for the real v* = 2047 + 2047 (t - c) / h. The computed v is within
 //   eta = 4.0000004 u 2048.0005 + 2^-13 <= 6.1036e-4 of v* when v lies in [-1, 4095]: four roundings relative to
-//   |v - 2047| <= 2048, and the last add's half ulp below 4096. The window's ends v -+ W round by 2^-13 more.
+//   |v - 2047| <= 2048, and the last add's half ulp below 4096. (Where t - c and h are such that d * inv_half
+//   comes out subnormal or zero, its error is 2^-150 absolute, far inside the margin; so is |c| * inv_half's.)
+//   The window's ends v -+ W round by 2^-13 more.
 // - So with W > eta + w + 2^-13, w = 2047 delta / h, every grid point q <= floor(RN(v - W)) has T(q) < t - delta
 //   and every q > floor(RN(v + W)) has T(q) > t + delta, hence V(q) < t and V(q) > t respectively.
 //   ChunkEnd(q) is V(q) clamped into [lo, hi] (q = 0 is lo and q = 4094 hi exactly) and non-decreasing in q, so
-//   the largest q with ChunkEnd(q) <= t (QuantizeEndBelow, for t < hi) and the smallest q with ChunkEnd(q) >= t
-//   (QuantizeEndAbove before its max with q_low, for t > lo) each lie in the window; t = hi and t = lo give
-//   4094 and 0 directly.
+//   the largest q with ChunkEnd(q) <= t (QuantizeEndBelow, for t < hi) lies in the window, and so does one less
+//   than the smallest q with ChunkEnd(q) >= t (QuantizeEndAbove before its max with q_low, for t > lo); t = hi
+//   and t = lo give 4094 and 0 directly.
 // - w <= 2047 u (|c| / h + 3.0000003) + 2^-37 for h >= 2^-100, and |c| / h <= r (1 + 3 u) for
 //   r = RN(|c| * inv_half); so eta + w + 2^-13 <= 1.09846e-3 + 1.22013e-4 r, and W = RN(1.2e-3 + RN(1.25e-4 r))
-//   exceeds it. r <= 1024 keeps W < 0.13, so the window holds at most two grid points.
+//   exceeds it. The constant has about 9% to spare, the r term 2.5%: the proof, not a margin, carries it (a test
+//   with 1.21e-4 for 1.25e-4 fails). r <= 1024 keeps W < 0.13, so the window holds at most two grid points (it
+//   would up to r of about 3900; 1024 is a round, conservative edge).
 // The frame must satisfy 2^-100 <= h <= 2^100 and r <= 1024 (ProvenFrame::ok; a flat channel, h = 0, is not in
-// it): outside, and for targets outside [lo, hi] or NaN, the functions return -1 and the caller searches.
+// it): outside, and for targets outside [lo, hi] or NaN, the functions answer false and the caller searches.
 #ifndef KVT_CODEC_GPU_PROVEN_ENDS_H_
 #define KVT_CODEC_GPU_PROVEN_ENDS_H_
 
 #include <cmath>
 
-#ifdef __CUDACC__
-#define KVT_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define KVT_HOST_DEVICE inline
-#endif
+#include "codec/gpu/host_device.h"
 
 namespace kvt::codec::gpu::internal {
 
@@ -84,49 +84,54 @@ KVT_HOST_DEVICE bool EndWindow(const ProvenFrame& p, float t, int& first, int& l
   return true;
 }
 
-// QuantizeEndBelow(frame, a), the largest q with ChunkEnd(q) <= a, or -1 outside the domain; `end(q)` is the
-// frame's ChunkEnd, and *end_at is set to ChunkEnd of the result. One evaluation, two where the window straddles
-// a grid point and its upper point lies past a.
+// QuantizeEndBelow(frame, a), the largest q with ChunkEnd(q) <= a, into *q and ChunkEnd(*q) into *end_at; false
+// outside the domain. `end(q)` is the frame's ChunkEnd. One evaluation, two where the window straddles a grid
+// point and its upper point lies past a. (The clamps are defensive: for a in [lo, hi) the window lies in
+// [0, 4093] already.)
 template <typename End>
-KVT_HOST_DEVICE int ProvenEndBelow(const ProvenFrame& p, float a, End end, float* end_at) {
+KVT_HOST_DEVICE bool ProvenEndBelow(const ProvenFrame& p, float a, End end, int* q, float* end_at) {
   int first, last;
-  if (!EndWindow(p, a, first, last)) return -1;
+  if (!EndWindow(p, a, first, last)) return false;
   if (a == p.hi) {
+    *q = kProvenGridMax;
     *end_at = p.hi;
-    return kProvenGridMax;
+    return true;
   }
   const int g0 = ClampInt(first, 0, kProvenGridMax - 1), g1 = ClampInt(last, 0, kProvenGridMax - 1);
   const float e1 = end(g1);
   if (e1 <= a) {
+    *q = g1;
     *end_at = e1;
-    return g1;
+  } else {
+    *q = g0;
+    *end_at = end(g0);
   }
-  *end_at = end(g0);
-  return g0;
+  return true;
 }
 
-// The smallest q with ChunkEnd(q) >= b, or -1 outside the domain; QuantizeEndAbove(frame, b, q_low) is the larger
-// of it and q_low. *end_at is set to ChunkEnd of the result.
+// The smallest q with ChunkEnd(q) >= b into *q (QuantizeEndAbove(frame, b, q_low) is the larger of it and q_low)
+// and ChunkEnd(*q) into *end_at; false outside the domain. (The clamps are defensive, as above.)
 template <typename End>
-KVT_HOST_DEVICE int ProvenEndAbove(const ProvenFrame& p, float b, End end, float* end_at) {
+KVT_HOST_DEVICE bool ProvenEndAbove(const ProvenFrame& p, float b, End end, int* q, float* end_at) {
   int first, last;
-  if (!EndWindow(p, b, first, last)) return -1;
+  if (!EndWindow(p, b, first, last)) return false;
   if (b == p.lo) {
+    *q = 0;
     *end_at = p.lo;
-    return 0;
+    return true;
   }
   const int h0 = ClampInt(first + 1, 1, kProvenGridMax), h1 = ClampInt(last + 1, 1, kProvenGridMax);
   const float e0 = end(h0);
   if (e0 >= b) {
+    *q = h0;
     *end_at = e0;
-    return h0;
+  } else {
+    *q = h1;
+    *end_at = end(h1);
   }
-  *end_at = end(h1);
-  return h1;
+  return true;
 }
 
 }  // namespace kvt::codec::gpu::internal
-
-#undef KVT_HOST_DEVICE
 
 #endif  // KVT_CODEC_GPU_PROVEN_ENDS_H_
