@@ -1,11 +1,13 @@
 // GPU codec throughput beside the device-to-device copy, measured in the same run (DESIGN.md 11). One layer's K
 // of a Llama-3.1-8B-shaped cache: 8 KV heads x 128 dims = 1024 channels, bf16, NHD blocks of 16 tokens,
-// 32K tokens = 128 pages of 256 tokens, all pages in one launch. Times with CUDA events: warm-up, then the
-// median of many repetitions, rotating over buffer sets larger than L2 so no repetition reads cached data.
+// 32K tokens = 128 pages of 256 tokens (--page_tokens=N: pages of N), all pages in one launch. Times with CUDA
+// events: warm-up, then the median of many repetitions, rotating over buffer sets larger than L2 so no repetition
+// reads cached data.
 // Bytes counted = bytes read + bytes written (the copy: 2 x size; encode: the bf16 input + the encoded
 // payload; decode: the payload of the stages used + the bf16 output).
 //
-//   bazel run -c opt //codec/gpu:gpu_codec_benchmark [scheme ...]   (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
+//   bazel run -c opt //codec/gpu:gpu_codec_benchmark [--page_tokens=N] [scheme ...]
+//   (or .gpu/bin/gpu_codec_benchmark, tools/gpu)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,9 +34,11 @@ constexpr int kHeads = 8;
 constexpr int kHeadDim = 128;
 constexpr int kChannels = kHeads * kHeadDim;
 constexpr int kBlockTokens = 16;
-constexpr int kPageTokens = 256;
-constexpr int kPages = 128;
-constexpr int kBlocks = kPages * kPageTokens / kBlockTokens;
+constexpr int kLayerTokens = 32768;
+constexpr int kBlocks = kLayerTokens / kBlockTokens;
+// Tokens a page (--page_tokens; 256 = the tile encoder's 8 chunks of 32) and pages in the layer.
+int page_tokens = 256;
+int page_count = kLayerTokens / 256;
 constexpr int kSets = 4;  // 4 x 64 MiB inputs per rotation: more than any current L2 (50-60 MB)
 constexpr int kWarmup = 5;
 constexpr int kReps = 60;
@@ -74,7 +78,7 @@ double GBps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
 
 // One benchmark page of `scheme` encoded with `options`.
 ContainerLayout PageLayout(const Scheme& scheme, const CodecOptions& options) {
-  return PageLayoutFor(scheme, options, kPageTokens, kChannels);
+  return PageLayoutFor(scheme, options, page_tokens, kChannels);
 }
 
 // Median host milliseconds of `run()` over `reps` runs (for synchronous calls, whose cost is mostly host work).
@@ -98,24 +102,24 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
                       const std::vector<int32_t>& ids) {
   const CodecOptions options;
   const ContainerLayout layout = PageLayout(ValueOrDie(ParseScheme("lynx")), options);
-  auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, kPages));
+  auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, page_count));
   CHECK_OK(EncodePagesCudaAsync(options, src, dev_ids, *enc, stream));
   CHECK_OK(CheckDeviceStatus(*enc, stream));
   const std::vector<EncodedPage> pages = ValueOrDie(enc->ToContainers(stream));
   std::vector<absl::Span<const uint8_t>> all;
   for (const EncodedPage& e : pages) all.push_back(e.bytes);
-  const int bpp = kPageTokens / kBlockTokens;
+  const int bpp = page_tokens / kBlockTokens;
 
   const double enc_fresh = HostMedianMs(7, [&] {
-    ValueOrDie(EncodePagesCuda(layout.scheme, options, src, kPageTokens, ids, stream));
+    ValueOrDie(EncodePagesCuda(layout.scheme, options, src, page_tokens, ids, stream));
   });
   PageStaging enc_staging;
   const double enc_kept = HostMedianMs(7, [&] {
-    ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, kPageTokens, ids, stream));
+    ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, page_tokens, ids, stream));
   });
   HostContainers into(/*pinned=*/true);
   const double enc_into = HostMedianMs(7, [&] {
-    CHECK_OK(EncodePagesCudaInto(enc_staging, into, layout.scheme, options, src, kPageTokens, ids, stream));
+    CHECK_OK(EncodePagesCudaInto(enc_staging, into, layout.scheme, options, src, page_tokens, ids, stream));
   });
   // The daemon seals on its worker pool; here on kSealThreads threads taking pages in turn.
   constexpr int kSealThreads = 8;
@@ -130,12 +134,12 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
     for (std::thread& t : pool) t.join();
   };
   const double enc_into_par = HostMedianMs(7, [&] {
-    CHECK_OK(EncodePagesCudaInto(enc_staging, into, layout.scheme, options, src, kPageTokens, ids, stream, threads));
+    CHECK_OK(EncodePagesCudaInto(enc_staging, into, layout.scheme, options, src, page_tokens, ids, stream, threads));
   });
   // The same containers either way.
   const std::vector<EncodedPage> with =
-      ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, kPageTokens, ids, stream));
-  for (int p = 0; p < kPages; ++p) {
+      ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, page_tokens, ids, stream));
+  for (int p = 0; p < page_count; ++p) {
     const absl::Span<const uint8_t> c = into.container(p);
     if (!std::equal(c.begin(), c.end(), with[p].bytes.begin(), with[p].bytes.end())) {
       std::fprintf(stderr, "page %d: EncodePagesCudaInto's container differs from EncodePagesCudaWith's\n", p);
@@ -144,7 +148,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
   }
   std::printf("\nlynx, a layer's %d pages (%.1f MB of containers) encoded by one synchronous call, host ms "
               "(pinned: %s):\n\n",
-              kPages, kPages * into.container_bytes() / 1e6, into.pinned() ? "yes" : "no");
+              page_count, page_count * into.container_bytes() / 1e6, into.pinned() ? "yes" : "no");
   std::printf("| EncodePagesCuda (staging per call) | EncodePagesCudaWith (kept staging, copied into vectors) "
               "| EncodePagesCudaInto (pinned containers, sealed on 1 thread) | the same, sealed on %d threads |\n",
               kSealThreads);
@@ -152,7 +156,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
   std::printf("| %.2f | %.2f | %.2f | %.2f |\n", enc_fresh, enc_kept, enc_into, enc_into_par);
 
   std::printf("\nlynx, one synchronous call per page (the daemon's decode path), %d pages; host us per page:\n\n",
-              kPages);
+              page_count);
   std::printf("| stages | DecodePagesCuda (staging per call) | DecodePagesCudaWith (kept) | ratio "
               "| one batched call |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
@@ -160,11 +164,11 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
     // Microseconds per page of decoding every page by decode(containers, block ids).
     auto per_page_us = [&](auto decode) {
       return HostMedianMs(5, [&] {
-               for (int p = 0; p < kPages; ++p) {
+               for (int p = 0; p < page_count; ++p) {
                  CHECK_OK(decode(absl::MakeConstSpan(&all[p], 1),
                                  absl::Span<const int32_t>(ids.data() + p * bpp, bpp)));
                }
-             }) * 1000.0 / kPages;
+             }) * 1000.0 / page_count;
     };
     const double fresh = per_page_us([&](auto c, auto page_ids) {
       return DecodePagesCuda(c, stages, options, dst, page_ids, stream);
@@ -175,7 +179,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
     });
     const double batched =
         HostMedianMs(5, [&] { CHECK_OK(DecodePagesCudaWith(staging, all, stages, options, dst, ids, stream)); }) *
-        1000.0 / kPages;
+        1000.0 / page_count;
     std::printf("| %d | %.1f | %.1f | %.1fx | %.1f |\n", stages, fresh, kept, fresh / kept, batched);
   }
 }
@@ -194,8 +198,8 @@ void Run(const std::vector<std::string>& only) {
   const PagedKvView shape{nullptr, KvDType::kBfloat16, KvLayout::kNHD, kBlocks, kBlockTokens, kHeads, kHeadDim};
   const size_t kv_bytes = shape.bytes();
   std::vector<uint16_t> host(kv_bytes / 2);
-  for (int p = 0; p < kPages; ++p) {
-    const TestPage page = RealisticPage(kPageTokens, kChannels, 1000 + p);
+  for (int p = 0; p < page_count; ++p) {
+    const TestPage page = RealisticPage(page_tokens, kChannels, 1000 + p);
     for (size_t i = 0; i < page.data.size(); ++i) {
       uint32_t b;
       std::memcpy(&b, &page.data[i], 4);
@@ -225,7 +229,7 @@ void Run(const std::vector<std::string>& only) {
   });
   const double copy_gbps = GBps(2.0 * kv_bytes, copy_ms);
   std::printf("layer: %d pages x %d tokens x %d channels bf16 (%.1f MiB), NHD blocks of %d tokens; %d reps, median\n",
-              kPages, kPageTokens, kChannels, kv_bytes / 1048576.0, kBlockTokens, kReps);
+              page_count, page_tokens, kChannels, kv_bytes / 1048576.0, kBlockTokens, kReps);
   std::printf("device-to-device copy: %.3f ms, %.0f GB/s (read + write)\n\n", copy_ms, copy_gbps);
   std::printf("| scheme | bits/value | encode ms | encode GB/s | vs copy | decode full ms | decode GB/s | vs copy | "
               "anchor-only ms | anchor GB/s | vs copy | anchor, table extremes ms |\n");
@@ -238,7 +242,7 @@ void Run(const std::vector<std::string>& only) {
     CodecOptions options;
     const ContainerLayout layout = PageLayout(scheme, options);
     std::vector<std::unique_ptr<DeviceEncodedPages>> enc;
-    for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, kPages)));
+    for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, page_count)));
 
     const double enc_ms = MedianMs(stream, [&](int r) {
       return EncodePagesCudaAsync(options, in_kv[r % kSets], dev_ids, *enc[r % kSets], stream);
@@ -258,7 +262,7 @@ void Run(const std::vector<std::string>& only) {
     const int full = scheme.num_streams();
     const double dec_ms = decode_ms(full);
     const double dec_gbps = GBps(payload + kv_bytes, dec_ms);
-    double anchor_bytes = static_cast<double>(enc[0]->meta_bytes() + enc[0]->codes_bytes(0)) * kPages;
+    double anchor_bytes = static_cast<double>(enc[0]->meta_bytes() + enc[0]->codes_bytes(0)) * page_count;
     std::string anchor_cells = "- | - | -";
     if (full > 1) {
       const double a_ms = decode_ms(1);
@@ -271,7 +275,7 @@ void Run(const std::vector<std::string>& only) {
       anchor_cells += " | -";
     }
     for (int s = 0; s < kSets; ++s) CHECK_OK(CheckDeviceStatus(*enc[s], stream));
-    const double bits = payload * 8.0 / (static_cast<double>(kPages) * kPageTokens * kChannels);
+    const double bits = payload * 8.0 / (static_cast<double>(page_count) * page_tokens * kChannels);
     std::printf("| %s | %.2f | %.3f | %.0f | %.2f | %.3f | %.0f | %.2f | %s |\n", name.c_str(), bits, enc_ms, enc_gbps,
                 enc_gbps / copy_gbps, dec_ms, dec_gbps, dec_gbps / copy_gbps, anchor_cells.c_str());
     std::fflush(stdout);
@@ -286,8 +290,25 @@ void Run(const std::vector<std::string>& only) {
 }  // namespace
 }  // namespace kvt::codec::gpu
 
-// Arguments, if any, name the schemes to run (default: all standard ones).
+// Arguments, if any, name the schemes to run (default: all standard ones); --page_tokens=N (a multiple of 16
+// dividing 32768) cuts the layer into pages of N tokens instead of 256.
 int main(int argc, char** argv) {
-  kvt::codec::gpu::Run(std::vector<std::string>(argv + 1, argv + argc));
+  std::vector<std::string> schemes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--page_tokens=", 0) == 0) {
+      const int n = std::atoi(arg.c_str() + 14);
+      if (n < 16 || n % 16 != 0 || 32768 % n != 0) {
+        std::fprintf(stderr, "--page_tokens=%s: want a multiple of 16 that divides 32768 (e.g. 128, 256, 512)\n",
+                     arg.c_str() + 14);
+        return 2;
+      }
+      kvt::codec::gpu::page_tokens = n;
+      kvt::codec::gpu::page_count = 32768 / n;
+    } else {
+      schemes.push_back(arg);
+    }
+  }
+  kvt::codec::gpu::Run(schemes);
   return 0;
 }
