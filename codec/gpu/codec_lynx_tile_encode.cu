@@ -7,13 +7,13 @@
 // per token, two for fp32): the tile never passes through shared memory. The chunk minima and maxima come from
 // NaN-propagating (packed, for 16-bit input) min/max over the lane's tokens and two butterfly shuffles, the
 // page-channel ranges from the chunks' through shared memory (the one block-wide barrier), then each lane quantizes
-// the ends of two chunk-channels, the warp writes its chunk's 46 words of end pairs whole (no zeroed metadata, no
-// atomics) and each lane codes its 64 values: one 8-byte shared load per value (bucket base and the one threshold
-// left to compare) and whole bytes of every stream per store. Multi-stream schemes: each block stores its code
-// counts, and the page's last block to finish (an arrival counter that wraps back to zero) sums them and writes
-// the anchor tables, so one launch is the whole encode. With the exact-extremes rule the lanes also mark their
-// top-cell values as they code, and the values that are alone in their chunk-channel's top cell leave the counts
-// (lynx_extremes.h ExcludeSingleExtremes).
+// the ends of two chunk-channels (from their grid positions, proven_ends.h), the warp writes its chunk's 46 words
+// of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 8-byte shared load
+// per value (bucket base and the one threshold left to compare) and whole bytes of every stream per store.
+// Multi-stream schemes: each block stores its code counts, and the page's last block to finish (an arrival counter
+// that wraps back to zero) sums them and writes the anchor tables, so one launch is the whole encode. With the
+// exact-extremes rule the lanes also mark their top-cell values as they code, and the values that are alone in
+// their chunk-channel's top cell leave the counts (lynx_extremes.h ExcludeSingleExtremes).
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
@@ -128,9 +128,10 @@ __device__ __forceinline__ uint32_t MaxNan(uint32_t a, uint32_t b) {
 }
 
 // The largest q with ChunkEnd(f, q) <= a, and the smallest q >= q_low with ChunkEnd(f, q) >= b, by bisection:
-// for frames outside proven_ends.h's domain (offsets past 1024 half-widths, half outside [2^-100, 2^100]), where
-// any q the search would find is found (ChunkEnd is non-decreasing in q). Small in registers, as it is inlined
-// into a 64-register kernel; 12 ChunkEnd evaluations an end.
+// for frames outside proven_ends.h's domain (offsets past 1024 half-widths, half outside [2^-100, 2^100],
+// non-finite ranges, whose encode fails anyway), where any q the search would find is found (ChunkEnd is
+// non-decreasing in q). Small in registers, as it is inlined into a 64-register kernel; 12 ChunkEnd evaluations
+// an end.
 __device__ __forceinline__ int BisectEndBelow(const Frame& f, float a) {
   int below = 0, above = kEndGridMax + 1;  // ChunkEnd(below) <= a (ChunkEnd(0) = lo); `above` past the answer
 #pragma unroll 1
