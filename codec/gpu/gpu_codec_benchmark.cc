@@ -19,6 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "codec/codec.h"
@@ -26,6 +29,9 @@
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
 #include "codec/test_pages.h"
+
+ABSL_FLAG(int, page_tokens, 256,
+          "tokens a page: the 32K-token layer is cut into pages of this many (a multiple of 16 dividing 32768)");
 
 namespace kvt::codec::gpu {
 namespace {
@@ -36,9 +42,9 @@ constexpr int kChannels = kHeads * kHeadDim;
 constexpr int kBlockTokens = 16;
 constexpr int kLayerTokens = 32768;
 constexpr int kBlocks = kLayerTokens / kBlockTokens;
-// Tokens a page (--page_tokens; 256 = the tile encoder's 8 chunks of 32) and pages in the layer.
+// Tokens a page (--page_tokens; 256 = the tile encoder's 8 chunks of 32), and so pages in the layer.
 int page_tokens = 256;
-int page_count = kLayerTokens / 256;
+int PageCount() { return kLayerTokens / page_tokens; }
 constexpr int kSets = 4;  // 4 x 64 MiB inputs per rotation: more than any current L2 (50-60 MB)
 constexpr int kWarmup = 5;
 constexpr int kReps = 60;
@@ -102,7 +108,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
                       const std::vector<int32_t>& ids) {
   const CodecOptions options;
   const ContainerLayout layout = PageLayout(ValueOrDie(ParseScheme("lynx")), options);
-  auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, page_count));
+  auto enc = ValueOrDie(DeviceEncodedPages::Create(layout, PageCount()));
   CHECK_OK(EncodePagesCudaAsync(options, src, dev_ids, *enc, stream));
   CHECK_OK(CheckDeviceStatus(*enc, stream));
   const std::vector<EncodedPage> pages = ValueOrDie(enc->ToContainers(stream));
@@ -139,7 +145,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
   // The same containers either way.
   const std::vector<EncodedPage> with =
       ValueOrDie(EncodePagesCudaWith(enc_staging, layout.scheme, options, src, page_tokens, ids, stream));
-  for (int p = 0; p < page_count; ++p) {
+  for (int p = 0; p < PageCount(); ++p) {
     const absl::Span<const uint8_t> c = into.container(p);
     if (!std::equal(c.begin(), c.end(), with[p].bytes.begin(), with[p].bytes.end())) {
       std::fprintf(stderr, "page %d: EncodePagesCudaInto's container differs from EncodePagesCudaWith's\n", p);
@@ -148,7 +154,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
   }
   std::printf("\nlynx, a layer's %d pages (%.1f MB of containers) encoded by one synchronous call, host ms "
               "(pinned: %s):\n\n",
-              page_count, page_count * into.container_bytes() / 1e6, into.pinned() ? "yes" : "no");
+              PageCount(), PageCount() * into.container_bytes() / 1e6, into.pinned() ? "yes" : "no");
   std::printf("| EncodePagesCuda (staging per call) | EncodePagesCudaWith (kept staging, copied into vectors) "
               "| EncodePagesCudaInto (pinned containers, sealed on 1 thread) | the same, sealed on %d threads |\n",
               kSealThreads);
@@ -156,7 +162,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
   std::printf("| %.2f | %.2f | %.2f | %.2f |\n", enc_fresh, enc_kept, enc_into, enc_into_par);
 
   std::printf("\nlynx, one synchronous call per page (the daemon's decode path), %d pages; host us per page:\n\n",
-              page_count);
+              PageCount());
   std::printf("| stages | DecodePagesCuda (staging per call) | DecodePagesCudaWith (kept) | ratio "
               "| one batched call |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
@@ -164,11 +170,11 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
     // Microseconds per page of decoding every page by decode(containers, block ids).
     auto per_page_us = [&](auto decode) {
       return HostMedianMs(5, [&] {
-               for (int p = 0; p < page_count; ++p) {
+               for (int p = 0; p < PageCount(); ++p) {
                  CHECK_OK(decode(absl::MakeConstSpan(&all[p], 1),
                                  absl::Span<const int32_t>(ids.data() + p * bpp, bpp)));
                }
-             }) * 1000.0 / page_count;
+             }) * 1000.0 / PageCount();
     };
     const double fresh = per_page_us([&](auto c, auto page_ids) {
       return DecodePagesCuda(c, stages, options, dst, page_ids, stream);
@@ -179,7 +185,7 @@ void SynchronousCalls(CudaStream stream, const PagedKvView& src, const PagedKvVi
     });
     const double batched =
         HostMedianMs(5, [&] { CHECK_OK(DecodePagesCudaWith(staging, all, stages, options, dst, ids, stream)); }) *
-        1000.0 / page_count;
+        1000.0 / PageCount();
     std::printf("| %d | %.1f | %.1f | %.1fx | %.1f |\n", stages, fresh, kept, fresh / kept, batched);
   }
 }
@@ -198,7 +204,7 @@ void Run(const std::vector<std::string>& only) {
   const PagedKvView shape{nullptr, KvDType::kBfloat16, KvLayout::kNHD, kBlocks, kBlockTokens, kHeads, kHeadDim};
   const size_t kv_bytes = shape.bytes();
   std::vector<uint16_t> host(kv_bytes / 2);
-  for (int p = 0; p < page_count; ++p) {
+  for (int p = 0; p < PageCount(); ++p) {
     const TestPage page = RealisticPage(page_tokens, kChannels, 1000 + p);
     for (size_t i = 0; i < page.data.size(); ++i) {
       uint32_t b;
@@ -229,7 +235,7 @@ void Run(const std::vector<std::string>& only) {
   });
   const double copy_gbps = GBps(2.0 * kv_bytes, copy_ms);
   std::printf("layer: %d pages x %d tokens x %d channels bf16 (%.1f MiB), NHD blocks of %d tokens; %d reps, median\n",
-              page_count, page_tokens, kChannels, kv_bytes / 1048576.0, kBlockTokens, kReps);
+              PageCount(), page_tokens, kChannels, kv_bytes / 1048576.0, kBlockTokens, kReps);
   std::printf("device-to-device copy: %.3f ms, %.0f GB/s (read + write)\n\n", copy_ms, copy_gbps);
   std::printf("| scheme | bits/value | encode ms | encode GB/s | vs copy | decode full ms | decode GB/s | vs copy | "
               "anchor-only ms | anchor GB/s | vs copy | anchor, table extremes ms |\n");
@@ -242,7 +248,7 @@ void Run(const std::vector<std::string>& only) {
     CodecOptions options;
     const ContainerLayout layout = PageLayout(scheme, options);
     std::vector<std::unique_ptr<DeviceEncodedPages>> enc;
-    for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, page_count)));
+    for (int s = 0; s < kSets; ++s) enc.push_back(ValueOrDie(DeviceEncodedPages::Create(layout, PageCount())));
 
     const double enc_ms = MedianMs(stream, [&](int r) {
       return EncodePagesCudaAsync(options, in_kv[r % kSets], dev_ids, *enc[r % kSets], stream);
@@ -262,7 +268,7 @@ void Run(const std::vector<std::string>& only) {
     const int full = scheme.num_streams();
     const double dec_ms = decode_ms(full);
     const double dec_gbps = GBps(payload + kv_bytes, dec_ms);
-    double anchor_bytes = static_cast<double>(enc[0]->meta_bytes() + enc[0]->codes_bytes(0)) * page_count;
+    double anchor_bytes = static_cast<double>(enc[0]->meta_bytes() + enc[0]->codes_bytes(0)) * PageCount();
     std::string anchor_cells = "- | - | -";
     if (full > 1) {
       const double a_ms = decode_ms(1);
@@ -275,7 +281,7 @@ void Run(const std::vector<std::string>& only) {
       anchor_cells += " | -";
     }
     for (int s = 0; s < kSets; ++s) CHECK_OK(CheckDeviceStatus(*enc[s], stream));
-    const double bits = payload * 8.0 / (static_cast<double>(page_count) * page_tokens * kChannels);
+    const double bits = payload * 8.0 / (static_cast<double>(PageCount()) * page_tokens * kChannels);
     std::printf("| %s | %.2f | %.3f | %.0f | %.2f | %.3f | %.0f | %.2f | %s |\n", name.c_str(), bits, enc_ms, enc_gbps,
                 enc_gbps / copy_gbps, dec_ms, dec_gbps, dec_gbps / copy_gbps, anchor_cells.c_str());
     std::fflush(stdout);
@@ -290,25 +296,18 @@ void Run(const std::vector<std::string>& only) {
 }  // namespace
 }  // namespace kvt::codec::gpu
 
-// Arguments, if any, name the schemes to run (default: all standard ones); --page_tokens=N (a multiple of 16
-// dividing 32768) cuts the layer into pages of N tokens instead of 256.
+// Arguments, if any, name the schemes to run (default: all standard ones).
 int main(int argc, char** argv) {
-  std::vector<std::string> schemes;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--page_tokens=", 0) == 0) {
-      const int n = std::atoi(arg.c_str() + 14);
-      if (n < 16 || n % 16 != 0 || 32768 % n != 0) {
-        std::fprintf(stderr, "--page_tokens=%s: want a multiple of 16 that divides 32768 (e.g. 128, 256, 512)\n",
-                     arg.c_str() + 14);
-        return 2;
-      }
-      kvt::codec::gpu::page_tokens = n;
-      kvt::codec::gpu::page_count = 32768 / n;
-    } else {
-      schemes.push_back(arg);
-    }
+  absl::SetProgramUsageMessage("gpu_codec_benchmark [--page_tokens=N] [scheme ...]");
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const int n = absl::GetFlag(FLAGS_page_tokens);
+  if (n < kvt::codec::gpu::kBlockTokens || n % kvt::codec::gpu::kBlockTokens != 0 ||
+      kvt::codec::gpu::kLayerTokens % n != 0) {
+    std::fprintf(stderr, "--page_tokens=%d: want a multiple of %d that divides %d (e.g. 128, 256, 512)\n", n,
+                 kvt::codec::gpu::kBlockTokens, kvt::codec::gpu::kLayerTokens);
+    return 2;
   }
-  kvt::codec::gpu::Run(schemes);
+  kvt::codec::gpu::page_tokens = n;
+  kvt::codec::gpu::Run(std::vector<std::string>(args.begin() + 1, args.end()));
   return 0;
 }
