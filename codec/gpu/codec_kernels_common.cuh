@@ -364,6 +364,21 @@ __device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
   }
   return u;
 }
+// Packed 16-bit values clamped to [lo, hi], pair by pair (lo <= hi): min(max(v, lo), hi) in one instruction each.
+// Rounding to nearest is monotone, so for lo <= hi, rounding Clamp(x, lo, hi) into T equals clamping the rounded x
+// to the rounded lo and hi (all three cases: x inside the range, above it, below it); the sign of a zero may differ.
+template <typename T>
+__device__ __forceinline__ uint32_t ClampPair(uint32_t v, uint32_t lo, uint32_t hi) {
+  using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+  Pair x, l, h;
+  memcpy(&x, &v, 4);
+  memcpy(&l, &lo, 4);
+  memcpy(&h, &hi, 4);
+  const Pair r = __hmin2(__hmax2(x, l), h);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
+}
 // One 16-byte store (p 16-byte aligned), always as one instruction: a plain uint4 store at a run-time row offset
 // was split by nvcc into four 4-byte stores (for 6 of the lynx decode's 8 rows: 4 sectors' worth of requests
 // per 16 bytes).

@@ -71,8 +71,12 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   __shared__ __align__(256) float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
-  __shared__ __align__(16) float s_lo[kGroupChannels];
-  __shared__ __align__(16) float s_hi[kGroupChannels];
+  // The page-channel ranges the values are clamped to. 16-bit outputs hold them rounded into OutT and clamp after
+  // rounding, two values an instruction (ClampPair: the same result as rounding the clamped float).
+  constexpr bool kPackedClamp = sizeof(OutT) == 2;
+  using RangeT = std::conditional_t<kPackedClamp, OutT, float>;
+  __shared__ __align__(16) RangeT s_lo[kGroupChannels];
+  __shared__ __align__(16) RangeT s_hi[kGroupChannels];
   // Exact extremes: per warp and vector lane, the top cells its two slices saw (TopCells), for the chunk's other
   // warps to merge after the block's one barrier.
   __shared__ uint32_t s_tops[kExact ? kThreads / 32 : 1][kDecodeVecThreads];
@@ -183,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   if (param_thread) {
     if (kk0 == 0) {
       if (!isfinite(l) || !isfinite(h) || !(l <= h)) atomicOr(&p.status->errors, kErrBadChannelRange);
-      s_lo[cc] = l;
-      s_hi[cc] = h;
+      s_lo[cc] = FromFloat<RangeT>(l);
+      s_hi[cc] = FromFloat<RangeT>(h);
     }
     const Frame f = MakeFrame(l, h);
     bool bad = false;
@@ -283,11 +287,35 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     return;
   }
 
-  float mu[8], sigma[8], lo[8], hi[8];
+  float mu[8], sigma[8];
   LoadShared<8>(&s_mu[kk][c - cg0], mu);
   LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
-  LoadShared<8>(&s_lo[c - cg0], lo);
-  LoadShared<8>(&s_hi[c - cg0], hi);
+  // The clamp bounds: fp32's as floats, 16-bit outputs' as 4 words of rounded pairs (first channel in the low half).
+  float lo[kPackedClamp ? 1 : 8], hi[kPackedClamp ? 1 : 8];
+  uint32_t lo2[4], hi2[4];
+  if constexpr (kPackedClamp) {
+    const uint4 l4 = *reinterpret_cast<const uint4*>(&s_lo[c - cg0]);
+    const uint4 h4 = *reinterpret_cast<const uint4*>(&s_hi[c - cg0]);
+    lo2[0] = l4.x, lo2[1] = l4.y, lo2[2] = l4.z, lo2[3] = l4.w;
+    hi2[0] = h4.x, hi2[1] = h4.y, hi2[2] = h4.z, hi2[3] = h4.w;
+  } else {
+    LoadShared<8>(&s_lo[c - cg0], lo);
+    LoadShared<8>(&s_hi[c - cg0], hi);
+  }
+  // A row's 8 values, reconstructed and not yet clamped, clamped and stored at `at`.
+  auto store_row = [&](OutT* at, float* y) {
+    if constexpr (kPackedClamp) {
+      StoreGlobal16(at, ClampPair<OutT>(PackPair<OutT>(y[0], y[1]), lo2[0], hi2[0]),
+                    ClampPair<OutT>(PackPair<OutT>(y[2], y[3]), lo2[1], hi2[1]),
+                    ClampPair<OutT>(PackPair<OutT>(y[4], y[5]), lo2[2], hi2[2]),
+                    ClampPair<OutT>(PackPair<OutT>(y[6], y[7]), lo2[3], hi2[3]));
+    } else {
+      // Reconstruct's clamp (lynx_math.h) as max / min: equal up to the sign of a zero.
+#pragma unroll
+      for (int v = 0; v < 8; ++v) y[v] = fminf(fmaxf(y[v], lo[v]), hi[v]);
+      StoreVec<OutT, 8>(at, y);
+    }
+  };
   const bool nhd = p.dst.layout == Layout::kNHD;
   const int row = t_first - bj * bt;  // in that block
   OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
@@ -321,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           float t;
           asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
           const int v = ValueOfByte<kLayout>(e);
-          y[v] = fminf(fmaxf(mu[v] + sigma[v] * t, lo[v]), hi[v]);
+          y[v] = mu[v] + sigma[v] * t;
         }
       } else {
         // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
@@ -333,17 +361,17 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          // Reconstruct (lynx_math.h) with its clamp as max / min: equal up to the sign of a zero.
+          // Reconstruct (lynx_math.h) up to its clamp, which store_row takes.
           const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
           const int v = ValueOfByte<kLayout>(e);
-          y[v] = fminf(fmaxf(mu[v] + sigma[v] * s_table[prefix], lo[v]), hi[v]);
+          y[v] = mu[v] + sigma[v] * s_table[prefix];
         }
       }
       if constexpr (kNibbleCells) {
-        StoreVec<OutT, 8>(out, y);
+        store_row(out, y);
         if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
       } else {
-        StoreVec<OutT, 8>(out + i * row_stride, y);  // the step costs the wider instances spills
+        store_row(out + i * row_stride, y);  // the step costs the wider instances spills
       }
     }
   }
