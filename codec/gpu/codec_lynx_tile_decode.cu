@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   constexpr int kChunkStep = kThreads / kGroupChannels;  // 2: threads tid and tid + 128 share a channel
   static_assert(kThreads % kGroupChannels == 0, "whole channel groups");
   static_assert(!(kExact && kLayout == CodeLayout::kTwo4), "kTwo4 keeps no prefix words for the rule's cells");
-  // 256-byte aligned: a lookup's shared address is the table's with its low byte replaced (kOne4).
-  __shared__ __align__(256) float s_table[256];
+  // 1024-byte aligned: a lookup's shared address is the table's with its low byte replaced (kOne4) or its low 10
+  // bits OR-ed in (prefix * 4 < 1024: 8 prefix bits at most, the exact-extremes bit included).
+  __shared__ __align__(1024) float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
   // The page-channel ranges the values are clamped to. 16-bit outputs hold them rounded into OutT and clamp after
@@ -359,12 +360,18 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           top_and_negative(w, top, negative);
           w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
         }
+        const uint32_t w_lo = static_cast<uint32_t>(w), w_hi = static_cast<uint32_t>(w >> 32);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
+          // Prefix byte e times 4 (bits 2-9) OR-ed into the table's address: one shift and one LOP3 a lookup.
+          const uint32_t half = e < 4 ? w_lo : w_hi;
+          const int shift = 8 * (e & 3) - 2;
+          const uint32_t at = ((shift < 0 ? half << 2 : half >> shift) & 0x3FCu) | table_base;
+          float t;
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
           // Reconstruct (lynx_math.h) up to its clamp, which store_row takes.
-          const uint32_t prefix = static_cast<uint32_t>(w >> (8 * e)) & 0xFF;
           const int v = ValueOfByte<kLayout>(e);
-          y[v] = mu[v] + sigma[v] * s_table[prefix];
+          y[v] = mu[v] + sigma[v] * t;
         }
       }
       if constexpr (kNibbleCells) {
