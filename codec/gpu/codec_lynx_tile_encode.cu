@@ -544,8 +544,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const unsigned row_bytes = row_octets * kOctetBytes;  // < 2^26
   auto code_rows = [&](auto buckets_tag) {
     constexpr bool kBuckets = decltype(buckets_tag)::value;
-    uint8_t* row0 = out0 + static_cast<size_t>(octet0) * kOctetBytes;
-    uint8_t* row1 = out1 + static_cast<size_t>(octet0) * kOctetBytes;
+    // (kGeneric stores through StoreFields instead.)
+    [[maybe_unused]] uint8_t* row0 = out0 + static_cast<size_t>(octet0) * kOctetBytes;
+    [[maybe_unused]] uint8_t* row1 = out1 + static_cast<size_t>(octet0) * kOctetBytes;
 #pragma unroll
     for (int i = 0; i < kSliceTokens; ++i) {
       float v[8];
