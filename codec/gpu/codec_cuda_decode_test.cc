@@ -28,15 +28,16 @@ namespace {
 using namespace ::kvt::codec::gpu::test_util;  // NOLINT: the test helpers
 
 
-// Decodes CPU containers on the GPU into scattered blocks and compares with the CPU decode rounded to dtype.
+// Decodes CPU containers on the GPU into scattered blocks and compares with the CPU decode rounded to dtype. The
+// pages are realistic ones, or all `data` (tokens x channels, token-major) when given.
 void ExpectDecodeMatchesCpu(const std::string& scheme_name, int tokens, int channels, int heads, KvDType dtype,
                             KvLayout layout, int block_tokens, AnchorRule rule, int chunk_tokens = 32,
-                            int num_pages = 3) {
+                            int num_pages = 3, const std::vector<float>* data = nullptr) {
   const Scheme scheme = MustParse(scheme_name);
   const int bpp = (tokens + block_tokens - 1) / block_tokens;
   std::vector<EncodedPage> enc;
   for (int p = 0; p < num_pages; ++p) {
-    std::vector<float> page = Realistic(tokens, channels, 20 + p);
+    std::vector<float> page = data != nullptr ? *data : Realistic(tokens, channels, 20 + p);
     CodecOptions o;
     o.impl = CodecImpl::kReference;
     o.chunk_tokens = chunk_tokens;
@@ -105,6 +106,33 @@ TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDec
     ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
     ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean);
     ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kConditionalMean);
+  }
+}
+
+// The adversarial pages (codec/test_pages.h: +-0, denormals, 1e4 outliers, +-3e38, +-FLT_MAX, constant channels, a
+// tiny range around a large offset, ...) repeated into the lynx tile decoder's shape and decoded into bf16 and fp16:
+// the 16-bit outputs clamp after rounding (ClampPair), which must equal rounding the clamped float, fp16's
+// overflow to infinity included; fp32 for the float clamp. Every stage, with and without the exact-extremes rule.
+TEST(CudaDecodeTest, AdversarialPagesInTheTileDecodersShapeDecodeAsTheCpuDecodeRounded) {
+  SKIP_WITHOUT_CUDA();
+  for (const TestPage& page : AdversarialPages()) {
+    SCOPED_TRACE(page.name);
+    const int tokens = std::min(256, (page.tokens + 31) / 32 * 32);
+    const int channels = (page.channels + 63) / 64 * 64;
+    std::vector<float> tiled(static_cast<size_t>(tokens) * channels);
+    for (int t = 0; t < tokens; ++t) {
+      for (int c = 0; c < channels; ++c) {
+        tiled[static_cast<size_t>(t) * channels + c] =
+            page.data[static_cast<size_t>(t % page.tokens) * page.channels + c % page.channels];
+      }
+    }
+    for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
+      for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
+        const KvLayout layout = dtype == KvDType::kFloat16 ? KvLayout::kHND : KvLayout::kNHD;
+        ExpectDecodeMatchesCpu(name, tokens, channels, channels / 64, dtype, layout, 16,
+                               AnchorRule::kConditionalMean, 32, 2, &tiled);
+      }
+    }
   }
 }
 

@@ -369,6 +369,7 @@ __device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
 // to the rounded lo and hi (all three cases: x inside the range, above it, below it); the sign of a zero may differ.
 template <typename T>
 __device__ __forceinline__ uint32_t ClampPair(uint32_t v, uint32_t lo, uint32_t hi) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "packed 16-bit values");
   using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
   Pair x, l, h;
   memcpy(&x, &v, 4);

@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
   // The page-channel ranges the values are clamped to. 16-bit outputs hold them rounded into OutT and clamp after
-  // rounding, two values an instruction (ClampPair: the same result as rounding the clamped float).
+  // rounding, two values an instruction (ClampPair: the same result as rounding the clamped float,
+  // up to the sign of a zero).
   constexpr bool kPackedClamp = sizeof(OutT) == 2;
   using RangeT = std::conditional_t<kPackedClamp, OutT, float>;
   __shared__ __align__(16) RangeT s_lo[kGroupChannels];
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     LoadShared<8>(&s_lo[c - cg0], lo);
     LoadShared<8>(&s_hi[c - cg0], hi);
   }
-  // A row's 8 values, reconstructed and not yet clamped, clamped and stored at `at`.
+  // Clamps a row's 8 reconstructed values (y[v]: channel c + v) and stores them at `at`.
   auto store_row = [&](OutT* at, float* y) {
     if constexpr (kPackedClamp) {
       StoreGlobal16(at, ClampPair<OutT>(PackPair<OutT>(y[0], y[1]), lo2[0], hi2[0]),
@@ -345,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
         }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          // The offset byte replaces the low byte of the table's address (the table is 256-byte aligned).
+          // The offset byte replaces the low byte of the table's address (the table is 1024-byte aligned).
           const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
           float t;
           asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
