@@ -117,20 +117,12 @@ TEST(CudaDecodeTest, AdversarialPagesInTheTileDecodersShapeDecodeAsTheCpuDecodeR
   SKIP_WITHOUT_CUDA();
   for (const TestPage& page : AdversarialPages()) {
     SCOPED_TRACE(page.name);
-    const int tokens = std::min(256, (page.tokens + 31) / 32 * 32);
-    const int channels = (page.channels + 63) / 64 * 64;
-    std::vector<float> tiled(static_cast<size_t>(tokens) * channels);
-    for (int t = 0; t < tokens; ++t) {
-      for (int c = 0; c < channels; ++c) {
-        tiled[static_cast<size_t>(t) * channels + c] =
-            page.data[static_cast<size_t>(t % page.tokens) * page.channels + c % page.channels];
-      }
-    }
+    const TestPage tiled = InTileShape(page);
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
       for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
         const KvLayout layout = dtype == KvDType::kFloat16 ? KvLayout::kHND : KvLayout::kNHD;
-        ExpectDecodeMatchesCpu(name, tokens, channels, channels / 64, dtype, layout, 16,
-                               AnchorRule::kConditionalMean, 32, 2, &tiled);
+        ExpectDecodeMatchesCpu(name, tiled.tokens, tiled.channels, tiled.channels / 64, dtype, layout, 16,
+                               AnchorRule::kConditionalMean, 32, 2, &tiled.data);
       }
     }
   }

@@ -113,19 +113,12 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
   // tile encoder takes), fp32 NHD and bf16 HND.
   for (const TestPage& page : AdversarialPages()) {
     SCOPED_TRACE(page.name);
-    const int tokens = std::min(256, (page.tokens + 31) / 32 * 32);
-    const int channels = (page.channels + 63) / 64 * 64;
-    std::vector<float> tiled(static_cast<size_t>(tokens) * channels);
-    for (int t = 0; t < tokens; ++t) {
-      for (int c = 0; c < channels; ++c) {
-        tiled[static_cast<size_t>(t) * channels + c] =
-            page.data[static_cast<size_t>(t % page.tokens) * page.channels + c % page.channels];
-      }
-    }
+    const TestPage tiled = InTileShape(page);
+    const int tokens = tiled.tokens, channels = tiled.channels;
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
-      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled}, tokens, channels, KvDType::kFloat32, KvLayout::kNHD, 16,
-                             channels / 64);
-      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled, tiled}, tokens, channels, KvDType::kBfloat16,
+      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data}, tokens, channels, KvDType::kFloat32,
+                             KvLayout::kNHD, 16, channels / 64);
+      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data, tiled.data}, tokens, channels, KvDType::kBfloat16,
                              KvLayout::kHND, 32, channels / 64);
     }
   }

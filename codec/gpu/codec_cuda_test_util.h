@@ -174,6 +174,19 @@ inline std::vector<int32_t> ReversedIds(int n) {
 inline std::vector<float> Realistic(int tokens, int channels, uint64_t seed) {
   return RealisticPage(tokens, channels, seed).data;
 }
+// `page` repeated over whole 32-token chunks (at most 256 tokens) and a multiple of 64 channels: the shape the lynx
+// tile kernels take.
+inline TestPage InTileShape(const TestPage& page) {
+  TestPage tiled{page.name, std::min(256, (page.tokens + 31) / 32 * 32), (page.channels + 63) / 64 * 64, {}};
+  tiled.data.resize(static_cast<size_t>(tiled.tokens) * tiled.channels);
+  for (int t = 0; t < tiled.tokens; ++t) {
+    for (int c = 0; c < tiled.channels; ++c) {
+      tiled.data[static_cast<size_t>(t) * tiled.channels + c] =
+          page.data[static_cast<size_t>(t % page.tokens) * page.channels + c % page.channels];
+    }
+  }
+  return tiled;
+}
 
 }  // namespace kvt::codec::gpu::test_util
 
