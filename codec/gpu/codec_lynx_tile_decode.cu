@@ -39,6 +39,43 @@ __device__ __forceinline__ unsigned long long Two4Prefixes(uint32_t anchor, uint
   return even | (static_cast<unsigned long long>(odd) << 32);
 }
 
+// A thread's clamp to its 8 channels' page-channel ranges [lo, hi] (Reconstruct's clamp, lynx_math.h), applied as
+// a row is stored. fp32 clamps the floats (as max / min: equal up to the sign of a zero). 16-bit outputs clamp after
+// rounding, two values an instruction, against the bounds rounded into OutT (ClampPair: the same result as rounding
+// the clamped float, up to the sign of a zero). Bound is the shared arrays' element type.
+template <typename OutT>
+struct RowClamp {
+  static constexpr bool kPacked = sizeof(OutT) == 2;
+  using Bound = std::conditional_t<kPacked, OutT, float>;
+  // fp32: 8 floats each; 16-bit: 4 words of rounded pairs (first channel in the low half).
+  std::conditional_t<kPacked, uint32_t, float> lo[kPacked ? 4 : 8], hi[kPacked ? 4 : 8];
+
+  // The bounds of channels [c, c + 8) from shared arrays of Bound (16-byte aligned at lo, hi).
+  __device__ __forceinline__ void Load(const Bound* s_lo, const Bound* s_hi) {
+    if constexpr (kPacked) {
+      const uint4 l4 = *reinterpret_cast<const uint4*>(s_lo), h4 = *reinterpret_cast<const uint4*>(s_hi);
+      lo[0] = l4.x, lo[1] = l4.y, lo[2] = l4.z, lo[3] = l4.w;
+      hi[0] = h4.x, hi[1] = h4.y, hi[2] = h4.z, hi[3] = h4.w;
+    } else {
+      LoadShared<8>(s_lo, lo);
+      LoadShared<8>(s_hi, hi);
+    }
+  }
+  // A row's 8 reconstructed values (y[v]: channel c + v), clamped and stored at `at`.
+  __device__ __forceinline__ void StoreRow(OutT* at, float* y) const {
+    if constexpr (kPacked) {
+      StoreGlobal16(at, ClampPair<OutT>(PackPair<OutT>(y[0], y[1]), lo[0], hi[0]),
+                    ClampPair<OutT>(PackPair<OutT>(y[2], y[3]), lo[1], hi[1]),
+                    ClampPair<OutT>(PackPair<OutT>(y[4], y[5]), lo[2], hi[2]),
+                    ClampPair<OutT>(PackPair<OutT>(y[6], y[7]), lo[3], hi[3]));
+    } else {
+#pragma unroll
+      for (int v = 0; v < 8; ++v) y[v] = fminf(fmaxf(y[v], lo[v]), hi[v]);
+      StoreVec<OutT, 8>(at, y);
+    }
+  }
+};
+
 constexpr int kLynxTileDecodeMinBlocks = 4;  // 64 registers: fits without spilling (48, for 5 blocks, spills ~400 B)
 
 // Stream layouts LynxTileDecodeKernel merges without moving nibbles into value order: kOne4 (one 4-bit stream)
@@ -72,11 +109,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   __shared__ __align__(1024) float s_table[256];
   __shared__ __align__(16) float s_mu[kDecodeMaxTileChunks][kGroupChannels];
   __shared__ __align__(16) float s_sigma[kDecodeMaxTileChunks][kGroupChannels];
-  // The page-channel ranges the values are clamped to. 16-bit outputs hold them rounded into OutT and clamp after
-  // rounding, two values an instruction (ClampPair: the same result as rounding the clamped float,
-  // up to the sign of a zero).
-  constexpr bool kPackedClamp = sizeof(OutT) == 2;
-  using RangeT = std::conditional_t<kPackedClamp, OutT, float>;
+  // The page-channel ranges the values are clamped to (RowClamp).
+  using RangeT = typename RowClamp<OutT>::Bound;
   __shared__ __align__(16) RangeT s_lo[kGroupChannels];
   __shared__ __align__(16) RangeT s_hi[kGroupChannels];
   // Exact extremes: per warp and vector lane, the top cells its two slices saw (TopCells), for the chunk's other
@@ -292,32 +326,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   float mu[8], sigma[8];
   LoadShared<8>(&s_mu[kk][c - cg0], mu);
   LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
-  // The clamp bounds: fp32's as floats, 16-bit outputs' as 4 words of rounded pairs (first channel in the low half).
-  float lo[kPackedClamp ? 1 : 8], hi[kPackedClamp ? 1 : 8];
-  uint32_t lo2[4], hi2[4];
-  if constexpr (kPackedClamp) {
-    const uint4 l4 = *reinterpret_cast<const uint4*>(&s_lo[c - cg0]);
-    const uint4 h4 = *reinterpret_cast<const uint4*>(&s_hi[c - cg0]);
-    lo2[0] = l4.x, lo2[1] = l4.y, lo2[2] = l4.z, lo2[3] = l4.w;
-    hi2[0] = h4.x, hi2[1] = h4.y, hi2[2] = h4.z, hi2[3] = h4.w;
-  } else {
-    LoadShared<8>(&s_lo[c - cg0], lo);
-    LoadShared<8>(&s_hi[c - cg0], hi);
-  }
-  // Clamps a row's 8 reconstructed values (y[v]: channel c + v) and stores them at `at`.
-  auto store_row = [&](OutT* at, float* y) {
-    if constexpr (kPackedClamp) {
-      StoreGlobal16(at, ClampPair<OutT>(PackPair<OutT>(y[0], y[1]), lo2[0], hi2[0]),
-                    ClampPair<OutT>(PackPair<OutT>(y[2], y[3]), lo2[1], hi2[1]),
-                    ClampPair<OutT>(PackPair<OutT>(y[4], y[5]), lo2[2], hi2[2]),
-                    ClampPair<OutT>(PackPair<OutT>(y[6], y[7]), lo2[3], hi2[3]));
-    } else {
-      // Reconstruct's clamp (lynx_math.h) as max / min: equal up to the sign of a zero.
-#pragma unroll
-      for (int v = 0; v < 8; ++v) y[v] = fminf(fmaxf(y[v], lo[v]), hi[v]);
-      StoreVec<OutT, 8>(at, y);
-    }
-  };
+  RowClamp<OutT> clamp;
+  clamp.Load(&s_lo[c - cg0], &s_hi[c - cg0]);
   const bool nhd = p.dst.layout == Layout::kNHD;
   const int row = t_first - bj * bt;  // in that block
   OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
@@ -370,16 +380,16 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
           const uint32_t at = ((shift < 0 ? half << 2 : half >> shift) & 0x3FCu) | table_base;
           float t;
           asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
-          // Reconstruct (lynx_math.h) up to its clamp, which store_row takes.
+          // Reconstruct (lynx_math.h) up to its clamp, which StoreRow takes.
           const int v = ValueOfByte<kLayout>(e);
           y[v] = mu[v] + sigma[v] * t;
         }
       }
       if constexpr (kNibbleCells) {
-        store_row(out, y);
+        clamp.StoreRow(out, y);
         if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
       } else {
-        store_row(out + i * row_stride, y);  // the step costs the wider instances spills
+        clamp.StoreRow(out + i * row_stride, y);  // the step costs the wider instances spills
       }
     }
   }

@@ -28,6 +28,7 @@ constexpr int kMaxChunks = 8;                                  // warps per bloc
 constexpr int kEndWords = kTileChannels * kEndPairBits / 32;  // 46 words: a chunk's end pairs of one group
 static_assert(kTileChannels == 64, "lane (s, g) covers 8 x 8 channels");
 static_assert(kTileChannels * kEndPairBits % 32 == 0, "a group's end pairs fill whole words");
+static_assert(kProvenGridMax == kEndGridMax, "proven_ends.h's grid is the kernels' (lynx_math.h's)");
 
 struct TileParams {
   KvGeometry src;

@@ -39,7 +39,7 @@
 
 namespace kvt::codec::gpu::internal {
 
-constexpr int kProvenGridMax = 4094;  // lynx_math.h kEndGridMax
+constexpr int kProvenGridMax = 4094;  // lynx_math.h kEndGridMax (static_asserts in the kernel and the test tie them)
 
 // What the proofs need of a page-channel's frame (lynx_math.h ChannelFrame: lo <= hi, centre, half).
 struct ProvenFrame {

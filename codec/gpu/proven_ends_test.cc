@@ -21,6 +21,7 @@ namespace kvt::codec::gpu::internal {
 namespace {
 
 namespace cpu = ::kvt::codec::internal;
+static_assert(kProvenGridMax == cpu::kEndGridMax, "proven_ends.h's grid is lynx_math.h's");
 
 // A page-channel's frame as the reference and as the proofs see it.
 struct TestFrame {
