@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "codec/gpu/host_device.h"
 #include "codec/scheme.h"
 
 namespace kvt::codec::gpu::internal {
@@ -85,6 +86,16 @@ inline float TileBucketMagic(int buckets) { return 8388608.0f / static_cast<floa
 // Whether tables of this LynxDeviceTables::bucket_count (0: no bucket path) fill tile_buckets, and so whether the
 // tile encoder takes its bucket path: the one test FillLynxTables and LaunchLynxTileEncode share.
 inline bool TakesTileBuckets(int bucket_count) { return bucket_count > 0 && bucket_count <= kMaxTileBuckets; }
+// The magnitude code of a in [0, 1] from its bucket's entry of LynxDeviceTables::tile_buckets (entry j for
+// j = floor(a * bucket_count)): the entry's top byte is the code of the bucket's start, its low 24 bits 2^24 less
+// the mantissa of the one threshold left inside the bucket (2^23 when none is), so a carry out of the low 24 bits
+// is a >= that threshold. Mantissas alone compare because every a of a bucket j >= 1 has one exponent, the
+// threshold's (bucket_count is a power of two, so [j / B, (j + 1) / B) lies in one binade), and bucket 0 holds no
+// threshold (FillLynxTables checks both). `sign` is 0, or the code's sign bit << 24 (it adds to a magnitude of at
+// most 127 without a carry). The tile encoder's arithmetic, shared with its host test.
+KVT_HOST_DEVICE uint32_t TileBucketCode(uint32_t entry, uint32_t a_bits, uint32_t sign) {
+  return (entry + (a_bits & 0x007FFFFFu) + sign) >> 24;
+}
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need
@@ -92,12 +103,14 @@ struct LynxDeviceTables {
   uint8_t bucket_base[kMaxDeviceBuckets + 1];
   int bucket_count;
   int corrections;
-  // The lynx tile encoder's shared bucket table, whose first bucket_count / 2 + 1 16-byte pieces it copies, when
-  // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is (bucket_base[j], the bits of
-  // thresholds[bucket_base[j] + 1] less one), then one entry of padding. The tile encoder takes bucket_count (and
-  // bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's host_tables) and reads
-  // only the entries here.
-  alignas(16) uint32_t tile_buckets[2 * (kMaxTileBuckets + 2)];
+  // The lynx tile encoder's shared bucket table, whose first bucket_count / 4 + 1 16-byte pieces it copies, when
+  // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is bucket_base[j] << 24 | 2^24
+  // less the mantissa of thresholds[bucket_base[j] + 1] if that threshold is below (j + 1) / bucket_count, else
+  // 2^23 (TileBucketCode), then padding to the piece. One word an entry, so that a warp's 32 lookups spread over
+  // the 32 banks (two words an entry put a half-warp's 16 on 16 bank pairs). The tile encoder takes bucket_count
+  // (and bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's host_tables) and
+  // reads only the entries here.
+  alignas(16) uint32_t tile_buckets[kMaxTileBuckets + 4];
   float full_values[128];  // [I] for I in 0..M
   // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are
   // (the value of a cell no code falls in).

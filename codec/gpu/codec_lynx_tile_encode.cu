@@ -8,8 +8,8 @@
 // NaN-propagating (packed, for 16-bit input) min/max over the lane's tokens and two butterfly shuffles, the
 // page-channel ranges from the chunks' through shared memory (the one block-wide barrier), then each lane quantizes
 // the ends of two chunk-channels (from their grid positions, proven_ends.h), the warp writes its chunk's 46 words
-// of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 8-byte shared load
-// per value (bucket base and the one threshold left to compare) and whole bytes of every stream per store.
+// of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 4-byte shared load
+// per value (bucket base and the one threshold mantissa left to compare) and whole bytes of every stream per store.
 // Multi-stream schemes: each block stores its code counts, and the page's last block to finish (an arrival counter
 // that wraps back to zero) sums them and writes the anchor tables, so one launch is the whole encode. With the
 // exact-extremes rule the lanes also mark their top-cell values as they code, and the values that are alone in
@@ -204,15 +204,16 @@ __device__ __forceinline__ void SearchEnds2(const float* lo, const float* hi, co
 
 // What coding a value needs, uniform over the block.
 struct CodeTables {
-  // Bucket path (TileParams::bucket_copies > 0): the shared table of (bucket_base[j], bits of
-  // thresholds[bucket_base[j] + 1] less one), j in 0..buckets, addressed as (bits(a + magic) << 3) + bucket_adj
-  // (see TileCode); magic = 2^23 / buckets. 0 magic: the log-guess path, on `thr`.
+  // Bucket path (TileParams::bucket_copies > 0): the shared table of TileBucketCode entries j in 0..buckets
+  // (codec_kernels.h), addressed as (bits(a + magic) << 2) + bucket_adj (see TileCode); magic = 2^23 / buckets.
+  // 0 magic: the log-guess path, on `thr`.
   unsigned bucket_adj;
   float magic;
   const float* thr;  // shared: thresholds, +inf past M
   float alpha, inv_log1p_alpha;
   int max_code;
-  uint32_t sign_bit;  // 1 << (b - 1)
+  uint32_t sign_bit;       // 1 << (b - 1)
+  uint32_t sign_bit_high;  // sign_bit << 24, TileBucketCode's sign addend
 };
 
 // The b-bit code of x in a chunk with centre mu and inverse width inv (lynx_math.h FinalValue, MagnitudeCode).
@@ -224,29 +225,27 @@ __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const
   const float d = x - mu;
   const float xf = d * inv;
   const float a = fminf(fabsf(xf), 1.0f);
-  uint32_t code;
+  unsigned neg;
+  asm("set.lt.u32.f32 %0, %1, 0f00000000;" : "=r"(neg) : "f"(xf));  // all ones or 0 (-0 is not below 0)
   if constexpr (kBuckets) {
     // a + 2^23 / buckets rounded toward zero keeps floor(a * buckets) in its low mantissa bits (the sum lies in
     // [2^23 / buckets, 2^24 / buckets), whose spacing is 1 / buckets): j = bits(sum) - bits(magic), exact.
-    const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 3) + ct.bucket_adj;
-    unsigned base, thr_less_one;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(base), "=r"(thr_less_one) : "r"(addr));
-    // a >= thr iff bits(a) > bits(thr) - 1: a is in [+0, 1] and thr (thresholds[k >= 1]) is > 0 or +inf, so
-    // both have the sign bit clear and order as their bits do; the difference's sign bit is the comparison, added
-    // without a predicate. (A threshold of +0 would wrap to all ones and still compare right; one with the sign
-    // bit set would not, which FillLynxTables rules out.)
-    code = base + ((thr_less_one - __float_as_uint(a)) >> 31);
+    // One 4-byte entry a lookup: a warp's 32 lookups spread over the 32 banks, where 8-byte entries put each
+    // half-warp's 16 on 16 bank pairs (about 3.3 shared-memory wavefronts a lookup against 5.9 for the values
+    // of a realistic page, docs/BENCHMARKS.md). The mantissa mask and the sign are off the lookup's dependency
+    // chain, and join it in one three-way add.
+    const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 2) + ct.bucket_adj;
+    unsigned entry;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(entry) : "r"(addr));
+    return TileBucketCode(entry, __float_as_uint(a), neg & ct.sign_bit_high);
   } else {
     const int m = ct.max_code;
     int g = __float2int_rn(__logf(1.0f + ct.alpha * a) * ct.inv_log1p_alpha * static_cast<float>(m));
     g = g < 0 ? 0 : (g > m ? m : g);
     while (g > 0 && a < ct.thr[g]) --g;
     while (g < m && a >= ct.thr[g + 1]) ++g;
-    code = static_cast<uint32_t>(g);
+    return static_cast<uint32_t>(g) | (neg & ct.sign_bit);
   }
-  unsigned neg;
-  asm("set.lt.u32.f32 %0, %1, 0f00000000;" : "=r"(neg) : "f"(xf));  // all ones or 0 (-0 is not below 0)
-  return code | (neg & ct.sign_bit);
 }
 
 // Lane `src`'s 64-bit value (every lane of the warp takes part).
@@ -275,7 +274,7 @@ template <typename T, Streams kStreams>
 __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     LynxTileEncodeKernel(const TileParams p, const LynxDeviceTables* __restrict__ tables) {
   constexpr int kWords = Octet<T>::kWords;
-  __shared__ __align__(16) uint2 s_bucket[sizeof(LynxDeviceTables::tile_buckets) / sizeof(uint2)];
+  __shared__ __align__(16) uint32_t s_bucket[sizeof(LynxDeviceTables::tile_buckets) / sizeof(uint32_t)];
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ unsigned s_hist[256];
   constexpr bool kGeneric = kStreams == Streams::kAnyStreams || kStreams == Streams::kStaged;
@@ -519,8 +518,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   ct.inv_log1p_alpha = p.inv_log1p_alpha;
   ct.max_code = p.max_code;
   ct.sign_bit = p.sign_bit;
+  ct.sign_bit_high = p.sign_bit << 24;
   ct.magic = p.magic;
-  ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 3);
+  ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 2);
   const bool counting = p.num_streams > 1;
   // The exact-extremes rule's singles leave the anchor tables (lynx_extremes.h ExcludeSingleExtremes): with two
   // streams straight out of the one table's counts, with more into each partial stage's s_excl. Per partial
@@ -755,14 +755,14 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   p.block_div = FastDivisor::For(src.block_tokens);
   const int buckets = host_tables.bucket_count;  // > 0 only with one correction
   const bool use_buckets = TakesTileBuckets(buckets);
-  // Entries 0..buckets of 8 bytes, in whole 16-byte pieces (the padding entry completes the last).
-  p.bucket_copies = use_buckets ? buckets / 2 + 1 : 0;
+  // Entries 0..buckets of 4 bytes, in whole 16-byte pieces (the padding completes the last).
+  p.bucket_copies = use_buckets ? buckets / 4 + 1 : 0;
   p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;
   p.sign_bit = 1u << (host_tables.bits - 1);
   p.max_code = host_tables.max_code;
   p.alpha = host_tables.alpha;
   p.inv_log1p_alpha = host_tables.inv_log1p_alpha;
-  static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 2 + 1), "the pieces exist");
+  static_assert(sizeof(LynxDeviceTables::tile_buckets) >= 16 * (kMaxTileBuckets / 4 + 1), "the pieces exist");
   const dim3 grid(shape.channels / kTileChannels, shape.num_pages);
   const int threads = 32 * shape.num_chunks;
   const int n = p.num_streams;

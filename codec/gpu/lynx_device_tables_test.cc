@@ -1,7 +1,7 @@
 // The lynx tile encoder's bucket table (LynxDeviceTables::tile_buckets), checked on the host against the
 // reference's code, with the kernel's arithmetic (codec_lynx_tile_encode.cu TileCode) done in f32 as the GPU
 // does it: a = min(|xf|, 1), the round-toward-zero add of TileBucketMagic(B) = 2^23 / B, the entry at
-// bits(sum) - bits(magic), code = base + the sign bit of ((entry's threshold bits less one) - bits(a)), and
+// bits(sum) - bits(magic), the magnitude by codec_kernels.h TileBucketCode (the kernel's own function), and
 // the sign bit where xf < 0. Host-only: it builds and runs without nvcc or a GPU.
 #include "codec/gpu/lynx_device_tables.h"
 
@@ -50,9 +50,8 @@ uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j, int mode = FE
   const float sum = Add(a, magic, mode);
   *j = static_cast<int64_t>(absl::bit_cast<uint32_t>(sum)) - absl::bit_cast<uint32_t>(magic);
   if (*j < 0 || *j > d.bucket_count) return ~0u;
-  const uint32_t base = d.tile_buckets[2 * *j], thr_less_one = d.tile_buckets[2 * *j + 1];
-  const uint32_t code = base + ((thr_less_one - absl::bit_cast<uint32_t>(a)) >> 31);
-  return code | (xf < 0.0f ? 1u << (d.bits - 1) : 0u);  // set.lt: -0 is not below 0
+  const uint32_t sign = xf < 0.0f ? 1u << (d.bits - 1 + 24) : 0u;  // set.lt: -0 is not below 0
+  return TileBucketCode(d.tile_buckets[*j], absl::bit_cast<uint32_t>(a), sign);
 }
 
 struct Curve {
@@ -190,8 +189,54 @@ TEST(LynxDeviceTablesTest, ARoundToNearestAddAndThresholdsOneEntryOffAreCaught) 
   std::string first;
   ASSERT_EQ(Mismatches(*t, d, edges, &first), 0) << first;
   EXPECT_GT(Mismatches(*t, d, edges, &first, FE_TONEAREST), 0);
-  for (int j = 0; j < d.bucket_count; ++j) d.tile_buckets[2 * j + 1] = d.tile_buckets[2 * (j + 1) + 1];
+  for (int j = 0; j < d.bucket_count; ++j) {
+    d.tile_buckets[j] = (d.tile_buckets[j] & 0xFF000000u) | (d.tile_buckets[j + 1] & 0x00FFFFFFu);
+  }
   EXPECT_GT(Mismatches(*t, d, edges, &first), t->max_code / 2);
+}
+
+// The entries' structure on every curve: the top byte is the bucket's base, bucket 0 and the last entry (a == 1)
+// hold no threshold, and a threshold left inside bucket j is the reference's next one, in the bucket's binade.
+// And a mantissa compare that ignored the carry (the low 24 bits taken as the threshold's whole) is caught.
+TEST(LynxDeviceTablesTest, EntriesHoldTheBaseAndTheNextThresholdsMantissaInsideItsBucket) {
+  for (const Curve& curve : TileCurves()) {
+    const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
+    LynxDeviceTables d;
+    FillLynxTables(*t, d);
+    const int count = d.bucket_count;
+    EXPECT_EQ(d.tile_buckets[0] & 0x00FFFFFFu, 1u << 23) << Name(curve);
+    EXPECT_EQ(d.tile_buckets[count], static_cast<uint32_t>(t->max_code) << 24 | 1u << 23) << Name(curve);
+    int inside = 0;
+    for (int j = 0; j <= count; ++j) {
+      const uint32_t entry = d.tile_buckets[j];
+      ASSERT_EQ(entry >> 24, static_cast<uint32_t>(t->bucket_base[j])) << Name(curve) << " entry " << j;
+      if ((entry & 0x00FFFFFFu) == 1u << 23) continue;  // no threshold inside
+      ++inside;
+      const float thr = t->thresholds[t->bucket_base[j] + 1];
+      EXPECT_GT(thr, static_cast<float>(j) / static_cast<float>(count)) << Name(curve) << " entry " << j;
+      EXPECT_LT(thr, static_cast<float>(j + 1) / static_cast<float>(count)) << Name(curve) << " entry " << j;
+      EXPECT_EQ((entry & 0x00FFFFFFu) + (absl::bit_cast<uint32_t>(thr) & 0x007FFFFFu), 1u << 24)
+          << Name(curve) << " entry " << j;
+    }
+    int off_edges = 0;  // thresholds not on a bucket edge: each is inside one bucket
+    for (int k = 1; k <= t->max_code; ++k) {
+      const float scaled = t->thresholds[k] * static_cast<float>(count);  // exact: count is a power of two
+      off_edges += scaled != std::floor(scaled) ? 1 : 0;
+    }
+    EXPECT_EQ(inside, off_edges) << Name(curve);
+  }
+  // A kernel that took the top byte alone (no carry) would code every threshold inside a bucket one low: on
+  // the default curve that is all of them.
+  const auto t = cpu::GetLynxTables(0.1f, 0.11f, 8);
+  LynxDeviceTables d;
+  FillLynxTables(*t, d);
+  int low = 0;
+  for (int k = 1; k <= t->max_code; ++k) {
+    const float a = t->thresholds[k];
+    const int64_t j = static_cast<int64_t>(a * static_cast<float>(d.bucket_count));
+    low += (d.tile_buckets[j] >> 24) < TileBucketCode(d.tile_buckets[j], absl::bit_cast<uint32_t>(a), 0) ? 1 : 0;
+  }
+  EXPECT_EQ(low, t->max_code);
 }
 
 }  // namespace
