@@ -47,6 +47,13 @@ std::vector<TestPage> AdversarialPages() {
   make("denormals", 32, 16, [&](int t, int c, std::mt19937&) { return ((t * 7 + c) % 5 - 2) * kDenorm; });
   make("denormals_and_normals", 32, 16,
        [&](int t, int c, std::mt19937& rng) { return c % 2 ? 100.0f * kDenorm * (t % 3) : gauss(rng); });
+  // Units of +-2^18 around tiny values (fp32 and bf16 subnormals, both signs, +-0): a chunk centred on exactly 0
+  // with width 2^18, so the tiny negative values' scaled offsets underflow to -0, which codes as +0.
+  make("underflow_to_minus_zero", 32, 16, [&](int t, int c, std::mt19937&) {
+    if (t % 8 < 2) return t % 8 == 0 ? 262144.0f : -262144.0f;
+    const float unit = c % 2 ? std::ldexp(1.0f, -133) : kDenorm;
+    return t % 8 == 7 ? -0.0f : static_cast<float>((t + c) % 5 - 2) * unit;
+  });
   make("outliers_1e4", 64, 40, [&](int t, int c, std::mt19937& rng) {
     return (t * 13 + c) % 97 == 0 ? 1e4f * (c % 2 ? 1.0f : -1.0f) : gauss(rng);
   });

@@ -23,8 +23,8 @@ struct TestPage {
 // Laplacian(0, 1) bulk, ~1/64 of the channels scaled 20..80x (outlier channels), token 0 a high-norm sink.
 TestPage RealisticPage(int tokens, int channels, uint64_t seed);
 
-// Constant channels, all-zero chunks, +-0, denormals, 1e4 outliers, +-3e38, +-FLT_MAX, single-token pages,
-// odd channel counts, pages shorter than a chunk, tiny ranges around a large offset.
+// Constant channels, all-zero chunks, +-0, denormals, offsets that underflow to -0, 1e4 outliers, +-3e38,
+// +-FLT_MAX, single-token pages, odd channel counts, pages shorter than a chunk, tiny ranges around a large offset.
 std::vector<TestPage> AdversarialPages();
 
 }  // namespace kvt::codec

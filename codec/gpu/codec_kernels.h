@@ -91,11 +91,16 @@ inline bool TakesTileBuckets(int bucket_count) { return bucket_count > 0 && buck
 // the mantissa of the one threshold left inside the bucket (2^23 when none is), so a carry out of the low 24 bits
 // is a >= that threshold. Mantissas alone compare because every a of a bucket j >= 1 has one exponent, the
 // threshold's (bucket_count is a power of two, so [j / B, (j + 1) / B) lies in one binade), and bucket 0 holds no
-// threshold (FillLynxTables checks both). `sign` is 0, or the code's sign bit << 24 (it adds to a magnitude of at
-// most 127 without a carry). The tile encoder's arithmetic, shared with its host test.
-KVT_HOST_DEVICE uint32_t TileBucketCode(uint32_t entry, uint32_t a_bits, uint32_t sign) {
-  return (entry + (a_bits & 0x007FFFFFu) + sign) >> 24;
+// threshold (FillLynxTables checks both). The tile encoder's arithmetic, shared with its host test: the b-bit code,
+// sign included, is the top byte of the sum (the kernel packs that byte as it is), in one of two forms.
+// Any b: `sign` is 0, or the code's sign bit << 24 (it adds to a magnitude of at most 127 without a carry).
+KVT_HOST_DEVICE uint32_t TileBucketSum(uint32_t entry, uint32_t a_bits, uint32_t sign) {
+  return entry + (a_bits & 0x007FFFFFu) + sign;
 }
+// 8-bit codes, whose sign bit is bit 31: from the bits of x = xf + 0 (the add turns -0, which codes as +0, into +0),
+// whose sign and mantissa one mask keeps. For |xf| <= 1 x's mantissa is a's; past it a = 1 takes entry
+// bucket_count, which holds no threshold, so any mantissa codes the same.
+KVT_HOST_DEVICE uint32_t TileBucketSum8(uint32_t entry, uint32_t x_bits) { return entry + (x_bits & 0x807FFFFFu); }
 struct LynxDeviceTables {
   float thresholds[128 + kMaxDeviceCorrections];  // [k] for k in 1..M, +inf past M; [0] = 0
   // lynx_math.h's exact bucket path (bucket_base as bytes, values <= 127); bucket_count 0 when the tables need

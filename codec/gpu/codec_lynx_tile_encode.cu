@@ -216,11 +216,13 @@ struct CodeTables {
   uint32_t sign_bit_high;  // sign_bit << 24, TileBucketCode's sign addend
 };
 
-// The b-bit code of x in a chunk with centre mu and inverse width inv (lynx_math.h FinalValue, MagnitudeCode).
+// The b-bit code of x in a chunk with centre mu and inverse width inv (lynx_math.h FinalValue, MagnitudeCode), in
+// the top byte of the result (the rest is not defined): the bucket path's sum (TileBucketSum) as it is, whose top
+// byte the packing takes without a shift. kSign8: the codes are 8-bit (TileBucketSum8, no compare for the sign).
 // xf = d * inv is never NaN for finite x (inv == 0 only for a flat chunk, where d == 0; d = +-inf only times inv >
 // 0), so |Clamp(xf, -1, 1)| = min(|xf|, 1) and Clamp(xf, -1, 1) < 0 iff xf < 0 (-0 included); with inv == 0,
 // +-0 gives the reference's code 0 without its test.
-template <bool kBuckets>
+template <bool kBuckets, bool kSign8>
 __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const CodeTables& ct) {
   const float d = x - mu;
   const float xf = d * inv;
@@ -232,19 +234,22 @@ __device__ __forceinline__ uint32_t TileCode(float x, float mu, float inv, const
     // [2^23 / buckets, 2^24 / buckets), whose spacing is 1 / buckets): j = bits(sum) - bits(magic), exact.
     // One 4-byte entry a lookup: a warp's 32 lookups spread over the 32 banks, where 8-byte entries put each
     // half-warp's 16 on 16 bank pairs (about 3.3 shared-memory wavefronts a lookup against 5.9 for the values
-    // of a realistic page, docs/BENCHMARKS.md). The mantissa mask and the sign are off the lookup's dependency
-    // chain, and join it in one three-way add.
+    // of a realistic page, docs/BENCHMARKS.md). The mantissa and sign are off the lookup's dependency chain.
     const unsigned addr = (__float_as_uint(__fadd_rz(a, ct.magic)) << 2) + ct.bucket_adj;
     unsigned entry;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(entry) : "r"(addr));
-    return TileBucketCode(entry, __float_as_uint(a), neg & ct.sign_bit_high);
+    if constexpr (kSign8) {
+      return TileBucketSum8(entry, __float_as_uint(__fadd_rn(xf, 0.0f)));
+    } else {
+      return TileBucketSum(entry, __float_as_uint(a), neg & ct.sign_bit_high);
+    }
   } else {
     const int m = ct.max_code;
     int g = __float2int_rn(__logf(1.0f + ct.alpha * a) * ct.inv_log1p_alpha * static_cast<float>(m));
     g = g < 0 ? 0 : (g > m ? m : g);
     while (g > 0 && a < ct.thr[g]) --g;
     while (g < m && a >= ct.thr[g + 1]) ++g;
-    return static_cast<uint32_t>(g) | (neg & ct.sign_bit);
+    return (static_cast<uint32_t>(g) | (neg & ct.sign_bit)) << 24;
   }
 }
 
@@ -255,9 +260,9 @@ __device__ __forceinline__ unsigned long long ShflU64(unsigned long long v, int 
   return lo | static_cast<unsigned long long>(hi) << 32;
 }
 
-// Four codes (< 256) as the bytes of a word, first in the low byte.
-__device__ __forceinline__ uint32_t Bytes4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
-  return __byte_perm(__byte_perm(c0, c1, 0x0040), __byte_perm(c2, c3, 0x0040), 0x5410);
+// The top bytes of four words (TileCode's codes) as the bytes of a word, the first in the low byte.
+__device__ __forceinline__ uint32_t TopBytes4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
+  return __byte_perm(__byte_perm(c0, c1, 0x0073), __byte_perm(c2, c3, 0x0073), 0x5410);
 }
 
 // Stream layouts with their own code: every other scheme takes kAnyStreams, or kStaged when it has 3 or more
@@ -543,6 +548,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   // kOne8, kOne4 and kTwo4: the lane's first row in each stream, stepped a row at a time.
   constexpr int kOctetBytes = kStreams == Streams::kOne8 ? 8 : 4;
   const unsigned row_bytes = row_octets * kOctetBytes;  // < 2^26
+  // The one-stream 8-bit and the 4 + 4 layouts code 8 bits; the generic ones may not.
+  constexpr bool kSign8 = kStreams == Streams::kOne8 || kStreams == Streams::kTwo4;
   auto code_rows = [&](auto buckets_tag) {
     constexpr bool kBuckets = decltype(buckets_tag)::value;
     // (kGeneric stores through StoreFields instead.)
@@ -552,18 +559,26 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     for (int i = 0; i < kSliceTokens; ++i) {
       float v[8];
       WordsToFloats<T>(x[i].w, v);
-      uint32_t code[8];
+      // The codes in their words' top bytes, packed four to a word from there.
+      uint32_t top[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) code[e] = TileCode<kBuckets>(v[e], mu[e], inv[e], ct);
+      for (int e = 0; e < 8; ++e) top[e] = TileCode<kBuckets, kSign8>(v[e], mu[e], inv[e], ct);
+      const uint32_t lo4 = TopBytes4(top[0], top[1], top[2], top[3]);
+      const uint32_t hi4 = TopBytes4(top[4], top[5], top[6], top[7]);
+      // The 4-bit streams' packing takes the even and the odd values' codes: nibble pair i of a word is byte i.
+      const uint32_t even = TopBytes4(top[0], top[2], top[4], top[6]);
+      const uint32_t odd = TopBytes4(top[1], top[3], top[5], top[7]);
+      // As numbers, where the histogram and the generic layouts need them: the histogram's from the packed words,
+      // so that the eight words are dead after the packing.
+      [[maybe_unused]] uint32_t code[8];
+      if constexpr (kGeneric) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) code[e] = top[e] >> 24;
+      }
       if (counting && i % kAnchorSampleStride == 0) {  // t % 4 == 0: t0 is a multiple of 8
 #pragma unroll
-        for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[code[e]], 1u);
+        for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[((e % 2 == 0 ? even : odd) >> (8 * (e / 2))) & 0xFFu], 1u);
       }
-      const uint32_t lo4 = Bytes4(code[0], code[1], code[2], code[3]);
-      const uint32_t hi4 = Bytes4(code[4], code[5], code[6], code[7]);
-      // The 4-bit streams' packing takes the even and the odd values' codes: nibble pair i of a word is byte i.
-      const uint32_t even = Bytes4(code[0], code[2], code[4], code[6]);
-      const uint32_t odd = Bytes4(code[1], code[3], code[5], code[7]);
       if constexpr (kGeneric) {
         if (excluding) {  // each partial stage's prefixes, compared one by one
           int known = 0;

@@ -1,8 +1,9 @@
 // The lynx tile encoder's bucket table (LynxDeviceTables::tile_buckets), checked on the host against the
 // reference's code, with the kernel's arithmetic (codec_lynx_tile_encode.cu TileCode) done in f32 as the GPU
 // does it: a = min(|xf|, 1), the round-toward-zero add of TileBucketMagic(B) = 2^23 / B, the entry at
-// bits(sum) - bits(magic), the magnitude by codec_kernels.h TileBucketCode (the kernel's own function), and
-// the sign bit where xf < 0. Host-only: it builds and runs without nvcc or a GPU.
+// bits(sum) - bits(magic), and the code as the top byte of codec_kernels.h's TileBucketSum (any code width: the
+// sign bit added where xf < 0) or TileBucketSum8 (8-bit codes: the sign and mantissa of xf + 0), the kernel's own
+// functions. Host-only: it builds and runs without nvcc or a GPU.
 #include "codec/gpu/lynx_device_tables.h"
 
 #include <cfenv>
@@ -43,15 +44,17 @@ float Add(float a, float b, int mode) {
 }
 
 // TileCode's bucket path for xf; the entry index goes to *j (the kernel reads entry j unchecked). `mode` is
-// the bucket add's rounding: only FE_TOWARDZERO is the kernel's (the mutation test tries another).
-uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j, int mode = FE_TOWARDZERO) {
+// the bucket add's rounding: only FE_TOWARDZERO is the kernel's (the mutation test tries another). sign8: the
+// 8-bit codes' form.
+uint32_t TileCode(const LynxDeviceTables& d, float xf, int64_t* j, int mode = FE_TOWARDZERO, bool sign8 = false) {
   const float magic = TileBucketMagic(d.bucket_count);
   const float a = std::fmin(std::fabs(xf), 1.0f);  // min.f32: a NaN operand gives the other
   const float sum = Add(a, magic, mode);
   *j = static_cast<int64_t>(absl::bit_cast<uint32_t>(sum)) - absl::bit_cast<uint32_t>(magic);
   if (*j < 0 || *j > d.bucket_count) return ~0u;
+  if (sign8) return TileBucketSum8(d.tile_buckets[*j], absl::bit_cast<uint32_t>(Add(xf, 0.0f, FE_TONEAREST))) >> 24;
   const uint32_t sign = xf < 0.0f ? 1u << (d.bits - 1 + 24) : 0u;  // set.lt: -0 is not below 0
-  return TileBucketCode(d.tile_buckets[*j], absl::bit_cast<uint32_t>(a), sign);
+  return TileBucketSum(d.tile_buckets[*j], absl::bit_cast<uint32_t>(a), sign) >> 24;
 }
 
 struct Curve {
@@ -94,8 +97,9 @@ std::vector<float> Edges(const cpu::LynxTables& t, int buckets) {
   std::vector<float> values;
   for (int m = 0; m <= buckets; ++m) AddAround(static_cast<float>(m) / static_cast<float>(buckets), values);
   for (int k = 1; k <= t.max_code; ++k) AddAround(t.thresholds[k], values);
+  // Past 1 (clamped, with mantissas of their own), too.
   for (float x : {0.0f, 1.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-                  1e-30f, 0.5f}) {
+                  1e-30f, 0.5f, 1.5f, 1.75f, 3e38f, std::numeric_limits<float>::infinity()}) {
     AddAround(x, values);
   }
   return values;
@@ -103,11 +107,11 @@ std::vector<float> Edges(const cpu::LynxTables& t, int buckets) {
 
 // How many of `values` TileCode codes unlike the reference; the first goes to *first.
 int Mismatches(const cpu::LynxTables& t, const LynxDeviceTables& d, const std::vector<float>& values,
-               std::string* first, int mode = FE_TOWARDZERO) {
+               std::string* first, int mode = FE_TOWARDZERO, bool sign8 = false) {
   int bad = 0;
   for (float xf : values) {
     int64_t j = 0;
-    const uint32_t got = TileCode(d, xf, &j, mode);
+    const uint32_t got = TileCode(d, xf, &j, mode, sign8);
     const uint32_t want = ReferenceCode(t, xf);
     if (got != want && bad++ == 0) {
       *first = absl::StrCat("xf ", xf, " (bits 0x", absl::Hex(absl::bit_cast<uint32_t>(xf)), ") entry ", j,
@@ -135,8 +139,12 @@ TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceAtEveryEdge) {
     const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
     LynxDeviceTables d;
     FillLynxTables(*t, d);
-    std::string first;
-    EXPECT_EQ(Mismatches(*t, d, Edges(*t, d.bucket_count), &first), 0) << Name(curve) << ": " << first;
+    for (bool sign8 : {false, true}) {
+      if (sign8 && curve.bits != 8) continue;
+      std::string first;
+      EXPECT_EQ(Mismatches(*t, d, Edges(*t, d.bucket_count), &first, FE_TOWARDZERO, sign8), 0)
+          << Name(curve) << (sign8 ? ", 8-bit form" : "") << ": " << first;
+    }
   }
 }
 
@@ -153,8 +161,12 @@ TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceOverASweepOfTheFloatsInMi
     const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
     LynxDeviceTables d;
     FillLynxTables(*t, d);
-    std::string first;
-    EXPECT_EQ(Mismatches(*t, d, values, &first), 0) << Name(curve) << ": " << first;
+    for (bool sign8 : {false, true}) {
+      if (sign8 && curve.bits != 8) continue;
+      std::string first;
+      EXPECT_EQ(Mismatches(*t, d, values, &first, FE_TOWARDZERO, sign8), 0)
+          << Name(curve) << (sign8 ? ", 8-bit form" : "") << ": " << first;
+    }
   }
 }
 
@@ -171,12 +183,17 @@ TEST(LynxDeviceTablesTest, EveryIndexTheKernelCanFormIsInsideTheTable) {
     EXPECT_GE(j, 0) << xf;
     EXPECT_LE(j, d.bucket_count) << xf;
   }
-  // -0, as the reference's positive zero, codes 0; the ends code M with their signs.
-  int64_t j = 0;
-  EXPECT_EQ(TileCode(d, -0.0f, &j), 0u);
-  EXPECT_EQ(TileCode(d, -1.0f, &j), 0x80u | static_cast<uint32_t>(t->max_code));
-  EXPECT_EQ(TileCode(d, 1.0f, &j), static_cast<uint32_t>(t->max_code));
-  EXPECT_EQ(TileCode(d, 2.0f, &j), static_cast<uint32_t>(t->max_code));
+  // -0, as the reference's positive zero, codes 0; the ends code M with their signs; in both forms.
+  for (bool sign8 : {false, true}) {
+    int64_t j = 0;
+    EXPECT_EQ(TileCode(d, -0.0f, &j, FE_TOWARDZERO, sign8), 0u);
+    EXPECT_EQ(TileCode(d, -1.0f, &j, FE_TOWARDZERO, sign8), 0x80u | static_cast<uint32_t>(t->max_code));
+    EXPECT_EQ(TileCode(d, 1.0f, &j, FE_TOWARDZERO, sign8), static_cast<uint32_t>(t->max_code));
+    EXPECT_EQ(TileCode(d, 2.0f, &j, FE_TOWARDZERO, sign8), static_cast<uint32_t>(t->max_code));
+    EXPECT_EQ(TileCode(d, -1.5f, &j, FE_TOWARDZERO, sign8), 0x80u | static_cast<uint32_t>(t->max_code));
+  }
+  // Without the add of +0 the 8-bit form would code -0 as a negative zero.
+  EXPECT_EQ(TileBucketSum8(d.tile_buckets[0], absl::bit_cast<uint32_t>(-0.0f)) >> 24, 0x80u);
 }
 
 // The edge check catches a kernel that rounded the bucket add to nearest, and a table whose thresholds sit
@@ -234,7 +251,7 @@ TEST(LynxDeviceTablesTest, EntriesHoldTheBaseAndTheNextThresholdsMantissaInsideI
   for (int k = 1; k <= t->max_code; ++k) {
     const float a = t->thresholds[k];
     const int64_t j = static_cast<int64_t>(a * static_cast<float>(d.bucket_count));
-    low += (d.tile_buckets[j] >> 24) < TileBucketCode(d.tile_buckets[j], absl::bit_cast<uint32_t>(a), 0) ? 1 : 0;
+    low += (d.tile_buckets[j] >> 24) < TileBucketSum(d.tile_buckets[j], absl::bit_cast<uint32_t>(a), 0) >> 24;
   }
   EXPECT_EQ(low, t->max_code);
 }
