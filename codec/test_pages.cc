@@ -47,8 +47,8 @@ std::vector<TestPage> AdversarialPages() {
   make("denormals", 32, 16, [&](int t, int c, std::mt19937&) { return ((t * 7 + c) % 5 - 2) * kDenorm; });
   make("denormals_and_normals", 32, 16,
        [&](int t, int c, std::mt19937& rng) { return c % 2 ? 100.0f * kDenorm * (t % 3) : gauss(rng); });
-  // Units of +-2^18 around tiny values (fp32 and bf16 subnormals, both signs, +-0): a chunk centred on exactly 0
-  // with width 2^18, so the tiny negative values' scaled offsets underflow to -0, which codes as +0.
+  // Each chunk-channel spans [-2^18, 2^18] (centre exactly 0, half-width 2^18); its other values are fp32 and bf16
+  // subnormals of both signs and -0, whose scaled offsets underflow: the negative ones to -0, which codes as +0.
   make("underflow_to_minus_zero", 32, 16, [&](int t, int c, std::mt19937&) {
     if (t % 8 < 2) return t % 8 == 0 ? 262144.0f : -262144.0f;
     const float unit = c % 2 ? std::ldexp(1.0f, -133) : kDenorm;

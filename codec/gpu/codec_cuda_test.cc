@@ -258,6 +258,31 @@ TEST(CudaEncodeTest, EveryOptionVariantMatchesTheCpuReference) {
   }
 }
 
+// The lynx tile encoder (32-token chunks, midrange) on other curves: alpha 1e-3 and 1 take its bucket path with
+// other bucket counts, alpha 20 and 1e4 its log-guess path (2048 and 8192 buckets, past the tile table's 1024),
+// with and without the knee, on a realistic page (fp32 NHD) and the -0 underflow page in the tile's shape (bf16 HND).
+TEST(CudaEncodeTest, LynxTileEncodersOnEveryCurvePathMatchTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  TestPage underflow;
+  for (const TestPage& page : AdversarialPages()) {
+    if (page.name == "underflow_to_minus_zero") underflow = InTileShape(page);
+  }
+  ASSERT_FALSE(underflow.data.empty());
+  for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
+    for (float alpha : {kMinAlpha, 1.0f, 20.0f, kMaxAlpha}) {
+      for (float top_width : {0.0f, CodecOptions{}.top_width}) {
+        SCOPED_TRACE("alpha " + std::to_string(alpha) + " top width " + std::to_string(top_width));
+        CodecOptions o;
+        o.alpha = alpha;
+        o.top_width = top_width;
+        ExpectEncodeMatchesCpu(name, o, {Realistic(256, 128, 11)}, 256, 128, KvDType::kFloat32, KvLayout::kNHD, 16, 2);
+        ExpectEncodeMatchesCpu(name, o, {underflow.data}, underflow.tokens, underflow.channels, KvDType::kBfloat16,
+                               KvLayout::kHND, 32, underflow.channels / 64);
+      }
+    }
+  }
+}
+
 // A page whose chunk-channels hold lone extremes wherever the tile encoder's lanes can hold a sampled one (row 0
 // or row 4 of an 8-token slice, either sign, each of a lane's 8 channels), pairs of extremes (no single), and lone
 // extremes off the sampled tokens: every path of its single removal, taken. Values in [-1, 1], extremes +-8.

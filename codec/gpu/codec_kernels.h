@@ -93,7 +93,8 @@ inline bool TakesTileBuckets(int bucket_count) { return bucket_count > 0 && buck
 // threshold's (bucket_count is a power of two, so [j / B, (j + 1) / B) lies in one binade), and bucket 0 holds no
 // threshold (FillLynxTables checks both). The tile encoder's arithmetic, shared with its host test: the b-bit code,
 // sign included, is the top byte of the sum (the kernel packs that byte as it is), in one of two forms.
-// Any b: `sign` is 0, or the code's sign bit << 24 (it adds to a magnitude of at most 127 without a carry).
+// Any b: `sign` is 0, or the code's sign bit << 24 (the magnitude, at most 2^(b-1) - 1, lies below the sign bit, so
+// the add is an OR).
 KVT_HOST_DEVICE uint32_t TileBucketSum(uint32_t entry, uint32_t a_bits, uint32_t sign) {
   return entry + (a_bits & 0x007FFFFFu) + sign;
 }
@@ -111,7 +112,7 @@ struct LynxDeviceTables {
   // The lynx tile encoder's shared bucket table, whose first bucket_count / 4 + 1 16-byte pieces it copies, when
   // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is bucket_base[j] << 24 | 2^24
   // less the mantissa of thresholds[bucket_base[j] + 1] if that threshold is below (j + 1) / bucket_count, else
-  // 2^23 (TileBucketCode), then padding to the piece. One word an entry, so that a warp's 32 lookups spread over
+  // 2^23 (TileBucketSum's entries), then padding to the piece. One word an entry, so that a warp's 32 lookups spread over
   // the 32 banks (two words an entry put a half-warp's 16 on 16 bank pairs). The tile encoder takes bucket_count
   // (and bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's host_tables) and
   // reads only the entries here.

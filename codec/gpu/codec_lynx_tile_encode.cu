@@ -204,7 +204,7 @@ __device__ __forceinline__ void SearchEnds2(const float* lo, const float* hi, co
 
 // What coding a value needs, uniform over the block.
 struct CodeTables {
-  // Bucket path (TileParams::bucket_copies > 0): the shared table of TileBucketCode entries j in 0..buckets
+  // Bucket path (TileParams::bucket_copies > 0): the shared table of TileBucketSum's entries j in 0..buckets
   // (codec_kernels.h), addressed as (bits(a + magic) << 2) + bucket_adj (see TileCode); magic = 2^23 / buckets.
   // 0 magic: the log-guess path, on `thr`.
   unsigned bucket_adj;
@@ -213,7 +213,7 @@ struct CodeTables {
   float alpha, inv_log1p_alpha;
   int max_code;
   uint32_t sign_bit;       // 1 << (b - 1)
-  uint32_t sign_bit_high;  // sign_bit << 24, TileBucketCode's sign addend
+  uint32_t sign_bit_high;  // sign_bit << 24, TileBucketSum's sign addend
 };
 
 // The b-bit code of x in a chunk with centre mu and inverse width inv (lynx_math.h FinalValue, MagnitudeCode), in
@@ -773,6 +773,11 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   // Entries 0..buckets of 4 bytes, in whole 16-byte pieces (the padding completes the last).
   p.bucket_copies = use_buckets ? buckets / 4 + 1 : 0;
   p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;
+  // The 8-bit layouts take the sign from bit 31 (TileBucketSum8): the tables must be the scheme's width.
+  if (host_tables.bits != p.total_bits) {
+    return absl::InternalError(absl::StrCat("lynx tables of ", host_tables.bits, " bits for a scheme of ",
+                                            p.total_bits, " code bits"));
+  }
   p.sign_bit = 1u << (host_tables.bits - 1);
   p.max_code = host_tables.max_code;
   p.alpha = host_tables.alpha;

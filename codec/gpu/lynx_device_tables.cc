@@ -23,10 +23,11 @@ void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTable
     d.corrections = t.corrections;
     for (int j = 0; j <= t.bucket_count; ++j) d.bucket_base[j] = static_cast<uint8_t>(t.bucket_base[j]);
     if (TakesTileBuckets(d.bucket_count)) {
-      // TileBucketCode's entries. The one threshold a bucket j may hold lies in (j / B, (j + 1) / B): thresholds
-      // at or below j / B are counted in its base. For j >= 1 that interval is inside one binade, so the
-      // threshold's mantissa is >= 1 and compares with a's alone. Bucket 0 holds none: B <= kMaxTileBuckets is
-      // below LynxTables' cap, so 1 / B <= the smallest gap between thresholds <= thresholds[1].
+      // codec_kernels.h TileBucketSum's entries. The one threshold a bucket j may hold lies in (j / B, (j + 1) / B):
+      // thresholds at or below j / B are counted in its base. For j >= 1 that interval is inside one binade, so
+      // the threshold compares with a's by mantissa alone, and its mantissa bits are nonzero (it is above j / B,
+      // at or above the binade's start), so 2^24 less them stays in the low 24 bits. Bucket 0 holds none: B <=
+      // kMaxTileBuckets is below LynxTables' cap, so 1 / B <= the smallest gap between thresholds <= thresholds[1].
       const float count = static_cast<float>(t.bucket_count);
       for (int j = 0; j <= t.bucket_count; ++j) {
         const int base = t.bucket_base[j];
@@ -34,6 +35,7 @@ void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTable
         const bool inside = thr < static_cast<float>(j + 1) / count;  // exact: B is a power of two
         assert(!inside || (j >= 1 && std::ilogb(thr) == std::ilogb(static_cast<float>(j) / count)));
         const uint32_t mantissa = absl::bit_cast<uint32_t>(thr) & 0x007FFFFFu;
+        assert(!inside || mantissa != 0);
         d.tile_buckets[j] = static_cast<uint32_t>(base) << 24 | (inside ? (1u << 24) - mantissa : 1u << 23);
       }
     }

@@ -148,12 +148,13 @@ TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceAtEveryEdge) {
   }
 }
 
-TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceOverASweepOfTheFloatsInMinusOneToOne) {
+TEST(LynxDeviceTablesTest, BucketCodesMatchTheReferenceOverASweepOfTheFloatsInMinusTwoToTwo) {
   const std::vector<Curve> curves = TileCurves();
   ASSERT_GE(curves.size(), 10u);
-  // Every 4099th bit pattern of each sign up to 1.0f (about 260 000 a sign), per curve.
+  // Every 4099th bit pattern of each sign up to 2.0f (about 260 000 a sign), per curve: past 1 too, where a is
+  // clamped and the 8-bit form still reads xf's own mantissa.
   std::vector<float> values;
-  for (uint32_t u = 0; u <= 0x3F800000u; u += 4099) {
+  for (uint32_t u = 0; u <= 0x40000000u; u += 4099) {
     values.push_back(absl::bit_cast<float>(u));
     values.push_back(absl::bit_cast<float>(u | 0x80000000u));
   }
@@ -214,7 +215,7 @@ TEST(LynxDeviceTablesTest, ARoundToNearestAddAndThresholdsOneEntryOffAreCaught) 
 
 // The entries' structure on every curve: the top byte is the bucket's base, bucket 0 and the last entry (a == 1)
 // hold no threshold, and a threshold left inside bucket j is the reference's next one, in the bucket's binade.
-// And a mantissa compare that ignored the carry (the low 24 bits taken as the threshold's whole) is caught.
+// And a kernel that took the entry's top byte alone (no carry) is caught.
 TEST(LynxDeviceTablesTest, EntriesHoldTheBaseAndTheNextThresholdsMantissaInsideItsBucket) {
   for (const Curve& curve : TileCurves()) {
     const auto t = cpu::GetLynxTables(curve.alpha, curve.top_width, curve.bits);
