@@ -112,10 +112,10 @@ struct LynxDeviceTables {
   // The lynx tile encoder's shared bucket table, whose first bucket_count / 4 + 1 16-byte pieces it copies, when
   // 0 < bucket_count <= kMaxTileBuckets (else unused): entry j in 0..bucket_count is bucket_base[j] << 24 | 2^24
   // less the mantissa of thresholds[bucket_base[j] + 1] if that threshold is below (j + 1) / bucket_count, else
-  // 2^23 (TileBucketSum's entries), then padding to the piece. One word an entry, so that a warp's 32 lookups spread over
-  // the 32 banks (two words an entry put a half-warp's 16 on 16 bank pairs). The tile encoder takes bucket_count
-  // (and bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's host_tables) and
-  // reads only the entries here.
+  // 2^23 (TileBucketSum's entries), then padding to the piece. One word an entry, so that a warp's 32 lookups
+  // spread over the 32 banks (two words an entry put a half-warp's 16 on 16 bank pairs). The tile encoder takes
+  // bucket_count (and bits, max_code, alpha, inv_log1p_alpha) from the host's copy at launch (LaunchEncode's
+  // host_tables) and reads only the entries here.
   alignas(16) uint32_t tile_buckets[kMaxTileBuckets + 4];
   float full_values[128];  // [I] for I in 0..M
   // Encode: the code-centre magnitudes of every partial stage's cells, concatenated as the anchor tables are

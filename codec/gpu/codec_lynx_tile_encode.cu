@@ -17,7 +17,7 @@
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
-#include "codec/gpu/proven_ends.h"
+#include "codec/gpu/codec_lynx_tile_ends.cuh"
 
 namespace kvt::codec::gpu::internal {
 namespace {
@@ -28,7 +28,6 @@ constexpr int kMaxChunks = 8;                                  // warps per bloc
 constexpr int kEndWords = kTileChannels * kEndPairBits / 32;  // 46 words: a chunk's end pairs of one group
 static_assert(kTileChannels == 64, "lane (s, g) covers 8 x 8 channels");
 static_assert(kTileChannels * kEndPairBits % 32 == 0, "a group's end pairs fill whole words");
-static_assert(kProvenGridMax == kEndGridMax, "proven_ends.h's grid is the kernels' (lynx_math.h's)");
 
 struct TileParams {
   KvGeometry src;
@@ -126,80 +125,6 @@ __device__ __forceinline__ uint32_t MinNan(uint32_t a, uint32_t b) {
 template <typename T>
 __device__ __forceinline__ uint32_t MaxNan(uint32_t a, uint32_t b) {
   return MinMaxNan<T, true>(a, b);
-}
-
-// The largest q with ChunkEnd(f, q) <= a, and the smallest q >= q_low with ChunkEnd(f, q) >= b, by bisection:
-// for frames outside proven_ends.h's domain (offsets past 1024 half-widths, half outside [2^-100, 2^100],
-// non-finite ranges, whose encode fails anyway), where any q the search would find is found (ChunkEnd is
-// non-decreasing in q). Small in registers, as it is inlined into a 64-register kernel; 12 ChunkEnd evaluations
-// an end.
-__device__ __forceinline__ int BisectEndBelow(const Frame& f, float a) {
-  int below = 0, above = kEndGridMax + 1;  // ChunkEnd(below) <= a (ChunkEnd(0) = lo); `above` past the answer
-#pragma unroll 1
-  while (above - below > 1) {
-    const int mid = (below + above) >> 1;
-    if (ChunkEnd(f, mid) <= a) {
-      below = mid;
-    } else {
-      above = mid;
-    }
-  }
-  return below;
-}
-__device__ __forceinline__ int BisectEndAbove(const Frame& f, float b, int q_low) {
-  int below = q_low - 1, above = kEndGridMax;  // ChunkEnd(above) >= b (ChunkEnd(4094) = hi); `below` short of it
-#pragma unroll 1
-  while (above - below > 1) {
-    const int mid = (below + above) >> 1;
-    if (ChunkEnd(f, mid) >= b) {
-      above = mid;
-    } else {
-      below = mid;
-    }
-  }
-  return above;
-}
-
-// A lane's two chunk-channels' ends (lynx_math.h QuantizeChunkEnds, midrange; q_high before QuantizeEndAbove's
-// max with q_low, which the caller takes) and ChunkEnd(f, q) of each, from the targets' grid positions
-// (proven_ends.h): one ChunkEnd evaluation an end, straight-line, where the search took four or more a
-// chunk-channel in loops that a warp ran whenever one of its 64 chunk-channels needed a step. False when an end is
-// left to SearchEnds2: a flat channel, a frame outside the proofs' domain, or a non-finite range.
-__device__ __forceinline__ bool ProvenEnds2(const Frame* f, const float* cmin, const float* cmax, int* q_low,
-                                            int* q_high, float* end_low, float* end_high) {
-  bool proven = true;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const ProvenFrame pf =
-        MakeProvenFrame(f[h].lo, f[h].hi, f[h].centre, f[h].half, RoundedReciprocal(f[h].half));
-    auto end = [&](int q) { return ChunkEnd(f[h], q); };
-    const bool below = ProvenEndBelow(pf, cmin[h], end, &q_low[h], &end_low[h]);
-    const bool above = ProvenEndAbove(pf, cmax[h], end, &q_high[h], &end_high[h]);
-    proven = proven && below && above;
-  }
-  return proven;
-}
-
-// The same by bisection, one chunk-channel at a time, for a lane ProvenEnds2 leaves (rare). It takes the frames'
-// ranges and rebuilds them, and reads the chunk ranges again from shared memory, so that nothing of ProvenEnds2
-// stays live for it: in a 64-register kernel that holds its rows throughout, its registers must come from there.
-__device__ __forceinline__ void SearchEnds2(const float* lo, const float* hi, const float* s_cmin,
-                                            const float* s_cmax, int* q_low, int* q_high, float* end_low,
-                                            float* end_high) {
-#pragma unroll 1
-  for (int h = 0; h < 2; ++h) {
-    const Frame f = MakeFrame(h == 0 ? lo[0] : lo[1], h == 0 ? hi[0] : hi[1]);
-    const float a = s_cmin[h], b = s_cmax[h];
-    const bool flat = f.half == 0.0f;
-    const int ql = flat ? 0 : BisectEndBelow(f, a);
-    const int qh = flat ? 0 : BisectEndAbove(f, b, ql);
-    const float el = ChunkEnd(f, ql), eh = ChunkEnd(f, qh);
-    if (h == 0) {
-      q_low[0] = ql, q_high[0] = qh, end_low[0] = el, end_high[0] = eh;
-    } else {
-      q_low[1] = ql, q_high[1] = qh, end_low[1] = el, end_high[1] = eh;
-    }
-  }
 }
 
 // What coding a value needs, uniform over the block.
@@ -756,6 +681,11 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_ex
 absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
                                   const LynxDeviceTables& host_tables, const KvGeometry& src, const PageShape& shape,
                                   const Staging& out, DeviceStatus* status, void* stream_handle) {
+  // The 8-bit layouts take the sign from bit 31 (TileBucketSum8): the tables must be the scheme's width.
+  if (host_tables.bits != scheme.total_code_bits()) {
+    return absl::InternalError(absl::StrCat("lynx tables of ", host_tables.bits, " bits for a scheme of ",
+                                            scheme.total_code_bits(), " code bits"));
+  }
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   TileParams p;
   p.src = src;
@@ -763,9 +693,8 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   p.out = out;
   p.status = status;
   p.num_streams = scheme.num_streams();
-  p.total_bits = 0;
+  p.total_bits = scheme.total_code_bits();
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
-  for (int i = 0; i < p.num_streams; ++i) p.total_bits += scheme.stage_bits[i];
   p.exact_extremes = exact_extremes;
   p.block_div = FastDivisor::For(src.block_tokens);
   const int buckets = host_tables.bucket_count;  // > 0 only with one correction
@@ -773,11 +702,6 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   // Entries 0..buckets of 4 bytes, in whole 16-byte pieces (the padding completes the last).
   p.bucket_copies = use_buckets ? buckets / 4 + 1 : 0;
   p.magic = use_buckets ? TileBucketMagic(buckets) : 0.0f;
-  // The 8-bit layouts take the sign from bit 31 (TileBucketSum8): the tables must be the scheme's width.
-  if (host_tables.bits != p.total_bits) {
-    return absl::InternalError(absl::StrCat("lynx tables of ", host_tables.bits, " bits for a scheme of ",
-                                            p.total_bits, " code bits"));
-  }
   p.sign_bit = 1u << (host_tables.bits - 1);
   p.max_code = host_tables.max_code;
   p.alpha = host_tables.alpha;
