@@ -131,9 +131,8 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
     st.histogram = pages.histogram();
     if (st.histogram != nullptr) {  // the scratch's layout: see DeviceEncodedPages::Create
       const size_t n = static_cast<size_t>(pages.num_pages());
-      st.group_histograms = st.histogram + 256 * n;
-      st.page_arrivals = st.group_histograms + internal::kTileGroupCounts * n * TileGroups(l.channels);
-      st.exclusions = reinterpret_cast<uint32_t*>(st.page_arrivals + n);
+      st.tile_counts = st.histogram + 256 * n;
+      st.exclusions = st.tile_counts + internal::kTileGroupCounts * n * TileGroups(l.channels);
     }
   }
   for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
@@ -210,10 +209,10 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(p->used_bytes()));
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
     // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), kTileGroupCounts per
-    // (page, tile group) (the tile encoder), one arrival counter per page (zero here; each tile launch leaves it
-    // zero), and 256 per (page, partial stage) for the exact-extremes rule's singles (the general encoder).
+    // (page, tile group) (the tile encoder), and 256 per (page, partial stage) for the exact-extremes rule's
+    // singles (the general encoder).
     const size_t words =
-        static_cast<size_t>(num_pages) * (256 + internal::kTileGroupCounts * TileGroups(shape.channels) + 1 +
+        static_cast<size_t>(num_pages) * (256 + internal::kTileGroupCounts * TileGroups(shape.channels) +
                                           256 * (shape.scheme.num_streams() - 1));
     KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
     KVT_RETURN_IF_ERROR(FillDevice(p->histogram_->get(), 0, sizeof(uint32_t) * words));

@@ -154,8 +154,9 @@ TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReferen
   }
 }
 
-// The page arrival counters and group counts are kept with the staging: two large batches through one staging must
-// encode as fresh staging does (a counter that did not come back to zero would give the second its tables early).
+// The tile encoder's group counts are kept with the staging: two large batches through one staging must encode as
+// fresh staging does (counts left from the first batch, or tables read before the encoder's grid ended, would give
+// the second wrong tables).
 TEST(CudaEncodeTest, LargeBatchesThroughKeptStagingEncodeAsFreshStaging) {
   SKIP_WITHOUT_CUDA();
   constexpr int kPages = 80, kBlocksPerPage = kLargeTokens / 16;

@@ -45,11 +45,9 @@ struct Staging {
   // Multi-stream lynx encode, the anchor tables' input: 256 u32 code counts per page (zeroed by the launch);
   // the tile encoder's instead: kTileGroupCounts per (page, group of kTileChannels channels), [page][group][...]
   // (the 256 code counts, then with the exact-extremes rule and 3+ streams each partial stage's 256 exclusion
-  // counts), each written by its block, and one arrival counter per page (zero when allocated; every tile launch
-  // leaves it zero).
+  // counts), each written by its block and summed by the tile encoder's table kernel.
   uint32_t* histogram = nullptr;
-  uint32_t* group_histograms = nullptr;
-  unsigned int* page_arrivals = nullptr;
+  uint32_t* tile_counts = nullptr;
   // The general encoder with the exact-extremes rule: the singles' code counts that each partial stage's table
   // leaves out, [page][partial stage][code] (256 * (streams - 1) u32 per page; zeroed by the launch).
   uint32_t* exclusions = nullptr;

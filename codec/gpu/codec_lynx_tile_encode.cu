@@ -10,10 +10,12 @@
 // the ends of two chunk-channels (from their grid positions, proven_ends.h), the warp writes its chunk's 46 words
 // of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 4-byte shared load
 // per value (bucket base and the one threshold mantissa left to compare) and whole bytes of every stream per store.
-// Multi-stream schemes: each block stores its code counts, and the page's last block to finish (an arrival counter
-// that wraps back to zero) sums them and writes the anchor tables, so one launch is the whole encode. With the
-// exact-extremes rule the lanes also mark their top-cell values as they code, and the values that are alone in
-// their chunk-channel's top cell leave the counts (lynx_extremes.h ExcludeSingleExtremes).
+// Multi-stream schemes: each block stores its code counts (Staging::tile_counts) and is done, with no fence and no
+// arrival counter, whose round trips every block used to wait out; a second kernel (LynxTileTableKernel),
+// launched as a programmatic dependent, waits for the encoder's grid, then sums each page's counts and writes its
+// anchor tables. With the exact-extremes rule the lanes also mark their top-cell values as they code, and the
+// values that are alone in their chunk-channel's top cell leave the counts (lynx_extremes.h
+// ExcludeSingleExtremes).
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
@@ -215,7 +217,6 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   __shared__ __align__(16) float s_cmax[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_mu[kMaxChunks][kTileChannels];
   __shared__ __align__(16) float s_inv[kMaxChunks][kTileChannels];
-  __shared__ bool s_last;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -223,6 +224,9 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const int g = lane & 7;  // channels [8 g, 8 g + 8) of the group
   const int s = lane >> 3;  // tokens [8 s, 8 s + 8) of the chunk
   const int page = blockIdx.y;
+  // The anchor-table kernel (a programmatic dependent) may start its blocks once every block here has started;
+  // it waits for this grid's end before it reads anything this grid writes.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int c0 = blockIdx.x * kTileChannels;
   const int channels = p.shape.channels;
   const int tokens = p.shape.tokens;
@@ -620,42 +624,62 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   }
   if (!counting) return;
 
-  // Multi-stream: this block's counts, then the page's last block writes the anchor tables.
+  // Multi-stream: this block's counts (then, with 3+ streams and the rule, each partial stage's exclusions).
   __syncthreads();
-  const int groups = channels / kTileChannels;
-  // Counts a block publishes: the code counts, then (3+ streams with the rule) each partial stage's exclusions.
-  const bool staged = kStreams == Streams::kStaged && excluding && partial > 1;
-  const int counts = staged ? 256 * (1 + partial) : 256;
-  uint32_t* page_hist = p.out.group_histograms + static_cast<size_t>(page) * groups * kTileGroupCounts;
+  const int counts = kStreams == Streams::kStaged && excluding && partial > 1 ? 256 * (1 + partial) : 256;
+  uint32_t* group_counts =
+      p.out.tile_counts + (static_cast<size_t>(page) * gridDim.x + blockIdx.x) * kTileGroupCounts;
   for (int i = tid; i < counts; i += blockDim.x) {
-    page_hist[blockIdx.x * kTileGroupCounts + i] = i < 256 ? s_hist[i] : s_excl[kExclStages == 1 ? 0 : i - 256];
+    group_counts[i] = i < 256 ? s_hist[i] : s_excl[kExclStages == 1 ? 0 : i - 256];
   }
-  // Every thread's counts are written; one thread fences for the block and arrives (cooperative groups' grid
-  // barrier pattern), and in the last block to arrive fences again before the block reads the others' counts.
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    const bool last = atomicInc(&p.out.page_arrivals[page], static_cast<unsigned>(groups - 1)) ==
-                      static_cast<unsigned>(groups - 1);
-    if (last) __threadfence();
-    s_last = last;
-  }
-  __syncthreads();
-  if (!s_last) return;
-  for (int i = tid; i < counts; i += blockDim.x) {
-    unsigned n = 0;
-    for (int gg = 0; gg < groups; ++gg) n += __ldcg(page_hist + gg * kTileGroupCounts + i);
-    if (i < 256) {
-      s_hist[i] = n;
-    } else {
-      s_excl[kExclStages == 1 ? 0 : i - 256] = n;
+}
+
+struct TableParams {
+  const uint32_t* tile_counts;
+  int groups;  // channel groups of a page (the encoder's grid width)
+  uint8_t* meta;
+  size_t meta_stride, tables_offset;
+  int table_floats;
+  int num_streams;
+  int stage_bits[kMaxStreams];
+  int total_bits;
+  bool staged;  // the counts hold each partial stage's exclusions after the code counts
+};
+
+// The anchor tables of page blockIdx.x from its groups' counts (AnchorTableEntry), launched as the encoder's
+// programmatic dependent, so that its blocks are resident while the encoder's last blocks run: it stages the full
+// values first (written before the encoder started), then waits for the encoder's grid to end and for its memory
+// (griddepcontrol.wait); each thread sums one count over the groups with its loads in flight together.
+__global__ void __launch_bounds__(256) LynxTileTableKernel(const TableParams p,
+                                                           const LynxDeviceTables* __restrict__ tables) {
+  __shared__ unsigned s_counts[kTileGroupCounts];
+  __shared__ float s_full[128];
+  static_assert(sizeof(s_full) == sizeof(LynxDeviceTables::full_values), "every full value");
+  const int tid = threadIdx.x;
+  for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const uint32_t* page_counts = p.tile_counts + static_cast<size_t>(blockIdx.x) * p.groups * kTileGroupCounts;
+  const int n = p.staged ? 256 * p.num_streams : 256;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const uint32_t* q = page_counts + i;
+    unsigned sum = 0;
+    int g = 0;
+    for (; g + 16 <= p.groups; g += 16) {  // 16 groups: Llama-3.1-8B's 1024 channels in one round trip
+      unsigned c[16];
+#pragma unroll
+      for (int u = 0; u < 16; ++u) c[u] = __ldcg(q + (g + u) * kTileGroupCounts);
+#pragma unroll
+      for (int u = 0; u < 16; ++u) sum += c[u];
     }
+    for (; g < p.groups; ++g) sum += __ldcg(q + g * kTileGroupCounts);
+    s_counts[i] = sum;
   }
   __syncthreads();
-  for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
-    const float v = AnchorTableEntry(j, s_hist, staged ? s_excl : nullptr, p.num_streams, p.stage_bits,
-                                     p.total_bits, tables);
-    StoreF32(meta + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
+  uint8_t* meta = p.meta + blockIdx.x * p.meta_stride + p.tables_offset;
+  for (int j = tid; j < p.table_floats; j += blockDim.x) {
+    const float v = AnchorTableEntry(j, s_counts, p.staged ? s_counts + 256 : nullptr, p.num_streams, p.stage_bits,
+                                     p.total_bits, s_full, tables);
+    StoreF32(meta + 4 * static_cast<size_t>(j), v);
   }
 }
 
@@ -671,8 +695,7 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_ex
     return false;
   }
   if (shape.channels % kTileChannels != 0 || src.head_dim % 8 != 0 || !Aligned16(src.data)) return false;
-  if (scheme.num_streams() > 1 && (out.group_histograms == nullptr || out.page_arrivals == nullptr ||
-                                   out.table_floats <= 0 || out.table_floats > 128)) {
+  if (scheme.num_streams() > 1 && (out.tile_counts == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
     return false;
   }
   return true;
@@ -731,10 +754,35 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
         return launch(LynxTileEncodeKernel<T, Streams::kStaged>);
     }
   };
-  return ForDType(src.dtype, [&](auto tag) {
+  const absl::Status encoded = ForDType(src.dtype, [&](auto tag) {
     by_streams(tag);
     return LaunchError("LynxTileEncodeKernel");
   });
+  if (!encoded.ok() || n == 1) return encoded;
+
+  // The anchor tables, as a programmatic dependent: its blocks may be resident while the encoder's last blocks run.
+  TableParams tp;
+  tp.tile_counts = out.tile_counts;
+  tp.groups = static_cast<int>(grid.x);
+  tp.meta = out.meta;
+  tp.meta_stride = out.meta_stride;
+  tp.tables_offset = out.tables_offset;
+  tp.table_floats = out.table_floats;
+  tp.num_streams = n;
+  for (int i = 0; i < kMaxStreams; ++i) tp.stage_bits[i] = p.stage_bits[i];
+  tp.total_bits = p.total_bits;
+  tp.staged = exact_extremes && n > 2;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(shape.num_pages);
+  config.blockDim = dim3(256);
+  config.stream = stream;
+  cudaLaunchAttribute early = {};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, LynxTileTableKernel, tp, tables);
+  return LaunchError("LynxTileTableKernel");
 }
 
 }  // namespace kvt::codec::gpu::internal
