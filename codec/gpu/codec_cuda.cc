@@ -504,7 +504,13 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
   DeviceEncodedPages& out = *staging.pages;
   KVT_RETURN_IF_ERROR(out.SetNumPages(num_pages));  // a decode may have laid out a smaller batch
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, staging.block_ids, stream));
-  KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, out, stream));
+  const absl::Status launched = EncodePagesCudaAsync(options, src, d_ids, out, stream);
+  if (!launched.ok()) {
+    // A kernel queued before the failing launch may still report into the status word: read it back and clear
+    // it (best effort), so that the next encode through this staging is not blamed for this one's input.
+    CheckDeviceStatus(out, stream).IgnoreError();
+    return launched;
+  }
   KVT_RETURN_IF_ERROR(CheckDeviceStatus(out, stream));
   return &out;
 }

@@ -520,8 +520,8 @@ __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, c
 
 // ---- Launch plumbing -------------------------------------------------------------------------------------
 
-absl::Status LaunchError(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
+// A launch's error `e` as a Status naming `kernel` (OK for cudaSuccess); LaunchError: the last one's.
+absl::Status LaunchStatus(const char* kernel, cudaError_t e) {
   if (e == cudaSuccess) return absl::OkStatus();
   const std::string msg = absl::StrCat("launch of ", kernel, ": ", cudaGetErrorName(e), " (",
                                        cudaGetErrorString(e), ")");
@@ -530,6 +530,7 @@ absl::Status LaunchError(const char* kernel) {
   }
   return absl::InternalError(msg);
 }
+absl::Status LaunchError(const char* kernel) { return LaunchStatus(kernel, cudaGetLastError()); }
 
 // The CUDA element type of a DType, as a tag: ForDType(dtype, f) calls f(TypeTag<T>{}) with T = float,
 // __nv_bfloat16 or __half and returns what f returns (INTERNAL for a DType it does not know).

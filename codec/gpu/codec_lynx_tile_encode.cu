@@ -11,9 +11,8 @@
 // of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 4-byte shared load
 // per value (bucket base and the one threshold mantissa left to compare) and whole bytes of every stream per store.
 // Multi-stream schemes: each block stores its code counts (Staging::tile_counts) and is done, with no fence and no
-// arrival counter, whose round trips every block used to wait out; a second kernel (LynxTileTableKernel),
-// launched as a programmatic dependent, waits for the encoder's grid, then sums each page's counts and writes its
-// anchor tables. With the exact-extremes rule the lanes also mark their top-cell values as they code, and the
+// arrival counter; a second kernel (LynxTileTableKernel), launched as a programmatic dependent, waits for the
+// encoder's grid, then sums each page's counts and writes its anchor tables. With the exact-extremes rule the lanes also mark their top-cell values as they code, and the
 // values that are alone in their chunk-channel's top cell leave the counts (lynx_extremes.h
 // ExcludeSingleExtremes).
 #include <type_traits>
@@ -224,8 +223,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const int g = lane & 7;  // channels [8 g, 8 g + 8) of the group
   const int s = lane >> 3;  // tokens [8 s, 8 s + 8) of the chunk
   const int page = blockIdx.y;
-  // The anchor-table kernel (a programmatic dependent) may start its blocks once every block here has started;
-  // it waits for this grid's end before it reads anything this grid writes.
+  // The anchor-table kernel (a programmatic dependent) may start its blocks once every block here has executed
+  // this or exited; it waits for this grid's end before it reads anything this grid writes.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int c0 = blockIdx.x * kTileChannels;
   const int channels = p.shape.channels;
@@ -781,7 +780,12 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
   config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, LynxTileTableKernel, tp, tables);
+  // On failure the encoder is queued already and still runs (EncodeIntoStaging clears the status it may report).
+  const cudaError_t e = cudaLaunchKernelEx(&config, LynxTileTableKernel, tp, tables);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // returned here
+    return LaunchStatus("LynxTileTableKernel", e);
+  }
   return LaunchError("LynxTileTableKernel");
 }
 
