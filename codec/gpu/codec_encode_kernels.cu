@@ -390,7 +390,8 @@ __global__ void __launch_bounds__(128) AnchorTableKernel(const EncodeParams p, c
   const uint32_t* excl =
       p.out.exclusions != nullptr ? p.out.exclusions + static_cast<size_t>(page) * 256 * (p.num_streams - 1) : nullptr;
   const float v = AnchorTableEntry(j, p.out.histogram + static_cast<size_t>(page) * 256, excl, p.num_streams,
-                                   p.stage_bits, p.total_bits, tables->full_values, tables);
+                                   p.stage_bits, p.total_bits, tables->full_values,
+                                   tables->anchor_fallback);
   StoreF32(p.out.meta + page * p.out.meta_stride + p.out.tables_offset + 4 * static_cast<size_t>(j), v);
 }
 

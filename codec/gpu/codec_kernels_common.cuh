@@ -491,10 +491,10 @@ __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
 // 256 code counts `hist` (sign:magnitude codes of the sampled tokens): lynx_math.cc ConditionalMeanTable, the
 // CPU's double operations in the CPU's order. `excl` (null: none): the page's [partial stage][code] counts of
 // the exact-extremes rule's singles, left out of that stage's table (lynx_extremes.h ExcludeSingleExtremes).
-// `full_values`: LynxDeviceTables::full_values, or a copy of them in shared memory.
+// `full_values` and `anchor_fallback`: LynxDeviceTables' (full_values may be a copy in shared memory).
 __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, const uint32_t* excl, int num_streams,
                                                   const int* stage_bits, int total_bits, const float* full_values,
-                                                  const LynxDeviceTables* tables) {
+                                                  const float* anchor_fallback) {
   int known = 0, first = 0, stage = 0;
   for (int s = 0; s + 1 < num_streams; ++s) {
     known += stage_bits[s];
@@ -508,14 +508,13 @@ __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, c
   const int sign = 1 << (total_bits - 1);
   double sum = 0.0;
   unsigned long long n = 0;
-#pragma unroll 4
   for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
     unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
     if (minus != nullptr) c -= static_cast<unsigned long long>(minus[i]) + minus[i | sign];
     sum += static_cast<double>(c) * static_cast<double>(full_values[i]);
     n += c;
   }
-  return n == 0 ? tables->anchor_fallback[j] : static_cast<float>(sum / static_cast<double>(n));
+  return n == 0 ? anchor_fallback[j] : static_cast<float>(sum / static_cast<double>(n));
 }
 
 // ---- Launch plumbing -------------------------------------------------------------------------------------

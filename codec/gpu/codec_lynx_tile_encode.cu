@@ -12,9 +12,9 @@
 // per value (bucket base and the one threshold mantissa left to compare) and whole bytes of every stream per store.
 // Multi-stream schemes: each block stores its code counts (Staging::tile_counts) and is done, with no fence and no
 // arrival counter; a second kernel (LynxTileTableKernel), launched as a programmatic dependent, waits for the
-// encoder's grid, then sums each page's counts and writes its anchor tables. With the exact-extremes rule the lanes also mark their top-cell values as they code, and the
-// values that are alone in their chunk-channel's top cell leave the counts (lynx_extremes.h
-// ExcludeSingleExtremes).
+// encoder's grid, then sums each page's counts and writes its anchor tables. With the exact-extremes rule the lanes
+// also mark their top-cell values as they code, and the values that are alone in their chunk-channel's top cell
+// leave the counts (lynx_extremes.h ExcludeSingleExtremes).
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
@@ -39,6 +39,9 @@ struct TileParams {
   int stage_bits[kMaxStreams];
   int total_bits;
   bool exact_extremes;  // the anchor tables leave out the rule's singles
+  // With the rule and 3+ streams (kStaged), each partial stage's exclusion counts follow a block's code counts in
+  // Staging::tile_counts, and the table kernel sums those too.
+  bool staged_counts;
   FastDivisor block_div;  // src.block_tokens
   // The bucket path (LynxDeviceTables::tile_buckets): the 16-byte pieces of the table its bucket_count uses, and
   // the magic addend; 0 pieces for the log-guess path.
@@ -625,7 +628,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
 
   // Multi-stream: this block's counts (then, with 3+ streams and the rule, each partial stage's exclusions).
   __syncthreads();
-  const int counts = kStreams == Streams::kStaged && excluding && partial > 1 ? 256 * (1 + partial) : 256;
+  const int counts = kStreams == Streams::kStaged && p.staged_counts ? 256 * p.num_streams : 256;
   uint32_t* group_counts =
       p.out.tile_counts + (static_cast<size_t>(page) * gridDim.x + blockIdx.x) * kTileGroupCounts;
   for (int i = tid; i < counts; i += blockDim.x) {
@@ -633,23 +636,11 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   }
 }
 
-struct TableParams {
-  const uint32_t* tile_counts;
-  int groups;  // channel groups of a page (the encoder's grid width)
-  uint8_t* meta;
-  size_t meta_stride, tables_offset;
-  int table_floats;
-  int num_streams;
-  int stage_bits[kMaxStreams];
-  int total_bits;
-  bool staged;  // the counts hold each partial stage's exclusions after the code counts
-};
-
-// The anchor tables of page blockIdx.x from its groups' counts (AnchorTableEntry), launched as the encoder's
-// programmatic dependent, so that its blocks are resident while the encoder's last blocks run: it stages the full
-// values first (written before the encoder started), then waits for the encoder's grid to end and for its memory
-// (griddepcontrol.wait); each thread sums one count over the groups with its loads in flight together.
-__global__ void __launch_bounds__(256) LynxTileTableKernel(const TableParams p,
+// The anchor tables of page blockIdx.x from its groups' counts (AnchorTableEntry), launched with the encoder's
+// parameters as its programmatic dependent, so that its blocks are resident while the encoder's last blocks run:
+// it stages the full values first (written before the encoder started), then waits for the encoder's grid to end
+// and for its memory (griddepcontrol.wait); each thread sums one count over the groups.
+__global__ void __launch_bounds__(256) LynxTileTableKernel(const TileParams p,
                                                            const LynxDeviceTables* __restrict__ tables) {
   __shared__ unsigned s_counts[kTileGroupCounts];
   __shared__ float s_full[128];
@@ -657,27 +648,20 @@ __global__ void __launch_bounds__(256) LynxTileTableKernel(const TableParams p,
   const int tid = threadIdx.x;
   for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const uint32_t* page_counts = p.tile_counts + static_cast<size_t>(blockIdx.x) * p.groups * kTileGroupCounts;
-  const int n = p.staged ? 256 * p.num_streams : 256;
+  const int groups = p.shape.channels / kTileChannels;  // the encoder's grid width
+  const uint32_t* page_counts = p.out.tile_counts + static_cast<size_t>(blockIdx.x) * groups * kTileGroupCounts;
+  const int n = p.staged_counts ? 256 * p.num_streams : 256;
   for (int i = tid; i < n; i += blockDim.x) {
-    const uint32_t* q = page_counts + i;
     unsigned sum = 0;
-    int g = 0;
-    for (; g + 16 <= p.groups; g += 16) {  // 16 groups: Llama-3.1-8B's 1024 channels in one round trip
-      unsigned c[16];
-#pragma unroll
-      for (int u = 0; u < 16; ++u) c[u] = __ldcg(q + (g + u) * kTileGroupCounts);
-#pragma unroll
-      for (int u = 0; u < 16; ++u) sum += c[u];
-    }
-    for (; g < p.groups; ++g) sum += __ldcg(q + g * kTileGroupCounts);
+#pragma unroll 16
+    for (int g = 0; g < groups; ++g) sum += __ldcg(page_counts + g * kTileGroupCounts + i);
     s_counts[i] = sum;
   }
   __syncthreads();
-  uint8_t* meta = p.meta + blockIdx.x * p.meta_stride + p.tables_offset;
-  for (int j = tid; j < p.table_floats; j += blockDim.x) {
-    const float v = AnchorTableEntry(j, s_counts, p.staged ? s_counts + 256 : nullptr, p.num_streams, p.stage_bits,
-                                     p.total_bits, s_full, tables);
+  uint8_t* meta = p.out.meta + blockIdx.x * p.out.meta_stride + p.out.tables_offset;
+  for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
+    const float v = AnchorTableEntry(j, s_counts, p.staged_counts ? s_counts + 256 : nullptr, p.num_streams,
+                                     p.stage_bits, p.total_bits, s_full, tables->anchor_fallback);
     StoreF32(meta + 4 * static_cast<size_t>(j), v);
   }
 }
@@ -718,6 +702,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   p.total_bits = scheme.total_code_bits();
   for (int i = 0; i < kMaxStreams; ++i) p.stage_bits[i] = i < p.num_streams ? scheme.stage_bits[i] : 0;
   p.exact_extremes = exact_extremes;
+  p.staged_counts = exact_extremes && p.num_streams > 2;
   p.block_div = FastDivisor::For(src.block_tokens);
   const int buckets = host_tables.bucket_count;  // > 0 only with one correction
   const bool use_buckets = TakesTileBuckets(buckets);
@@ -760,17 +745,6 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   if (!encoded.ok() || n == 1) return encoded;
 
   // The anchor tables, as a programmatic dependent: its blocks may be resident while the encoder's last blocks run.
-  TableParams tp;
-  tp.tile_counts = out.tile_counts;
-  tp.groups = static_cast<int>(grid.x);
-  tp.meta = out.meta;
-  tp.meta_stride = out.meta_stride;
-  tp.tables_offset = out.tables_offset;
-  tp.table_floats = out.table_floats;
-  tp.num_streams = n;
-  for (int i = 0; i < kMaxStreams; ++i) tp.stage_bits[i] = p.stage_bits[i];
-  tp.total_bits = p.total_bits;
-  tp.staged = exact_extremes && n > 2;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(shape.num_pages);
   config.blockDim = dim3(256);
@@ -781,7 +755,7 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
   config.attrs = &early;
   config.numAttrs = 1;
   // On failure the encoder is queued already and still runs (EncodeIntoStaging clears the status it may report).
-  const cudaError_t e = cudaLaunchKernelEx(&config, LynxTileTableKernel, tp, tables);
+  const cudaError_t e = cudaLaunchKernelEx(&config, LynxTileTableKernel, p, tables);
   if (e != cudaSuccess) {
     cudaGetLastError();  // returned here
     return LaunchStatus("LynxTileTableKernel", e);
