@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <string>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
 #include "codec/gpu/lynx_device_tables.h"
@@ -176,6 +179,15 @@ absl::StatusOr<int> PagesFromBlockIds(const PagedKvView& kv, int tokens, absl::S
   return static_cast<int>(ids.size() / bpp);
 }
 
+// What a page layout's lynx tables are made from (DeviceEncodedPages::StageTables' key): the scheme, alpha and
+// top width (as bits: equal keys mean equal tables).
+// (The launchers build the tables in StageTables' host copy, a std::vector's bytes.)
+static_assert(alignof(internal::LynxDeviceTables) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "new aligns them");
+std::string TablesKey(const ContainerLayout& l) {
+  return absl::StrCat(l.scheme.Name(), "/", absl::bit_cast<uint32_t>(l.alpha), "/",
+                      absl::bit_cast<uint32_t>(l.top_width));
+}
+
 }  // namespace
 
 size_t KvDTypeBytes(KvDType dtype) { return dtype == KvDType::kFloat32 ? 4 : 2; }
@@ -251,18 +263,23 @@ absl::Status DeviceEncodedPages::SetNumPages(int num_pages) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<const void*> DeviceEncodedPages::StageTables(int slot, const void* bytes, size_t n,
-                                                             CudaStream stream) const {
+absl::StatusOr<DeviceEncodedPages::StagedTables> DeviceEncodedPages::StageTables(
+    int slot, const std::string& key, size_t n, const std::function<void(void*)>& fill, CudaStream stream) const {
+  if (key.empty()) return absl::InternalError("staged tables need a key");
   std::vector<uint8_t>& host = tables_host_[slot];
+  std::string& staged = tables_key_[slot];
   if (tables_[slot] == nullptr || tables_[slot]->size() != n) {
+    staged.clear();
     KVT_ASSIGN_OR_RETURN(tables_[slot], DeviceBuffer::Create(n));
-    host.clear();
   }
-  if (host.size() != n || std::memcmp(host.data(), bytes, n) != 0) {
-    host.assign(static_cast<const uint8_t*>(bytes), static_cast<const uint8_t*>(bytes) + n);
+  if (staged != key) {
+    staged.clear();  // set again only once the upload is queued
+    host.assign(n, 0);
+    fill(host.data());
     KVT_RETURN_IF_ERROR(CopyToDevice(tables_[slot]->get(), host.data(), n, stream));
+    staged = key;
   }
-  return static_cast<const void*>(tables_[slot]->get());
+  return StagedTables{tables_[slot]->get(), host.data()};
 }
 
 size_t DeviceEncodedPages::payload_bytes() const {
@@ -385,17 +402,24 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
         ") disagree with the batch's (", l.chunk_tokens, ", ", l.alpha, ", ", l.top_width, ")"));
   }
   if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
-  internal::LynxDeviceTables tables;
   const internal::LynxDeviceTables* tp = nullptr;
+  const internal::LynxDeviceTables* host_tables = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
-    const auto t = cpu::GetLynxTables(l.alpha, l.top_width, l.scheme.total_code_bits());
-    internal::FillLynxTables(*t, tables);
-    internal::FillAnchorFallback(*t, l.scheme, tables);
-    KVT_ASSIGN_OR_RETURN(const void* staged, out.StageTables(0, &tables, sizeof(tables), stream));
-    tp = static_cast<const internal::LynxDeviceTables*>(staged);
+    KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages::StagedTables staged,
+                         out.StageTables(0, TablesKey(l), sizeof(internal::LynxDeviceTables),
+                                         [&l](void* bytes) {
+                                           auto* tables = new (bytes) internal::LynxDeviceTables;
+                                           const auto t =
+                                               cpu::GetLynxTables(l.alpha, l.top_width, l.scheme.total_code_bits());
+                                           internal::FillLynxTables(*t, *tables);
+                                           internal::FillAnchorFallback(*t, l.scheme, *tables);
+                                         },
+                                         stream));
+    tp = static_cast<const internal::LynxDeviceTables*>(staged.device);
+    host_tables = static_cast<const internal::LynxDeviceTables*>(staged.host);
   }
   return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, options.exact_extremes, tp,
-                                tp == nullptr ? nullptr : &tables, Geometry(src, l.tokens, device_block_ids),
+                                host_tables, Geometry(src, l.tokens, device_block_ids),
                                 Shape(out), StagingOf(out),
                                 static_cast<internal::DeviceStatus*>(out.status_word()), stream.handle);
 }
@@ -415,27 +439,32 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
         absl::StrCat("destination KV has ", dst.channels(), " channels but the pages have ", l.channels));
   }
   if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
-  internal::LynxDeviceTables tables;
   const internal::LynxDeviceTables* tp = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
-    const int bits = l.scheme.total_code_bits();
-    const auto t = cpu::GetLynxTables(l.alpha, l.top_width, bits);
-    internal::FillLynxTables(*t, tables);
-    int known = 0;
-    for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
-    const std::vector<float>& dec = t->decode_table(known, rule);
-    for (size_t i = 0; i < dec.size(); ++i) tables.decode[i] = dec[i];
-    if (rule == AnchorRule::kConditionalMean && known < bits) {
-      // The page's stored table of this stage: the concatenated tables of the stages before it come first.
-      tables.decode_from_page = 1;
-      int k = 0;
-      for (int i = 0; i + 1 < stages; ++i) {
-        k += l.scheme.stage_bits[i];
-        tables.table_first += 1 << (k - 1);
+    auto fill = [&l, stages, rule](void* bytes) {
+      auto& tables = *new (bytes) internal::LynxDeviceTables;
+      const int bits = l.scheme.total_code_bits();
+      const auto t = cpu::GetLynxTables(l.alpha, l.top_width, bits);
+      internal::FillLynxTables(*t, tables);
+      int known = 0;
+      for (int i = 0; i < stages; ++i) known += l.scheme.stage_bits[i];
+      const std::vector<float>& dec = t->decode_table(known, rule);
+      for (size_t i = 0; i < dec.size(); ++i) tables.decode[i] = dec[i];
+      if (rule == AnchorRule::kConditionalMean && known < bits) {
+        // The page's stored table of this stage: the concatenated tables of the stages before it come first.
+        tables.decode_from_page = 1;
+        int k = 0;
+        for (int i = 0; i + 1 < stages; ++i) {
+          k += l.scheme.stage_bits[i];
+          tables.table_first += 1 << (k - 1);
+        }
       }
-    }
-    KVT_ASSIGN_OR_RETURN(const void* staged, in.StageTables(1, &tables, sizeof(tables), stream));
-    tp = static_cast<const internal::LynxDeviceTables*>(staged);
+    };
+    KVT_ASSIGN_OR_RETURN(
+        const DeviceEncodedPages::StagedTables staged,
+        in.StageTables(1, absl::StrCat(TablesKey(l), "/", stages, "/", static_cast<int>(rule)),
+                       sizeof(internal::LynxDeviceTables), fill, stream));
+    tp = static_cast<const internal::LynxDeviceTables*>(staged.device);
   }
   const internal::KvGeometry geometry = Geometry(dst, l.tokens, device_block_ids);
   return internal::LaunchDecode(l.scheme, stages, options.exact_extremes, tp, StagingOf(in), Shape(in), geometry,

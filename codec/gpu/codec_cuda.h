@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -92,10 +93,17 @@ class DeviceEncodedPages {
   // Multi-stream lynx: the encoder's scratch for the anchor tables (code counts, codec_kernels.h Staging); else
   // null.
   uint32_t* histogram() const { return histogram_ ? static_cast<uint32_t*>(histogram_->get()) : nullptr; }
-  // For the launchers: a device copy of `bytes` (the lynx tables of a launch) in slot 0 (encode) or 1 (decode),
-  // uploaded on `stream` only when it differs from the slot's last contents. Valid until the next call for the
-  // slot.
-  absl::StatusOr<const void*> StageTables(int slot, const void* bytes, size_t n, CudaStream stream) const;
+  // For the launchers: the n bytes of a launch's lynx tables (internal::LynxDeviceTables) in slot 0 (encode) or
+  // 1 (decode), on the device and on the host. `key` names everything they are made from (non-empty). Only when
+  // it differs from the slot's last does `fill` write them into the zeroed host copy and `stream` upload them, so
+  // calls with the same scheme and options pay neither the filling (a few microseconds of host time before the
+  // launch) nor a copy. Both copies stay valid until the next call for the slot.
+  struct StagedTables {
+    const void* device = nullptr;
+    const void* host = nullptr;
+  };
+  absl::StatusOr<StagedTables> StageTables(int slot, const std::string& key, size_t n,
+                                           const std::function<void(void*)>& fill, CudaStream stream) const;
 
   // Whether ToContainers and FromContainers stage through pinned host memory (true DMA; worth its allocation
   // when this object serves many calls, as a PageStaging's does) or pageable memory (the default). Set before
@@ -133,6 +141,7 @@ class DeviceEncodedPages {
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
+  mutable std::array<std::string, 2> tables_key_;  // empty: nothing staged
   // The host side of FromContainers: a mirror of buffer_, made at first use and kept (zeroed once; after
   // SetNumPages moves the ranges, padding may hold earlier bytes, which no kernel uses: they mask partial
   // words); pinned with pinned_host_ (pageable if pinning fails).

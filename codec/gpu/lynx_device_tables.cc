@@ -12,7 +12,7 @@
 namespace kvt::codec::gpu::internal {
 
 void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTables& d) {
-  std::memset(&d, 0, sizeof(d));  // padding and unused entries too: StageTables compares bytes
+  std::memset(&d, 0, sizeof(d));  // padding and unused entries too: the bytes uploaded are the tables' alone
   for (int k = 0; k < 128 + kMaxDeviceCorrections; ++k) {
     d.thresholds[k] = k <= t.max_code ? t.thresholds[k] : INFINITY;
   }

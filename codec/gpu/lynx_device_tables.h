@@ -11,7 +11,7 @@
 namespace kvt::codec::gpu::internal {
 
 // Every field but the decode launch's (decode, decode_from_page, table_first) and anchor_fallback; zeroes the
-// rest, padding included (StageTables compares bytes).
+// rest, padding included (the staged bytes depend on the tables alone).
 void FillLynxTables(const ::kvt::codec::internal::LynxTables& t, LynxDeviceTables& d);
 
 // anchor_fallback: the code-centre magnitudes of every partial stage of `scheme`, concatenated like the
