@@ -1,0 +1,110 @@
+// StreamGate (stream_gate.h): work behind a closed gate waits for Open, a gate nobody opens gives up at its
+// deadline and says so, and a stretch timed behind a gate holds none of the host's time. Part of
+// codec_cuda_test; every test skips (GTEST_SKIP) when no CUDA device is present.
+#include "codec/gpu/stream_gate.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "codec/gpu/codec_cuda_test_util.h"
+#include "codec/gpu/cuda_util.h"
+#include "gtest/gtest.h"
+
+namespace kvt::codec::gpu {
+namespace {
+
+struct Gated {
+  std::unique_ptr<OwnedCudaStream> owned;
+  CudaStream stream;
+  std::unique_ptr<StreamGate> gate;
+};
+
+Gated MakeGated() {
+  Gated g;
+  g.owned = OwnedCudaStream::Create().value();
+  g.stream = g.owned->get();
+  g.gate = StreamGate::Create().value();
+  return g;
+}
+
+TEST(StreamGate, HoldsTheStreamsWorkUntilOpened) {
+  SKIP_WITHOUT_CUDA();
+  Gated g = MakeGated();
+  auto buf = DeviceBuffer::Create(4096).value();
+  ASSERT_TRUE(FillDevice(buf->get(), 0, 4096, g.stream).ok());
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  ASSERT_TRUE(g.gate->Close(g.stream).ok());
+  ASSERT_TRUE(FillDevice(buf->get(), 0xAB, 4096, g.stream).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(StreamIdle(g.stream).value()) << "the fill ran before the gate opened";
+  std::vector<uint8_t> host(4096, 1);
+  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096).ok());  // legacy stream: not held by the gate
+  EXPECT_EQ(host[0], 0);
+  EXPECT_EQ(host[4095], 0);
+  g.gate->Open();
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_TRUE(g.gate->Passed().ok()) << g.gate->Passed();
+  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096, g.stream).ok());
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_EQ(host[0], 0xAB);
+  EXPECT_EQ(host[4095], 0xAB);
+}
+
+TEST(StreamGate, AGateNobodyOpensGivesUpAtItsDeadlineAndSaysSo) {
+  SKIP_WITHOUT_CUDA();
+  Gated g = MakeGated();
+  EXPECT_EQ(g.gate->Passed().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(g.gate->Close(g.stream, /*timeout_ms=*/5).ok());
+  ASSERT_TRUE(Synchronize(g.stream).ok());  // returns without Open
+  EXPECT_EQ(g.gate->Passed().code(), absl::StatusCode::kDeadlineExceeded);
+  // Opened late, it closes again, and this time passes.
+  g.gate->Open();
+  ASSERT_TRUE(g.gate->Close(g.stream).ok());
+  g.gate->Open();
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_TRUE(g.gate->Passed().ok()) << g.gate->Passed();
+}
+
+TEST(StreamGate, RejectsASecondCloseAndABadTimeout) {
+  SKIP_WITHOUT_CUDA();
+  Gated g = MakeGated();
+  EXPECT_EQ(g.gate->Close(g.stream, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.gate->Close(g.stream, -1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(g.gate->Close(g.stream).ok());
+  EXPECT_EQ(g.gate->Close(g.stream).code(), absl::StatusCode::kInvalidArgument);
+  g.gate->Open();
+  g.gate->Open();  // nothing to open
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_TRUE(g.gate->Passed().ok());
+}
+
+// The point of the gate: host time between the events is not timed. Without it, a 30 ms host pause between the
+// start event and the work is all timed.
+TEST(StreamGate, ATimedStretchBehindAGateHoldsNoneOfTheHostsTime) {
+  SKIP_WITHOUT_CUDA();
+  Gated g = MakeGated();
+  auto timer = CudaEventTimer::Create().value();
+  auto buf = DeviceBuffer::Create(1 << 20).value();
+  const auto pause = std::chrono::milliseconds(30);
+
+  ASSERT_TRUE(timer->Start(g.stream).ok());
+  std::this_thread::sleep_for(pause);
+  ASSERT_TRUE(FillDevice(buf->get(), 1, 1 << 20, g.stream).ok());
+  ASSERT_TRUE(timer->Stop(g.stream).ok());
+  const float idle_ms = timer->ElapsedMs().value();
+  EXPECT_GE(idle_ms, 29.0f);
+
+  ASSERT_TRUE(g.gate->Close(g.stream).ok());
+  ASSERT_TRUE(timer->Start(g.stream).ok());
+  std::this_thread::sleep_for(pause);
+  ASSERT_TRUE(FillDevice(buf->get(), 2, 1 << 20, g.stream).ok());
+  ASSERT_TRUE(timer->Stop(g.stream).ok());
+  g.gate->Open();
+  const float gated_ms = timer->ElapsedMs().value();
+  ASSERT_TRUE(g.gate->Passed().ok()) << g.gate->Passed();
+  EXPECT_LT(gated_ms, 10.0f) << "the host's pause was timed";
+}
+
+}  // namespace
+}  // namespace kvt::codec::gpu
