@@ -174,11 +174,35 @@ __device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, unsi
 __device__ __forceinline__ uint32_t NibbleTops(uint32_t w) { return w & (w >> 1) & (w >> 2) & 0x11111111u; }
 __device__ __forceinline__ uint32_t NibbleSigns(uint32_t w) { return (w >> 3) & 0x11111111u; }
 // The word's top cells, bit 4 e for nibble e's channel if positive, bit 4 e + 1 if negative (a negative's mark
-// moves up from bit 4 e): the exact-extremes rule's marks in the tile encoder and the tile decoder (TopCells).
+// moves up from bit 4 e): TopCells' nibble layout.
 __device__ __forceinline__ uint32_t NibbleTopCells(uint32_t w) {
   const uint32_t top = NibbleTops(w);
   return top + (top & NibbleSigns(w));
 }
+// Which top cells (of 8 channels x 2 signs) a set of rows of one chunk has seen once or more (seen) and twice or
+// more (again): the exact-extremes rule's marks in the tile encoder and decoder. Merging is associative, so rows
+// can be folded in any grouping. Two bit layouts: by prefix byte (bit e = prefix byte e's channel, positive; bit
+// 8 + e = negative) and by the nibble of a 4-bit code word (NibbleTopCells: bit 4 e = nibble e's channel,
+// positive; bit 4 e + 1 = negative).
+struct TopCells {
+  uint32_t seen = 0, again = 0;
+  __device__ __forceinline__ void Add(uint32_t cells) {
+    again |= seen & cells;
+    seen |= cells;
+  }
+  __device__ __forceinline__ void Merge(const TopCells& o) {
+    again |= o.again | (seen & o.seen);
+    seen |= o.seen;
+  }
+  __device__ __forceinline__ uint32_t Once() const { return seen & ~again; }
+  __device__ __forceinline__ uint32_t Pack() const { return seen | (again << 16); }
+  __device__ __forceinline__ static TopCells Unpack(uint32_t w) { return TopCells{w & 0xFFFFu, w >> 16}; }
+  // The nibble layout uses bits 4 e and 4 e + 1; `again` packs beside them.
+  __device__ __forceinline__ uint32_t PackNibbles() const { return seen | (again << 2); }
+  __device__ __forceinline__ static TopCells UnpackNibbles(uint32_t w) {
+    return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
+  }
+};
 // mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
 __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
   int ql, qh;

@@ -7,30 +7,6 @@
 namespace kvt::codec::gpu::internal {
 namespace {
 
-// Which top cells (of 8 channels x 2 signs) a set of rows of one chunk has seen once or more (seen) and twice or
-// more (again). Merging is associative, so rows can be folded in any grouping. Two bit layouts: by prefix byte
-// (bit e = prefix byte e's channel, positive; bit 8 + e = negative) and, for one 4-bit stream, by the nibble of its
-// code word (NibbleTopCells: bit 4 e = nibble e's channel, positive; bit 4 e + 1 = negative).
-struct TopCells {
-  uint32_t seen = 0, again = 0;
-  __device__ __forceinline__ void Add(uint32_t cells) {
-    again |= seen & cells;
-    seen |= cells;
-  }
-  __device__ __forceinline__ void Merge(const TopCells& o) {
-    again |= o.again | (seen & o.seen);
-    seen |= o.seen;
-  }
-  __device__ __forceinline__ uint32_t Once() const { return seen & ~again; }
-  __device__ __forceinline__ uint32_t Pack() const { return seen | (again << 16); }
-  __device__ __forceinline__ static TopCells Unpack(uint32_t w) { return TopCells{w & 0xFFFFu, w >> 16}; }
-  // The nibble layout uses bits 4 e and 4 e + 1; `again` packs beside them.
-  __device__ __forceinline__ uint32_t PackNibbles() const { return seen | (again << 2); }
-  __device__ __forceinline__ static TopCells UnpackNibbles(uint32_t w) {
-    return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
-  }
-};
-
 // kTwo4: a row's code prefixes from its anchor and residual words (nibble e of each: value e), the even values'
 // codes in bytes 0-3 and the odd ones' in bytes 4-7 (ValueOfByte), stream 0's nibble above stream 1's.
 __device__ __forceinline__ unsigned long long Two4Prefixes(uint32_t anchor, uint32_t resid) {

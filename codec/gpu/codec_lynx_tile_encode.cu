@@ -460,15 +460,16 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const bool counting = p.num_streams > 1;
   // The exact-extremes rule's singles leave the anchor tables (lynx_extremes.h ExcludeSingleExtremes): with two
   // streams straight out of the one table's counts, with more into each partial stage's s_excl. Per partial
-  // stage st and channel e of the lane, bit 4 e: the top positive cell, bit 4 e + 1: the top negative one;
-  // ex_one[st] = seen in the lane's slice, ex_two[st] = seen twice; ex_sampled[st] the hits of rows 0 (bits 4 e,
+  // stage st: marks[st], the top cells the lane's slice has seen (TopCells' nibble layout: bit 4 e for the top
+  // positive cell of channel e, 4 e + 1 for the negative one); ex_sampled[st] the hits of rows 0 (bits 4 e,
   // 4 e + 1) and 4 (bits 4 e + 2, 4 e + 3), the slice's sampled tokens (t0 % 8 == 0); `keep` what their codes
   // need: rows 0 and 4's residual words (kTwo4) or code bytes.
   const bool excluding = counting && p.exact_extremes;
   const int partial = p.num_streams - 1;
-  uint32_t ex_one[kExclStages], ex_two[kExclStages], ex_sampled[kExclStages];
+  TopCells marks[kExclStages];
+  uint32_t ex_sampled[kExclStages];
 #pragma unroll
-  for (int st = 0; st < kExclStages; ++st) ex_one[st] = ex_two[st] = ex_sampled[st] = 0;
+  for (int st = 0; st < kExclStages; ++st) ex_sampled[st] = 0;
   uint32_t keep[4] = {0, 0, 0, 0};
   // Octets (8 values) of the page before the lane's first row, and per row: 32-bit (a page has <= 2^26 values).
   const unsigned octet0 = (static_cast<unsigned>(t0) * channels + c0 + 8 * g) >> 3;
@@ -525,8 +526,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
               const uint32_t prefix = code[e] >> shift;
               m |= (prefix == top_pos ? 1u : 0u) << (4 * e) | (prefix == top_neg ? 2u : 0u) << (4 * e);
             }
-            ex_two[st] |= ex_one[st] & m;
-            ex_one[st] |= m;
+            marks[st].Add(m);
             if (i % kAnchorSampleStride == 0) ex_sampled[st] |= m << (i == 0 ? 0 : 2);
           }
           if (i % kAnchorSampleStride == 0) {
@@ -547,8 +547,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
         *reinterpret_cast<uint32_t*>(row1) = resid;
         if (excluding) {  // nibble e of the anchor word is channel e's anchor: 0x7 and 0xF are the top cells
           const uint32_t m = NibbleTopCells(anchor);
-          ex_two[0] |= ex_one[0] & m;
-          ex_one[0] |= m;
+          marks[0].Add(m);
           if (i % kAnchorSampleStride == 0) {
             ex_sampled[0] |= m << (i == 0 ? 0 : 2);
             keep[i == 0 ? 0 : 1] = resid;
@@ -589,20 +588,23 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     code_rows(std::false_type{});
   }
   if (excluding) {
-    // Per partial stage, the chunk's four slices (lanes g, g + 8, g + 16, g + 24) combine their marks; the lane
+    // Per partial stage, the chunk's four slices (lanes g, g + 8, g + 16, g + 24) merge their marks; the lane
     // whose slice holds a chunk-channel's only top-cell value of a sign takes its code back out of the counts if
-    // its row is sampled.
+    // its row is sampled. One round of three independent shuffles of the packed marks: shuffles queue in the
+    // shared-memory pipe behind the other warps' lookups, and two dependent rounds of two (seen, again) waited
+    // there twice.
 #pragma unroll
     for (int st = 0; st < kExclStages; ++st) {
       if (st >= partial) break;
-      const uint32_t mine = ex_one[st];
+      const uint32_t mine = marks[st].seen;
+      const uint32_t packed = marks[st].PackNibbles();
+      uint32_t others[3];
 #pragma unroll
-      for (int off = 8; off <= 16; off <<= 1) {
-        const uint32_t one = __shfl_xor_sync(~0u, ex_one[st], off), two = __shfl_xor_sync(~0u, ex_two[st], off);
-        ex_two[st] |= two | (ex_one[st] & one);
-        ex_one[st] |= one;
-      }
-      const uint32_t single = ex_one[st] & ~ex_two[st] & mine;
+      for (int o = 0; o < 3; ++o) others[o] = __shfl_sync(kFull, packed, (lane + 8 * (o + 1)) & 31);
+      TopCells chunk = marks[st];
+#pragma unroll
+      for (int o = 0; o < 3; ++o) chunk.Merge(TopCells::UnpackNibbles(others[o]));
+      const uint32_t single = chunk.Once() & mine;
       // Both sampled rows in one loop (bit 4 e + 2 row + negative), so the warp runs the most any lane has in
       // all, not the most of row 0 plus the most of row 4.
       for (uint32_t m = ex_sampled[st] & (single | single << 2); m != 0; m &= m - 1) {
