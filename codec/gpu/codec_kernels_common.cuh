@@ -532,9 +532,12 @@ __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, c
   const int sign = 1 << (total_bits - 1);
   double sum = 0.0;
   unsigned long long n = 0;
+  // Unrolled so that the loads and conversions of several codes are in flight: only the sum is a chain.
+#pragma unroll 4
   for (int i = h << unknown; i < (h + 1) << unknown; ++i) {
-    unsigned long long c = static_cast<unsigned long long>(hist[i]) + hist[i | sign];
-    if (minus != nullptr) c -= static_cast<unsigned long long>(minus[i]) + minus[i | sign];
+    // 32 bits hold a code's count (a page has at most 2^26 values); a 32-bit conversion to double is the cheaper.
+    uint32_t c = hist[i] + hist[i | sign];
+    if (minus != nullptr) c -= minus[i] + minus[i | sign];
     sum += static_cast<double>(c) * static_cast<double>(full_values[i]);
     n += c;
   }

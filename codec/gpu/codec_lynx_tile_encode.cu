@@ -640,19 +640,30 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
 
 // The anchor tables of page blockIdx.x from its groups' counts (AnchorTableEntry), launched with the encoder's
 // parameters as its programmatic dependent, so that its blocks are resident while the encoder's last blocks run:
-// it stages the full values first (written before the encoder started), then waits for the encoder's grid to end
-// and for its memory (griddepcontrol.wait); each thread sums one count over the groups.
+// it stages the full values first (written before the encoder started) and asks L2 for its page's count lines,
+// then waits for the encoder's grid to end and for its memory (griddepcontrol.wait); each thread sums one count
+// over the groups.
 __global__ void __launch_bounds__(256) LynxTileTableKernel(const TileParams p,
                                                            const LynxDeviceTables* __restrict__ tables) {
   __shared__ unsigned s_counts[kTileGroupCounts];
   __shared__ float s_full[128];
   static_assert(sizeof(s_full) == sizeof(LynxDeviceTables::full_values), "every full value");
   const int tid = threadIdx.x;
-  for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int groups = p.shape.channels / kTileChannels;  // the encoder's grid width
   const uint32_t* page_counts = p.out.tile_counts + static_cast<size_t>(blockIdx.x) * groups * kTileGroupCounts;
   const int n = p.staged_counts ? 256 * p.num_streams : 256;
+  // The counts of pages encoded early were written long ago, and the encoder's stream of rows has since pushed
+  // them out of L2 (the timeline: about a microsecond of loads after the wait). A prefetch is only a hint, so it
+  // may come before the wait: L2 keeps the lines coherent as the encoder's last blocks write them, and
+  // evict_last holds them there through the encoder's last wave.
+  static_assert(kTileGroupCounts % 32 == 0, "each group's counts start on a 128-byte line");
+  const int lines_per_group = (n + 31) / 32;
+  for (int l = tid; l < groups * lines_per_group; l += blockDim.x) {
+    const uint32_t* line = page_counts + (l / lines_per_group) * kTileGroupCounts + 32 * (l % lines_per_group);
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(line));
+  }
+  for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   for (int i = tid; i < n; i += blockDim.x) {
     unsigned sum = 0;
 #pragma unroll 16
