@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Per-block timeline of the lynx tile encoder and its anchor-table kernel, from a gpu_codec_benchmark run built
+with tile_timeline.patch (see README.md beside this file).
+
+Each encoder block's thread 0 records %globaltimer and clock64 at its start, after its one barrier (rows loaded,
+chunk ranges shared), after the chunk ends, after coding, after the exact-extremes tail, and at its end; each
+table block its start, the end of griddepcontrol.wait, the end of its count sums, and its end. This prints:
+the encoder's span, block lifetimes and phase lengths, blocks resident and blocks still loading over time (as
+text bars), and where the table kernel's time goes after the encoder's last block.
+
+  tile_timeline.py tl_lynx.bin [tl_lynx8.bin ...]   (needs python3-numpy)
+"""
+import argparse
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("tile_timeline.py needs numpy (Debian: apt install python3-numpy)")
+
+ENCODER_SLOTS = 1 << 16  # g_tl rows (tile_timeline.patch)
+ENCODER_WORDS = 16
+TABLE_SLOTS = 4096
+TABLE_WORDS = 8
+PHASES = ["start -> barrier (rows, chunk ranges)", "barrier -> chunk ends done", "coding",
+          "exact-extremes tail", "counts stored, exit"]
+
+
+def load(path):
+    raw = np.fromfile(path, dtype=np.uint64)
+    want = ENCODER_SLOTS * ENCODER_WORDS + TABLE_SLOTS * TABLE_WORDS
+    if raw.size != want:
+        sys.exit(f"{path}: {raw.size} words, want {want}: not a tile_timeline.patch dump")
+    enc = raw[:ENCODER_SLOTS * ENCODER_WORDS].reshape(ENCODER_SLOTS, ENCODER_WORDS).astype(np.int64)
+    tab = raw[ENCODER_SLOTS * ENCODER_WORDS:].reshape(TABLE_SLOTS, TABLE_WORDS).astype(np.int64)
+    return enc, tab
+
+
+def bar(n, full, width=40):
+    k = int(round(width * n / full)) if full else 0
+    return "#" * k + "." * (width - k)
+
+
+def report(path, step_us):
+    enc, tab = load(path)
+    blocks = enc[enc[:, 5] != 0]  # rows the last launch wrote (the dump's other rows are zero)
+    if blocks.size == 0:
+        sys.exit(f"{path}: no encoder block recorded")
+    t0 = blocks[:, 0].min()
+    g = (blocks[:, 0:6] - t0) / 1000.0  # microseconds
+    cycles = np.diff(blocks[:, 6:12], axis=1)
+    life = g[:, 5] - g[:, 0]
+    span = g[:, 5].max()
+    print(f"== {path}: {len(blocks)} encoder blocks on {len(set(blocks[:, 12].tolist()))} SMs")
+    print(f"encoder span {span:.2f} us: last block starts at {g[:, 0].max():.2f}, first ends at {g[:, 5].min():.2f}")
+    print(f"block life us: mean {life.mean():.2f}, p10 {np.percentile(life, 10):.2f}, "
+          f"p50 {np.percentile(life, 50):.2f}, p90 {np.percentile(life, 90):.2f}")
+    mhz = (blocks[:, 11] - blocks[:, 6]).sum() / ((blocks[:, 5] - blocks[:, 0]).sum() / 1000.0)
+    print(f"| phase (warp 0 of each block) | mean us | mean cycles | p10 | p90 |  (SM clock ~{mhz:.0f} MHz)")
+    print("| --- | --- | --- | --- | --- |")
+    for i, name in enumerate(PHASES):
+        d = g[:, i + 1] - g[:, i]
+        print(f"| {name} | {d.mean():.2f} | {cycles[:, i].mean():.0f} | {np.percentile(cycles[:, i], 10):.0f} | "
+              f"{np.percentile(cycles[:, i], 90):.0f} |")
+    full = max(1, int(((g[:, 0] <= 1.0) & (g[:, 5] > 1.0)).sum()))
+    print(f"\nresident blocks (#) and blocks still before their barrier (n), every {step_us} us; full = {full}:")
+    t = 0.0
+    while t <= span:
+        resident = int(((g[:, 0] <= t) & (g[:, 5] > t)).sum())
+        loading = int(((g[:, 0] <= t) & (g[:, 1] > t)).sum())
+        print(f"{t:6.1f} us {bar(resident, full)} {resident:4d}  n {loading:4d}")
+        t += step_us
+    # Table blocks of this launch only (a dump after a one-stream scheme still holds an earlier launch's).
+    tables = tab[(tab[:, 2] != 0) & (tab[:, 0] >= t0) & (tab[:, 0] - t0 < 1000 * (span + 100))]
+    if tables.size:
+        tg = (tables[:, [0, 1, 4, 5, 2]] - t0) / 1000.0
+        last = g[:, 5].max()
+        print(f"\nanchor-table kernel ({len(tables)} blocks), us after the encoder's first block:")
+        print(f"  resident from {tg[:, 0].min():.2f}-{tg[:, 0].max():.2f}; wait returns {tg[:, 1].mean():.2f} "
+              f"({tg[:, 1].mean() - last:.2f} after the encoder's last block)")
+        print(f"  counts summed {tg[:, 2].mean():.2f} (mean; {tg[:, 2].mean() - tg[:, 1].mean():.2f} after the wait), "
+              f"tables written {tg[:, 4].mean():.2f} (mean), last {tg[:, 4].max():.2f} "
+              f"({tg[:, 4].max() - last:.2f} after the encoder's last block)")
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dumps", nargs="+", help="tl_<scheme>.bin files written under $KVT_TL_DIR")
+    ap.add_argument("--step_us", type=float, default=2.0, help="resolution of the resident-blocks bars")
+    args = ap.parse_args()
+    for path in args.dumps:
+        report(path, args.step_us)
+
+
+if __name__ == "__main__":
+    main()
