@@ -181,8 +181,6 @@ absl::StatusOr<int> PagesFromBlockIds(const PagedKvView& kv, int tokens, absl::S
 
 // What a page layout's lynx tables are made from (DeviceEncodedPages::StageTables' key): the scheme, alpha and
 // top width (as bits: equal keys mean equal tables).
-// (The launchers build the tables in StageTables' host copy, a std::vector's bytes.)
-static_assert(alignof(internal::LynxDeviceTables) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "new aligns them");
 std::string TablesKey(const ContainerLayout& l) {
   return absl::StrCat(l.scheme.Name(), "/", absl::bit_cast<uint32_t>(l.alpha), "/",
                       absl::bit_cast<uint32_t>(l.top_width));
@@ -380,6 +378,9 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
   return Synchronize(stream);
 }
 
+// The launchers build the tables in StageTables' host copy, a std::vector's bytes, by placement new.
+static_assert(alignof(internal::LynxDeviceTables) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "new aligns them");
+
 absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView& src, const int32_t* device_block_ids,
                                   DeviceEncodedPages& out, CudaStream stream) {
   KVT_RETURN_IF_ERROR(options.Validate());
@@ -416,7 +417,7 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
                                          },
                                          stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged.device);
-    host_tables = static_cast<const internal::LynxDeviceTables*>(staged.host);
+    host_tables = std::launder(static_cast<const internal::LynxDeviceTables*>(staged.host));
   }
   return internal::LaunchEncode(l.scheme, options.centering == Centering::kMean, options.exact_extremes, tp,
                                 host_tables, Geometry(src, l.tokens, device_block_ids),

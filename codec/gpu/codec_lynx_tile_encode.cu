@@ -658,9 +658,11 @@ __global__ void __launch_bounds__(256) LynxTileTableKernel(const TileParams p,
   // evict_last holds them there through the encoder's last wave.
   static_assert(kTileGroupCounts % 32 == 0, "each group's counts start on a 128-byte line");
   const int lines_per_group = (n + 31) / 32;
-  for (int l = tid; l < groups * lines_per_group; l += blockDim.x) {
-    const uint32_t* line = page_counts + (l / lines_per_group) * kTileGroupCounts + 32 * (l % lines_per_group);
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(line));
+  auto count_line = [&](int index) {  // line `index` of the page's used count lines
+    return page_counts + (index / lines_per_group) * kTileGroupCounts + 32 * (index % lines_per_group);
+  };
+  for (int index = tid; index < groups * lines_per_group; index += blockDim.x) {
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(count_line(index)));
   }
   for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -671,6 +673,11 @@ __global__ void __launch_bounds__(256) LynxTileTableKernel(const TileParams p,
     s_counts[i] = sum;
   }
   __syncthreads();
+  // Every count is read: the lines are scratch that the next encode overwrites, so L2 drops them without writing
+  // them back, and their evict_last priority leaves with them.
+  for (int index = tid; index < groups * lines_per_group; index += blockDim.x) {
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(count_line(index)) : "memory");
+  }
   uint8_t* meta = p.out.meta + blockIdx.x * p.out.meta_stride + p.out.tables_offset;
   for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
     const float v = AnchorTableEntry(j, s_counts, p.staged_counts ? s_counts + 256 : nullptr, p.num_streams,

@@ -34,6 +34,10 @@ absl::Status FromCuda(cudaError_t e, const char* what) {
 
 }  // namespace
 
+absl::Status CudaErrorStatus(int cuda_error, const char* what) {
+  return FromCuda(static_cast<cudaError_t>(cuda_error), what);
+}
+
 absl::StatusOr<int> CudaDeviceCount() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

@@ -20,6 +20,10 @@ struct CudaStream {
   void* handle = nullptr;
 };
 
+// A cudaError_t (as an int, so that callers need no CUDA headers) as a Status naming `what`: OK for cudaSuccess,
+// FAILED_PRECONDITION when no usable device or driver, RESOURCE_EXHAUSTED when out of memory, INTERNAL otherwise.
+absl::Status CudaErrorStatus(int cuda_error, const char* what);
+
 // The number of CUDA devices, or the runtime's error (no driver, no device, driver too old) as a Status.
 absl::StatusOr<int> CudaDeviceCount();
 // CudaDeviceCount asked in a forked child, so this process itself never initialises CUDA: a process that forks

@@ -73,7 +73,9 @@ T ValueOrDie(absl::StatusOr<T> v) {
 // enqueues the start event, the call and the stop event (nvbench's blocking kernel), so only device time counts.
 enum class Timing { kIdle, kGated };
 
-// Median milliseconds of `run(rep)` over kReps after kWarmup, timed with events on `stream`.
+// Median milliseconds of `run(rep)` over kReps after kWarmup, timed with events on `stream`. A gated `run` must not
+// wait for the stream on the host (StreamGate): each gated measurement here follows the idle one of the same call,
+// so the call's tables are staged already and no synchronous upload happens behind the gate.
 template <typename Run>
 double MedianMs(CudaStream stream, Timing timing, Run run) {
   auto timer = ValueOrDie(CudaEventTimer::Create());

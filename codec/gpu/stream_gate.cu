@@ -29,60 +29,69 @@ __global__ void GateKernel(volatile uint32_t* words, uint32_t generation, unsign
   }
 }
 
-absl::Status Failed(cudaError_t e, const char* what) {
-  const std::string msg = absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorNoKernelImageForDevice) {
-    return absl::FailedPreconditionError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
 }  // namespace
+
+void StreamGate::FreeHost::operator()(uint32_t* p) const { cudaFreeHost(p); }
+void StreamGate::DestroyEvent::operator()(void* e) const { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
 
 absl::StatusOr<std::unique_ptr<StreamGate>> StreamGate::Create() {
   void* host = nullptr;
   cudaError_t e = cudaHostAlloc(&host, 2 * sizeof(uint32_t), cudaHostAllocMapped);
-  if (e != cudaSuccess) return Failed(e, "cudaHostAlloc(mapped)");
-  auto* words = static_cast<uint32_t*>(host);
-  words[0] = words[1] = 0;
+  if (e != cudaSuccess) return CudaErrorStatus(e, "cudaHostAlloc(mapped)");
+  std::unique_ptr<uint32_t, FreeHost> words(static_cast<uint32_t*>(host));
+  words.get()[0] = words.get()[1] = 0;
   void* device = nullptr;
   e = cudaHostGetDevicePointer(&device, host, 0);
-  if (e != cudaSuccess) {
-    cudaFreeHost(host);
-    return Failed(e, "cudaHostGetDevicePointer");
-  }
-  return std::unique_ptr<StreamGate>(new StreamGate(words, static_cast<uint32_t*>(device)));
+  if (e != cudaSuccess) return CudaErrorStatus(e, "cudaHostGetDevicePointer");
+  cudaEvent_t event = nullptr;
+  e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e != cudaSuccess) return CudaErrorStatus(e, "cudaEventCreateWithFlags");
+  std::unique_ptr<void, DestroyEvent> passed(event);
+  return std::unique_ptr<StreamGate>(
+      new StreamGate(std::move(words), static_cast<uint32_t*>(device), std::move(passed)));
 }
 
 StreamGate::~StreamGate() {
-  Open();  // a kernel still waiting returns; cudaFreeHost then waits for the device
-  cudaFreeHost(words_);
+  Open();  // a kernel still waiting returns
+  if (generation_ != 0) cudaEventSynchronize(static_cast<cudaEvent_t>(passed_.get()));  // before the words go
 }
 
 absl::Status StreamGate::Close(CudaStream stream, int timeout_ms) {
-  if (closed_) return absl::InvalidArgumentError("the gate is closed already: Open it first");
+  if (closed_) return absl::FailedPreconditionError("the gate is closed already: Open it first");
   if (timeout_ms <= 0) return absl::InvalidArgumentError(absl::StrCat("gate timeout ", timeout_ms, " ms"));
-  const uint32_t next = generation_ + 1;
-  GateKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      device_words_, next, static_cast<unsigned long long>(timeout_ms) * 1000000ull);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Failed(e, "launch of GateKernel");
+  uint32_t next = generation_ + 1;
+  volatile uint32_t* words = device_words_;
+  unsigned long long timeout_ns = static_cast<unsigned long long>(timeout_ms) * 1000000ull;
+  void* args[] = {&words, &next, &timeout_ns};
+  const auto s = static_cast<cudaStream_t>(stream.handle);
+  // cudaLaunchKernel returns this launch's own error (cudaGetLastError could return an earlier one's, and the
+  // kernel, queued after all, would then wait out its deadline).
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(&GateKernel), dim3(1), dim3(1), args, 0, s);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // returned here
+    return CudaErrorStatus(e, "launch of GateKernel");
+  }
   generation_ = next;
   closed_ = true;
+  const cudaError_t r = cudaEventRecord(static_cast<cudaEvent_t>(passed_.get()), s);
+  if (r != cudaSuccess) {
+    Open();
+    return CudaErrorStatus(r, "cudaEventRecord");
+  }
   return absl::OkStatus();
 }
 
 void StreamGate::Open() {
   if (!closed_) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  reinterpret_cast<volatile uint32_t*>(words_)[0] = generation_;
+  reinterpret_cast<volatile uint32_t*>(words_.get())[0] = generation_;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   closed_ = false;
 }
 
 absl::Status StreamGate::Passed() const {
   if (generation_ == 0) return absl::FailedPreconditionError("the gate was never closed");
-  if (reinterpret_cast<const volatile uint32_t*>(words_)[1] == generation_) {
+  if (reinterpret_cast<const volatile uint32_t*>(words_.get())[1] == generation_) {
     return absl::DeadlineExceededError(
         "the stream gate's kernel gave up waiting before the gate opened: the work behind it ran unheld");
   }

@@ -13,12 +13,15 @@
 //   CHECK_OK(gate->Passed());       // DEADLINE_EXCEEDED: the kernel gave up waiting, so the time is not valid
 //
 // The waiting kernel polls a word of mapped pinned host memory and gives up after the deadline Close was given,
-// so a host that never opens the gate cannot hang the stream. Thread-compatible.
+// so a host that never opens the gate cannot hang the stream. While the gate is closed, the host must not wait
+// for the stream (Synchronize, a copy from pageable memory, which may be synchronous): it would wait until the
+// deadline. Thread-compatible.
 #ifndef KVT_CODEC_GPU_STREAM_GATE_H_
 #define KVT_CODEC_GPU_STREAM_GATE_H_
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,7 +38,7 @@ class StreamGate {
   StreamGate& operator=(const StreamGate&) = delete;
 
   // Enqueues on `stream` a kernel that returns once Open() is called or `timeout_ms` (> 0) have passed on the
-  // GPU. INVALID_ARGUMENT while a closed gate has not been opened, or for a timeout <= 0.
+  // GPU. FAILED_PRECONDITION while a closed gate has not been opened; INVALID_ARGUMENT for a timeout <= 0.
   absl::Status Close(CudaStream stream, int timeout_ms = 2000);
   // Lets the waiting kernel return. Opening an open gate does nothing.
   void Open();
@@ -45,10 +48,20 @@ class StreamGate {
   absl::Status Passed() const;
 
  private:
-  // words_[0]: the generation the host has opened; words_[1]: the last generation whose kernel gave up.
-  StreamGate(uint32_t* host_words, uint32_t* device_words) : words_(host_words), device_words_(device_words) {}
-  uint32_t* words_;
-  uint32_t* device_words_;
+  struct FreeHost {
+    void operator()(uint32_t* p) const;
+  };
+  struct DestroyEvent {
+    void operator()(void* e) const;
+  };
+  StreamGate(std::unique_ptr<uint32_t, FreeHost> words, uint32_t* device_words,
+             std::unique_ptr<void, DestroyEvent> passed)
+      : words_(std::move(words)), device_words_(device_words), passed_(std::move(passed)) {}
+  // Mapped pinned memory: [0] the generation the host has opened; [1] the last generation whose kernel gave up.
+  std::unique_ptr<uint32_t, FreeHost> words_;
+  uint32_t* device_words_;  // the same words as the device sees them
+  // Recorded behind each closing kernel: the destructor waits on it before it frees the words.
+  std::unique_ptr<void, DestroyEvent> passed_;
   uint32_t generation_ = 0;  // of the last Close
   bool closed_ = false;
 };

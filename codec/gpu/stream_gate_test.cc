@@ -1,6 +1,6 @@
 // StreamGate (stream_gate.h): work behind a closed gate waits for Open, a gate nobody opens gives up at its
-// deadline and says so, and a stretch timed behind a gate holds none of the host's time. Part of
-// codec_cuda_test; every test skips (GTEST_SKIP) when no CUDA device is present.
+// deadline and says so, a destroyed gate releases its stream, and a stretch timed behind a gate holds none of the
+// host's time. Part of codec_cuda_test; every test skips (GTEST_SKIP) when no CUDA device is present.
 #include "codec/gpu/stream_gate.h"
 
 #include <chrono>
@@ -39,7 +39,9 @@ TEST(StreamGate, HoldsTheStreamsWorkUntilOpened) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(StreamIdle(g.stream).value()) << "the fill ran before the gate opened";
   std::vector<uint8_t> host(4096, 1);
-  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096).ok());  // legacy stream: not held by the gate
+  // On the legacy stream, which the gate (on a non-blocking stream) does not hold; a copy into pageable memory
+  // has returned with its bytes.
+  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096).ok());
   EXPECT_EQ(host[0], 0);
   EXPECT_EQ(host[4095], 0);
   g.gate->Open();
@@ -72,11 +74,28 @@ TEST(StreamGate, RejectsASecondCloseAndABadTimeout) {
   EXPECT_EQ(g.gate->Close(g.stream, 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g.gate->Close(g.stream, -1).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(g.gate->Close(g.stream).ok());
-  EXPECT_EQ(g.gate->Close(g.stream).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.gate->Close(g.stream).code(), absl::StatusCode::kFailedPrecondition);
   g.gate->Open();
   g.gate->Open();  // nothing to open
   ASSERT_TRUE(Synchronize(g.stream).ok());
   EXPECT_TRUE(g.gate->Passed().ok());
+}
+
+TEST(StreamGate, DestroyingAClosedGateReleasesItsStream) {
+  SKIP_WITHOUT_CUDA();
+  Gated g = MakeGated();
+  auto buf = DeviceBuffer::Create(4096).value();
+  ASSERT_TRUE(g.gate->Close(g.stream, /*timeout_ms=*/60000).ok());
+  ASSERT_TRUE(FillDevice(buf->get(), 0x5A, 4096, g.stream).ok());
+  const auto start = std::chrono::steady_clock::now();
+  g.gate.reset();  // opens, and waits for the kernel before freeing what it polls
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "waited out the deadline";
+  std::vector<uint8_t> host(4096, 0);
+  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096, g.stream).ok());
+  ASSERT_TRUE(Synchronize(g.stream).ok());
+  EXPECT_EQ(host[0], 0x5A);
+  EXPECT_EQ(host[4095], 0x5A);
 }
 
 // The point of the gate: host time between the events is not timed. Without it, a 30 ms host pause between the
