@@ -43,7 +43,7 @@ def bar(n, full, width=40):
 
 def report(path, step_us):
     enc, tab = load(path)
-    blocks = enc[enc[:, 5] != 0]  # rows the last launch wrote (the dump's other rows are zero)
+    blocks = enc[enc[:, 5] != 0]  # rows the last launch wrote (the patch clears the arrays after each dump)
     if blocks.size == 0:
         sys.exit(f"{path}: no encoder block recorded")
     t0 = blocks[:, 0].min()
