@@ -590,9 +590,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   if (excluding) {
     // Per partial stage, the chunk's four slices (lanes g, g + 8, g + 16, g + 24) merge their marks; the lane
     // whose slice holds a chunk-channel's only top-cell value of a sign takes its code back out of the counts if
-    // its row is sampled. One round of three independent shuffles of the packed marks: shuffles queue in the
-    // shared-memory pipe behind the other warps' lookups, and two dependent rounds of two (seen, again) waited
-    // there twice.
+    // its row is sampled. One round of three independent shuffles of the packed marks (one fewer than two
+    // dependent rounds of seen and again; the block timeline measured the tail no faster for it).
 #pragma unroll
     for (int st = 0; st < kExclStages; ++st) {
       if (st >= partial) break;
