@@ -80,6 +80,17 @@ class TransferTest : public ::testing::Test {
     return o;
   }
 
+  // Moves the last block of the regions (MakeRegions first; timed transfers leave it alone), so that the daemons'
+  // data-plane link is up before a test times a transfer against a deadline. Under a parallel test run its wireup
+  // took 0.1-0.6 s, and a daemon stopped while it is still in progress can trip an assertion inside UCX.
+  void BringUpLink() {
+    const std::vector<uint32_t> last = {kBlocks - 1};
+    ASSERT_TRUE(decode_client_->Expect(Expectation("link", last, kBlockTokens)).ok());
+    ASSERT_TRUE(prefill_client_->Offer(Offering("link", last, kBlockTokens, "lynx")).ok());
+    std::vector<v1::TransferEvent> events;
+    ASSERT_TRUE(WatchDecode("link", &events).ok());
+  }
+
   // Events of a request on the decode side until it finishes.
   absl::Status WatchDecode(const std::string& id, std::vector<v1::TransferEvent>* events,
                            absl::Duration timeout = absl::Seconds(30)) {
@@ -228,13 +239,7 @@ TEST_F(TransferTest, DeadlineWithAnchorOnlyAllowedFinishesDoneAtAnchorPrecision)
   StartDaemons(/*rate_bytes_per_second=*/0.4e6);
   const auto layout = DenseLayout(2, kBlocks, kBlockTokens, kHeads, kHeadDim);
   MakeRegions(layout, layout);
-  {
-    const std::vector<uint32_t> warm = {kBlocks - 1};  // a block the timed transfer does not use
-    ASSERT_TRUE(decode_client_->Expect(Expectation("warm", warm, kBlockTokens)).ok());
-    ASSERT_TRUE(prefill_client_->Offer(Offering("warm", warm, kBlockTokens, "lynx")).ok());
-    std::vector<v1::TransferEvent> warm_events;
-    ASSERT_TRUE(WatchDecode("warm", &warm_events).ok());
-  }
+  BringUpLink();
   const std::vector<uint32_t> blocks = Shuffled(32, 0, 8);
   ExpectSpec expect = Expectation("ao", blocks, 512);
   expect.deadline = absl::Milliseconds(1150);
@@ -256,6 +261,7 @@ TEST_F(TransferTest, DeadlineWithoutAnchorOnlyFailsWithDeadlineExceeded) {
   StartDaemons(/*rate_bytes_per_second=*/1e6);
   const auto layout = DenseLayout(2, kBlocks, kBlockTokens, kHeads, kHeadDim);
   MakeRegions(layout, layout);
+  BringUpLink();
   const std::vector<uint32_t> blocks = Shuffled(32, 0, 9);
   ExpectSpec expect = Expectation("dl", blocks, 512);
   expect.deadline = absl::Milliseconds(200);
