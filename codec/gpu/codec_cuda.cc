@@ -220,12 +220,12 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
     // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), kTileGroupCounts per
     // (page, tile group) (the tile encoder), and 256 per (page, partial stage) for the exact-extremes rule's
-    // singles (the general encoder).
+    // singles (the general encoder). Left unzeroed: the general encoder's launch zeroes its counts, and each tile
+    // block writes its counts before the table kernel reads them.
     const size_t words =
         static_cast<size_t>(num_pages) * (256 + internal::kTileGroupCounts * TileGroups(shape.channels) +
                                           256 * (shape.scheme.num_streams() - 1));
     KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
-    KVT_RETURN_IF_ERROR(FillDevice(p->histogram_->get(), 0, sizeof(uint32_t) * words));
   }
   KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));
   p->base_ = static_cast<uint8_t*>(p->buffer_->get());

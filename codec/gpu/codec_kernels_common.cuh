@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
+#include "codec/gpu/cuda_util.h"
 #include "codec/gpu/fast_divisor.h"
 
 namespace kvt::codec::gpu::internal {
@@ -546,15 +547,11 @@ __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, c
 
 // ---- Launch plumbing -------------------------------------------------------------------------------------
 
-// A launch's error `e` as a Status naming `kernel` (OK for cudaSuccess); LaunchError: the last one's.
+// A launch's error `e` as a Status naming `kernel` (OK for cudaSuccess; codes as cuda_util.h CudaErrorStatus
+// gives them); LaunchError: the last one's.
 absl::Status LaunchStatus(const char* kernel, cudaError_t e) {
   if (e == cudaSuccess) return absl::OkStatus();
-  const std::string msg = absl::StrCat("launch of ", kernel, ": ", cudaGetErrorName(e), " (",
-                                       cudaGetErrorString(e), ")");
-  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
-    return absl::FailedPreconditionError(msg);
-  }
-  return absl::InternalError(msg);
+  return CudaErrorStatus(e, absl::StrCat("launch of ", kernel).c_str());
 }
 absl::Status LaunchError(const char* kernel) { return LaunchStatus(kernel, cudaGetLastError()); }
 

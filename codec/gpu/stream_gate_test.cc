@@ -28,6 +28,14 @@ Gated MakeGated() {
   return g;
 }
 
+// The buffer's bytes, copied on `stream` (the legacy one by default) once the work before it there is done.
+std::vector<uint8_t> DeviceBytes(const DeviceBuffer& buf, CudaStream stream = {}) {
+  std::vector<uint8_t> host(buf.size());
+  EXPECT_TRUE(CopyToHost(host.data(), buf.get(), buf.size(), stream).ok());
+  EXPECT_TRUE(Synchronize(stream).ok());
+  return host;
+}
+
 TEST(StreamGate, HoldsTheStreamsWorkUntilOpened) {
   SKIP_WITHOUT_CUDA();
   Gated g = MakeGated();
@@ -38,19 +46,12 @@ TEST(StreamGate, HoldsTheStreamsWorkUntilOpened) {
   ASSERT_TRUE(FillDevice(buf->get(), 0xAB, 4096, g.stream).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(StreamIdle(g.stream).value()) << "the fill ran before the gate opened";
-  std::vector<uint8_t> host(4096, 1);
-  // On the legacy stream, which the gate (on a non-blocking stream) does not hold; a copy into pageable memory
-  // has returned with its bytes.
-  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096).ok());
-  EXPECT_EQ(host[0], 0);
-  EXPECT_EQ(host[4095], 0);
+  // Read on the legacy stream, which the gate (on a non-blocking stream) does not hold.
+  EXPECT_EQ(DeviceBytes(*buf), std::vector<uint8_t>(4096, 0));
   g.gate->Open();
   ASSERT_TRUE(Synchronize(g.stream).ok());
   EXPECT_TRUE(g.gate->Passed().ok()) << g.gate->Passed();
-  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096, g.stream).ok());
-  ASSERT_TRUE(Synchronize(g.stream).ok());
-  EXPECT_EQ(host[0], 0xAB);
-  EXPECT_EQ(host[4095], 0xAB);
+  EXPECT_EQ(DeviceBytes(*buf, g.stream), std::vector<uint8_t>(4096, 0xAB));
 }
 
 TEST(StreamGate, AGateNobodyOpensGivesUpAtItsDeadlineAndSaysSo) {
@@ -91,11 +92,7 @@ TEST(StreamGate, DestroyingAClosedGateReleasesItsStream) {
   g.gate.reset();  // opens, and waits for the kernel before freeing what it polls
   ASSERT_TRUE(Synchronize(g.stream).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "waited out the deadline";
-  std::vector<uint8_t> host(4096, 0);
-  ASSERT_TRUE(CopyToHost(host.data(), buf->get(), 4096, g.stream).ok());
-  ASSERT_TRUE(Synchronize(g.stream).ok());
-  EXPECT_EQ(host[0], 0x5A);
-  EXPECT_EQ(host[4095], 0x5A);
+  EXPECT_EQ(DeviceBytes(*buf, g.stream), std::vector<uint8_t>(4096, 0x5A));
 }
 
 // The point of the gate: host time between the events is not timed. Without it, a 30 ms host pause between the
