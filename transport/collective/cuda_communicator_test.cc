@@ -191,7 +191,8 @@ TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, CudaAllReduceTest, ::testing::Values(2, 3, 4),
+// Worlds 2-8, odd ones included: one GPU a rank on an 8-GPU machine; ranks share GPUs on smaller ones.
+INSTANTIATE_TEST_SUITE_P(Worlds, CudaAllReduceTest, ::testing::Range(2, 9),
                          [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("World", info.param); });
 
 // The failure paths, on three ranks: a NaN on one rank fails the call on every rank (and the group stays in
@@ -300,7 +301,7 @@ void ExactSums(const Case& c, size_t index, int world, std::vector<double>* sum,
 
 TEST(CudaAllReduceNcclTest, RoutedCallsAgreeOnEveryRankAndTheRestStayBitwiseTheCpuReference) {
   SKIP_WITHOUT_NCCL();
-  const int world = std::min(4, codec::gpu::CudaDeviceCountInChild());
+  const int world = std::min(8, codec::gpu::CudaDeviceCountInChild());  // NCCL: a GPU a rank
   // 0, 1: NCCL by the defaults (unquantized; quantized under 16 MiB). 2: after set_nccl_routing lowered the
   // threshold to 64 KiB, the same kind of call runs kvt's kernels and must be bitwise the CPU reference. 3: a NaN
   // on rank 1 in a routed call fails it on every rank (check_finite). 4: the next routed call works. 5: without
