@@ -163,6 +163,11 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* __restrict__ in,
                                                                     const __grid_constant__ RoundParams p) {
   LaunchDependents();
+  // Launched early too, its blocks start during the stream's previous kernel: that kernel's output may be this
+  // call's input, and peers' step-1 slots may be overwritten only once this rank's previous round has finished
+  // (its last kernel saw every rank's step-2 signal, so every rank is done reading them). Both hold once the
+  // previous kernel has finished.
+  WaitForPreviousKernel();
   WithBits(p.step1.bits, [&](auto bits) { ScatterBody<T, decltype(bits)::value>(in, p); });
   ArriveAndSignal(p, 0);
 }
@@ -345,7 +350,7 @@ absl::Status LaunchFindNonFiniteTyped(const void* out, uint64_t count, int sms, 
 template <typename T>
 absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool early, cudaStream_t stream) {
   if (absl::Status s = LaunchKernel(ReduceScatterPushKernel<T>, p.sms * ResidentBlocks(ReduceScatterPushKernel<T>),
-                                    kThreads, false, stream, "AllReduce step-1 kernel", static_cast<const T*>(in), p);
+                                    kThreads, early, stream, "AllReduce step-1 kernel", static_cast<const T*>(in), p);
       !s.ok()) {
     return s;
   }

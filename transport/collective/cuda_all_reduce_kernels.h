@@ -87,11 +87,11 @@ struct RoundParams {
 };
 
 // The three kernels of a round, enqueued on `stream` (a cudaStream_t). `in` and `out` point at the round's
-// first value (they may be the same buffer). With `early_launch`, the second and third kernels are programmatic
-// dependents of the one before (Hopper): each grid's blocks start as the previous grid's blocks finish, instead
-// of after the whole grid has drained and a new launch has been scheduled. That is safe because each waits on
-// the signals, not on stream order; the round's first kernel is always launched plainly, after the stream's
-// earlier work. Launch errors come back as INTERNAL.
+// first value (they may be the same buffer). With `early_launch`, each kernel is a programmatic dependent of the
+// stream's kernel before it (Hopper): its blocks start as the previous grid's blocks finish, instead of after
+// the whole grid has drained and a new launch has been scheduled. That is safe because the second and third wait
+// on the signals, not on stream order, and the first waits for the previous kernel to finish
+// (griddepcontrol.wait) before it reads or stores anything. Launch errors come back as INTERNAL.
 absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& params, bool early_launch,
                                   void* stream);
 

@@ -73,9 +73,10 @@ struct CudaCommunicatorOptions {
   std::string nccl_library;
   // Which calls go to NCCL when it is loaded.
   NcclRouting nccl_routing;
-  // Launch each round's second and third kernel early, as programmatic dependents (their blocks start while
-  // the previous kernel's last blocks finish, and wait on the peers' signals). false: plain launches, each
-  // after the previous kernel has drained. Results are the same bytes either way.
+  // Launch each round's kernels early, as programmatic dependents: their blocks start while the stream's
+  // previous kernel's last blocks finish; the first then waits for that kernel to end, the second and third
+  // wait on the peers' signals. false: plain launches, each after the previous kernel has drained. Results are
+  // the same bytes either way.
   bool early_launch = true;
 };
 

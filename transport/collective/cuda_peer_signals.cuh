@@ -131,6 +131,16 @@ __device__ __forceinline__ void LaunchDependents() {
 #endif
 }
 
+// Waits until the stream's previous kernel has finished and its writes are visible (Hopper's programmatic
+// dependent launch; a no-op when this kernel was launched plainly, as stream order already gave that). The first
+// thing a kernel launched early does when it must order what it reads or overwrites by the stream, not by the
+// peers' signals.
+__device__ __forceinline__ void WaitForPreviousKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Launches `kernel` on `blocks` x `threads`. With `early`, as a programmatic dependent of the stream's previous
 // kernel: its blocks may start while that kernel's last blocks still run, so it must order what it reads by the
 // signals, not by the stream. Launch errors as INTERNAL, naming `what`.
