@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The collective module's CUDA backend on a machine with several GPUs (issue 6): its tests (AllReduce and MoE
-# Dispatch/Combine, world sizes 2-4, bitwise against the CPU reference; failures; calls routed to NCCL), then the
+# Dispatch/Combine, world sizes 2-8, bitwise against the CPU reference; failures; calls routed to NCCL), then the
 # AllReduce benchmark and the MoE benchmark beside NCCL.
 #
 #   tools/gpu/run_gpu_collectives.sh prepare   # here: bazel build -c opt the test and the benchmark, copy them

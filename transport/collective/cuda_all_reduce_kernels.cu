@@ -162,12 +162,13 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* __restrict__ in,
                                                                     const __grid_constant__ RoundParams p) {
-  LaunchDependents();
   // Launched early too, its blocks start during the stream's previous kernel: that kernel's output may be this
   // call's input, and peers' step-1 slots may be overwritten only once this rank's previous round has finished
   // (its last kernel saw every rank's step-2 signal, so every rank is done reading them). Both hold once the
-  // previous kernel has finished.
+  // previous kernel has finished. Only then may the step-2 kernel start: its wait for the peers' signals has a
+  // deadline, whose clock must not run while this kernel waits on someone else's kernel.
   WaitForPreviousKernel();
+  LaunchDependents();
   WithBits(p.step1.bits, [&](auto bits) { ScatterBody<T, decltype(bits)::value>(in, p); });
   ArriveAndSignal(p, 0);
 }

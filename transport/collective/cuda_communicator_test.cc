@@ -274,7 +274,7 @@ TEST(CudaAllReduceFailureTest, WorldOfOneCopiesThrough) {
 
 // ---- calls routed to NCCL (nccl_routing.h) -------------------------------------------------------------------
 // These need NCCL: tools/gpu/run_gpu_collectives.sh sets KVT_NCCL_LIB to the machine's libnccl.so.2. NCCL wants
-// one GPU per rank, so they run min(4, GPUs) ranks and skip below 2 GPUs.
+// one GPU per rank, so they run min(8, GPUs) ranks and skip below 2 GPUs.
 
 std::string NcclPath() {
   const char* path = std::getenv("KVT_NCCL_LIB");

@@ -143,7 +143,8 @@ __device__ __forceinline__ void WaitForPreviousKernel() {
 
 // Launches `kernel` on `blocks` x `threads`. With `early`, as a programmatic dependent of the stream's previous
 // kernel: its blocks may start while that kernel's last blocks still run, so it must order what it reads by the
-// signals, not by the stream. Launch errors as INTERNAL, naming `what`.
+// signals, or wait for that kernel (WaitForPreviousKernel), not rely on the stream. Launch errors as INTERNAL,
+// naming `what`.
 template <typename... Params, typename... Args>
 absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bool early, cudaStream_t stream,
                           const char* what, Args... args) {
