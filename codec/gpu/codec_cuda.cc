@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <string>
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
@@ -179,11 +178,15 @@ absl::StatusOr<int> PagesFromBlockIds(const PagedKvView& kv, int tokens, absl::S
   return static_cast<int>(ids.size() / bpp);
 }
 
-// What a page layout's lynx tables are made from (DeviceEncodedPages::StageTables' key): the scheme, alpha and
-// top width (as bits: equal keys mean equal tables).
-std::string TablesKey(const ContainerLayout& l) {
-  return absl::StrCat(l.scheme.Name(), "/", absl::bit_cast<uint32_t>(l.alpha), "/",
-                      absl::bit_cast<uint32_t>(l.top_width));
+// The key of a page layout's encode tables (DeviceEncodedPages::StageTables); a decode adds its stages and rule.
+DeviceEncodedPages::TablesKey TablesKeyOf(const ContainerLayout& l) {
+  DeviceEncodedPages::TablesKey key;
+  key.kind = l.scheme.kind;
+  key.spike_reserve = l.scheme.spike_reserve;
+  for (int i = 0; i < l.scheme.num_streams() && i < kMaxStreams; ++i) key.stage_bits[i] = l.scheme.stage_bits[i];
+  key.alpha_bits = absl::bit_cast<uint32_t>(l.alpha);
+  key.top_width_bits = absl::bit_cast<uint32_t>(l.top_width);
+  return key;
 }
 
 }  // namespace
@@ -262,16 +265,15 @@ absl::Status DeviceEncodedPages::SetNumPages(int num_pages) {
 }
 
 absl::StatusOr<DeviceEncodedPages::StagedTables> DeviceEncodedPages::StageTables(
-    int slot, const std::string& key, size_t n, const std::function<void(void*)>& fill, CudaStream stream) const {
-  if (key.empty()) return absl::InternalError("staged tables need a key");
+    int slot, const TablesKey& key, size_t n, const std::function<void(void*)>& fill, CudaStream stream) const {
   std::vector<uint8_t>& host = tables_host_[slot];
-  std::string& staged = tables_key_[slot];
+  std::optional<TablesKey>& staged = tables_key_[slot];
   if (tables_[slot] == nullptr || tables_[slot]->size() != n) {
-    staged.clear();
+    staged.reset();
     KVT_ASSIGN_OR_RETURN(tables_[slot], DeviceBuffer::Create(n));
   }
-  if (staged != key) {
-    staged.clear();  // set again only once the upload is queued
+  if (!staged.has_value() || !(*staged == key)) {
+    staged.reset();  // set again only once the upload is queued
     host.assign(n, 0);
     fill(host.data());
     KVT_RETURN_IF_ERROR(CopyToDevice(tables_[slot]->get(), host.data(), n, stream));
@@ -407,7 +409,7 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
   const internal::LynxDeviceTables* host_tables = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
     KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages::StagedTables staged,
-                         out.StageTables(0, TablesKey(l), sizeof(internal::LynxDeviceTables),
+                         out.StageTables(0, TablesKeyOf(l), sizeof(internal::LynxDeviceTables),
                                          [&l](void* bytes) {
                                            auto* tables = new (bytes) internal::LynxDeviceTables;
                                            const auto t =
@@ -461,10 +463,11 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
         }
       }
     };
-    KVT_ASSIGN_OR_RETURN(
-        const DeviceEncodedPages::StagedTables staged,
-        in.StageTables(1, absl::StrCat(TablesKey(l), "/", stages, "/", static_cast<int>(rule)),
-                       sizeof(internal::LynxDeviceTables), fill, stream));
+    DeviceEncodedPages::TablesKey key = TablesKeyOf(l);
+    key.decode_stages = stages;
+    key.decode_rule = static_cast<int>(rule);
+    KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages::StagedTables staged,
+                         in.StageTables(1, key, sizeof(internal::LynxDeviceTables), fill, stream));
     tp = static_cast<const internal::LynxDeviceTables*>(staged.device);
   }
   const internal::KvGeometry geometry = Geometry(dst, l.tokens, device_block_ids);

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -93,16 +93,31 @@ class DeviceEncodedPages {
   // Multi-stream lynx: the encoder's scratch for the anchor tables (code counts, codec_kernels.h Staging); else
   // null.
   uint32_t* histogram() const { return histogram_ ? static_cast<uint32_t*>(histogram_->get()) : nullptr; }
+  // What a launch's lynx tables are made from: the scheme (kind, spike flag, stage widths), alpha and top width as
+  // bits, and for a decode its stages and anchor rule (0 and 0 for an encode). Equal keys mean equal tables. Fixed
+  // size, so that building and comparing one on every launch allocates nothing (a Scheme's stage_bits would).
+  struct TablesKey {
+    SchemeKind kind = SchemeKind::kLynx;
+    bool spike_reserve = false;
+    std::array<int, kMaxStreams + 1> stage_bits{};  // the widths, then 0
+    uint32_t alpha_bits = 0, top_width_bits = 0;
+    int decode_stages = 0, decode_rule = 0;
+    bool operator==(const TablesKey& o) const {
+      return kind == o.kind && spike_reserve == o.spike_reserve && stage_bits == o.stage_bits &&
+             alpha_bits == o.alpha_bits && top_width_bits == o.top_width_bits && decode_stages == o.decode_stages &&
+             decode_rule == o.decode_rule;
+    }
+  };
   // For the launchers: the n bytes of a launch's lynx tables (internal::LynxDeviceTables) in slot 0 (encode) or
-  // 1 (decode), on the device and on the host. `key` names everything they are made from (non-empty). Only when
-  // it differs from the slot's last does `fill` write them into the zeroed host copy and `stream` upload them, so
-  // calls with the same scheme and options pay neither the filling (a few microseconds of host time before the
-  // launch) nor a copy. Both copies stay valid until the next call for the slot.
+  // 1 (decode), on the device and on the host. Only when `key` differs from the slot's last does `fill` write them
+  // into the zeroed host copy and `stream` upload them, so calls with the same scheme and options pay neither the
+  // filling (a few microseconds of host time before the launch) nor a copy. Both copies stay valid until the
+  // next call for the slot.
   struct StagedTables {
     const void* device = nullptr;
     const void* host = nullptr;
   };
-  absl::StatusOr<StagedTables> StageTables(int slot, const std::string& key, size_t n,
+  absl::StatusOr<StagedTables> StageTables(int slot, const TablesKey& key, size_t n,
                                            const std::function<void(void*)>& fill, CudaStream stream) const;
 
   // Whether ToContainers and FromContainers stage through pinned host memory (true DMA; worth its allocation
@@ -141,7 +156,7 @@ class DeviceEncodedPages {
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;
-  mutable std::array<std::string, 2> tables_key_;  // empty: nothing staged
+  mutable std::array<std::optional<TablesKey>, 2> tables_key_;  // empty: nothing staged
   // The host side of FromContainers: a mirror of buffer_, made at first use and kept (zeroed once; after
   // SetNumPages moves the ranges, padding may hold earlier bytes, which no kernel uses: they mask partial
   // words); pinned with pinned_host_ (pageable if pinning fails).

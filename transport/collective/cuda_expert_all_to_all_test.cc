@@ -55,7 +55,7 @@ constexpr int kDispatches = 3;
 
 int TokensOf(const MoeCase& c, int call, int rank) {
   switch (call) {
-    case 0:  // fewer a rank, down to one (rank 7 of the 20-token case)
+    case 0:  // 3 fewer for each rank, at least one (rank 7 of the 20-token case would get -1)
       return std::max(1, c.max_tokens - 3 * rank);
     case 1:
       return rank == 1 ? 0 : 11 + rank;
