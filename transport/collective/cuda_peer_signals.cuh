@@ -44,56 +44,95 @@ struct SignalSpec {
   uint32_t count_word = 0;
 };
 
+__device__ __forceinline__ void StoreRelaxedSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Called by every block of the grid when its work is done: the last block to arrive signals every rank with
 // this call's epoch and the error bits seen so far, after every block's stores (peer memory included).
+//
+// One thread per rank stores that rank's words (count, tag, then the flag with release), so the signals' trips
+// over the links overlap. A release store waits for the thread's earlier stores to be performed: from one
+// thread, a world of 8 costed 16 such waits in a row, each a round trip to a peer.
 __device__ inline void ArriveAndSignal(const SignalSpec& s) {
+  __shared__ int last;
+  __shared__ uint64_t value;
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence_system();  // this block's stores, peer memory included, before the arrival
-  const unsigned prev = atomicAdd(&s.status->arrivals, 1u);
-  if (prev != gridDim.x - 1) return;
-  s.status->arrivals = 0;
-  __threadfence_system();
-  const unsigned errors = atomicOr(&s.status->errors, 0u);
-  uint64_t value = s.epoch * 4;
-  if (errors & kBadDataErrors) value |= kSignalBadData;
-  if (errors & (kTimedOut | kPeerTimedOut)) value |= kSignalTimedOut;
-  for (int r = 0; r < s.world; ++r) {
-    if (s.counts != nullptr) {
-      StoreReleaseSys(s.flags[r] + s.count_word + s.rank, static_cast<uint64_t>(static_cast<uint32_t>(__ldcg(s.counts + r))));
+  if (threadIdx.x == 0) {
+    __threadfence_system();  // this block's stores, peer memory included, before the arrival
+    const unsigned prev = atomicAdd(&s.status->arrivals, 1u);
+    last = prev == gridDim.x - 1 ? 1 : 0;
+    if (last) {
+      s.status->arrivals = 0;
+      __threadfence_system();  // every block's stores (seen through their arrivals) before the signals below
+      const unsigned errors = atomicOr(&s.status->errors, 0u);
+      uint64_t v = s.epoch * 4;
+      if (errors & kBadDataErrors) v |= kSignalBadData;
+      if (errors & (kTimedOut | kPeerTimedOut)) v |= kSignalTimedOut;
+      value = v;
     }
-    StoreReleaseSys(s.flags[r] + s.tag_word + s.rank, s.call_tag);  // ordered before the flag
-    StoreReleaseSys(s.flags[r] + s.value_word + s.rank, value);
+  }
+  __syncthreads();  // orders thread 0's fence before the other threads' release stores
+  if (!last) return;
+  for (int r = threadIdx.x; r < s.world; r += blockDim.x) {
+    if (s.counts != nullptr) {
+      const uint32_t count = static_cast<uint32_t>(__ldcg(s.counts + r));
+      StoreRelaxedSys(s.flags[r] + s.count_word + s.rank, static_cast<uint64_t>(count));
+    }
+    StoreRelaxedSys(s.flags[r] + s.tag_word + s.rank, s.call_tag);
+    StoreReleaseSys(s.flags[r] + s.value_word + s.rank, value);  // after the count and the tag
   }
 }
 
 // Every block waits until all ranks signalled this call. False (in every thread) when one timed out or
 // signalled an error; the block then skips its work. An error bit does not cut the wait short: every rank's
 // signal of this call must be seen, or a rank could run ahead into the next call and overwrite a tag that a
-// slower peer has yet to check. Only a timeout (after which the group is out of step) stops early.
+// slower peer has yet to check. Only a timeout (after which the group is out of step) stops early: a rank that
+// signals it timed out ends the wait for every rank not yet seen.
+//
+// One thread per rank polls, so the block sees the last signal one load after it lands instead of after a walk
+// over the ranks; thread 0 then judges the ranks in rank order.
 __device__ inline bool WaitForPeers(const SignalSpec& s) {
+  enum : uint8_t { kArrived, kLate, kAbandoned };
+  __shared__ uint64_t seen[kMaxCudaWorld];
+  __shared__ uint8_t state[kMaxCudaWorld];
+  __shared__ int stop;  // a rank signalled that it timed out
   __shared__ int ok;
+  if (threadIdx.x == 0) stop = 0;
+  __syncthreads();
+  const uint64_t* flags = s.flags[s.rank] + s.value_word;
+  const uint64_t want = s.epoch * 4;
+  for (int r = threadIdx.x; r < s.world; r += blockDim.x) {
+    const uint64_t start = GlobalTimerNs();
+    uint64_t v;
+    uint8_t st = kArrived;
+    while ((v = LoadAcquireSys(flags + r)) < want) {
+      if (*static_cast<volatile int*>(&stop)) {
+        st = kAbandoned;
+        break;
+      }
+      if (GlobalTimerNs() - start > s.timeout_ns) {
+        st = kLate;
+        break;
+      }
+      __nanosleep(64);
+    }
+    if (st == kArrived && (v & kSignalTimedOut)) *static_cast<volatile int*>(&stop) = 1;
+    seen[r] = v;
+    state[r] = st;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     bool good = true;
-    const uint64_t* flags = s.flags[s.rank] + s.value_word;
-    const uint64_t want = s.epoch * 4;
-    const uint64_t start = GlobalTimerNs();
     for (int r = 0; r < s.world; ++r) {
-      uint64_t v;
-      bool timed_out = false;
-      while ((v = LoadAcquireSys(flags + r)) < want) {
-        if (GlobalTimerNs() - start > s.timeout_ns) {
-          timed_out = true;
-          break;
-        }
-        __nanosleep(64);
-      }
-      if (timed_out) {
+      if (state[r] == kAbandoned) continue;  // another rank's timed-out signal ended it: that rank is judged
+      if (state[r] == kLate) {
         atomicOr(&s.status->errors, static_cast<unsigned>(kTimedOut));
         atomicMin(&s.status->peer, r);
         good = false;
         break;
       }
+      const uint64_t v = seen[r];
       if (LoadAcquireSys(s.flags[s.rank] + s.tag_word + r) != s.call_tag) {
         atomicOr(&s.status->errors, static_cast<unsigned>(kMismatch));
         atomicMin(&s.status->peer, r);
