@@ -53,7 +53,7 @@ __device__ __forceinline__ void StoreRelaxedSys(uint64_t* p, uint64_t v) {
 //
 // One thread per rank stores that rank's words (count, tag, then the flag with release), so the signals' trips
 // over the links overlap. A release store waits for the thread's earlier stores to be performed: from one
-// thread, a world of 8 costed 16 such waits in a row, each a round trip to a peer.
+// thread, a world of 8 cost 16 such waits in a row (24 with the counts), each a round trip to a peer.
 __device__ inline void ArriveAndSignal(const SignalSpec& s) {
   __shared__ int last;
   __shared__ uint64_t value;
@@ -88,26 +88,28 @@ __device__ inline void ArriveAndSignal(const SignalSpec& s) {
 // signalled an error; the block then skips its work. An error bit does not cut the wait short: every rank's
 // signal of this call must be seen, or a rank could run ahead into the next call and overwrite a tag that a
 // slower peer has yet to check. Only a timeout (after which the group is out of step) stops early: a rank that
-// signals it timed out ends the wait for every rank not yet seen.
+// signals it timed out ends the wait for the ranks above it, and a wait past the deadline ends the call's waits.
 //
 // One thread per rank polls, so the block sees the last signal one load after it lands instead of after a walk
-// over the ranks; thread 0 then judges the ranks in rank order.
+// over the ranks; thread 0 then judges the ranks in rank order. The outcome is that of the walk: ranks below the
+// lowest one that signalled a timeout are waited for in full (a missing one is named as timed out), ranks above
+// it are not judged.
 __device__ inline bool WaitForPeers(const SignalSpec& s) {
   enum : uint8_t { kArrived, kLate, kAbandoned };
   __shared__ uint64_t seen[kMaxCudaWorld];
   __shared__ uint8_t state[kMaxCudaWorld];
-  __shared__ int stop;  // a rank signalled that it timed out
+  __shared__ int stop;  // the lowest rank that signalled it timed out (s.world if none)
   __shared__ int ok;
-  if (threadIdx.x == 0) stop = 0;
+  if (threadIdx.x == 0) stop = s.world;
   __syncthreads();
   const uint64_t* flags = s.flags[s.rank] + s.value_word;
   const uint64_t want = s.epoch * 4;
+  const uint64_t start = GlobalTimerNs();  // one deadline for the call, however many ranks a thread polls
   for (int r = threadIdx.x; r < s.world; r += blockDim.x) {
-    const uint64_t start = GlobalTimerNs();
     uint64_t v;
     uint8_t st = kArrived;
     while ((v = LoadAcquireSys(flags + r)) < want) {
-      if (*static_cast<volatile int*>(&stop)) {
+      if (*static_cast<volatile int*>(&stop) < r) {
         st = kAbandoned;
         break;
       }
@@ -117,7 +119,7 @@ __device__ inline bool WaitForPeers(const SignalSpec& s) {
       }
       __nanosleep(64);
     }
-    if (st == kArrived && (v & kSignalTimedOut)) *static_cast<volatile int*>(&stop) = 1;
+    if (st == kArrived && (v & kSignalTimedOut)) atomicMin(&stop, r);
     seen[r] = v;
     state[r] = st;
   }
@@ -125,7 +127,7 @@ __device__ inline bool WaitForPeers(const SignalSpec& s) {
   if (threadIdx.x == 0) {
     bool good = true;
     for (int r = 0; r < s.world; ++r) {
-      if (state[r] == kAbandoned) continue;  // another rank's timed-out signal ended it: that rank is judged
+      if (state[r] == kAbandoned) break;  // a lower rank's timed-out signal ended it: that rank was judged
       if (state[r] == kLate) {
         atomicOr(&s.status->errors, static_cast<unsigned>(kTimedOut));
         atomicMin(&s.status->peer, r);
