@@ -272,7 +272,7 @@ absl::StatusOr<DeviceEncodedPages::StagedTables> DeviceEncodedPages::StageTables
     staged.reset();
     KVT_ASSIGN_OR_RETURN(tables_[slot], DeviceBuffer::Create(n));
   }
-  if (!staged.has_value() || !(*staged == key)) {
+  if (staged != key) {  // also when nothing is staged
     staged.reset();  // set again only once the upload is queued
     host.assign(n, 0);
     fill(host.data());

@@ -107,6 +107,7 @@ class DeviceEncodedPages {
              alpha_bits == o.alpha_bits && top_width_bits == o.top_width_bits && decode_stages == o.decode_stages &&
              decode_rule == o.decode_rule;
     }
+    bool operator!=(const TablesKey& o) const { return !(*this == o); }
   };
   // For the launchers: the n bytes of a launch's lynx tables (internal::LynxDeviceTables) in slot 0 (encode) or
   // 1 (decode), on the device and on the host. Only when `key` differs from the slot's last does `fill` write them

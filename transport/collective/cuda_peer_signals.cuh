@@ -24,6 +24,11 @@ __device__ __forceinline__ void StoreReleaseSys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Ordered only by a later release store of the same thread (a signal's count and tag before its flag).
+__device__ __forceinline__ void StoreRelaxedSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ uint64_t GlobalTimerNs() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -43,10 +48,6 @@ struct SignalSpec {
   const int32_t* counts = nullptr;
   uint32_t count_word = 0;
 };
-
-__device__ __forceinline__ void StoreRelaxedSys(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 
 // Called by every block of the grid when its work is done: the last block to arrive signals every rank with
 // this call's epoch and the error bits seen so far, after every block's stores (peer memory included).
