@@ -26,6 +26,7 @@
 #include "server/reference_transfer.h"
 #include "server/transfer_plan.h"
 #include "tools/kvtctl/daemon_process.h"
+#include "tools/kvtctl/host_cpu.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -175,6 +176,10 @@ const SchemeRun* DemoReport::Find(absl::string_view scheme) const {
   return nullptr;
 }
 
+double DemoReport::IdealMs(const SchemeRun& run) const {
+  return options.rate_gbps > 0 ? run.wire_bytes * 8.0 / (options.rate_gbps * 1e9) * 1e3 : 0;
+}
+
 absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoProgress& progress) {
   KVT_ASSIGN_OR_RETURN(codec::eval::SyntheticKvOptions kv, codec::eval::SyntheticKvOptions::ForModel(o.model, o.tokens));
   kv.seed = o.seed;
@@ -288,6 +293,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     run.timeline.layers.resize(report.layers);
     for (int l = 0; l < report.layers; ++l) run.timeline.layers[l].layer = l;
     int anchors = 0, fulls = 0;
+    const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
     KVT_RETURN_IF_ERROR(transfer(
         absl::StrCat("demo-", name), name, o.tokens, [&](const v1::TransferEvent& e) {
           const double ms = e.at_us() / 1000.0;
@@ -306,6 +312,11 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                                    schemes.size(), name, anchors, report.layers, fulls, report.layers),
                    true);
         }));
+    if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
+      const CpuShare share = ShareBetween(*cpu_before, *cpu_after);
+      run.host_steal = share.steal;
+      run.host_busy = share.busy;
+    }
     KVT_ASSIGN_OR_RETURN(v1::StatsResponse after, cluster.prefill_client->Stats());
     run.anchor_bytes = after.anchor_bytes_sent() - before.anchor_bytes_sent();
     run.wire_bytes = run.anchor_bytes + after.residual_bytes_sent() - before.residual_bytes_sent();

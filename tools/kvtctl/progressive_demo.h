@@ -41,6 +41,9 @@ struct SchemeRun {
   double vnmse_anchor = 0;
   double vnmse_full = 0;
   std::optional<bool> verified_identical;  // with DemoOptions::verify
+  // The host's CPU time during the transfer (host_cpu.h), as fractions of all CPUs' time; unset where the host
+  // has no /proc/stat. The link emulation paces bytes on the CPU: much steal means a slower link than asked for.
+  std::optional<double> host_steal, host_busy;
   TimelineSeries timeline;
 };
 
@@ -54,6 +57,8 @@ struct DemoReport {
   std::vector<SchemeRun> runs;
   // The run of `scheme`, or null.
   const SchemeRun* Find(absl::string_view scheme) const;
+  // The time `run`'s wire bytes take at the link's rate, in ms; 0 for an unlimited link.
+  double IdealMs(const SchemeRun& run) const;
 };
 
 using DemoProgress = std::function<void(absl::string_view line, bool transient)>;
