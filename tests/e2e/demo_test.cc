@@ -46,17 +46,16 @@ TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
     EXPECT_LE(r["anchor_ms"].get<double>(), r["full_ms"].get<double>()) << name;
     // What the wire bytes need at 0.2 Gbit/s, and the host's CPU shares during the run (Linux: /proc/stat).
     EXPECT_DOUBLE_EQ(r["ideal_full_ms"].get<double>(), r["wire_bytes"].get<double>() * 8 / 0.2e9 * 1e3) << name;
+    const bool proc_stat = std::ifstream("/proc/stat").good();
     for (const char* share : {"host_cpu_steal", "host_cpu_busy"}) {
-      ASSERT_TRUE(r[share].is_number()) << name << " " << share;
-      EXPECT_GE(r[share].get<double>(), 0) << name << " " << share;
-      EXPECT_LE(r[share].get<double>(), 1) << name << " " << share;
+      EXPECT_EQ(r[share].is_number(), proc_stat) << name << " " << share;
     }
   }
-  // Empty when the int8 and lynx runs took at most 1.5 x their ideal time; else it names the slow run.
+  // The verdict's reason (DemoReport::NotLinkBoundBecause; empty or naming int8's run, whose time varies).
   ASSERT_TRUE(doc["not_judged_because"].is_string());
   const std::string why = doc["not_judged_because"].get<std::string>();
   if (!why.empty()) {
-    EXPECT_NE(why.find("host CPU steal"), std::string::npos) << why;
+    EXPECT_EQ(why.rfind("int8's run took", 0), 0u) << why;
   }
   // Bytes: bf16 carries 2 bytes per value; int8 and lynx about 1.1; int4 and lynx's anchor about 0.6.
   const double values = 2.0 * layers * doc["tokens"].get<double>() * doc["kv_heads"].get<double>() *

@@ -48,8 +48,8 @@ absl::StatusOr<CpuTimes> ReadCpuTimes() {
   return ParseProcStat(text.str());
 }
 
-CpuShare ShareBetween(const CpuTimes& before, const CpuTimes& after) {
-  if (after.total <= before.total || after.idle < before.idle || after.steal < before.steal) return {};
+std::optional<CpuShare> ShareBetween(const CpuTimes& before, const CpuTimes& after) {
+  if (after.total <= before.total || after.idle < before.idle || after.steal < before.steal) return std::nullopt;
   const double total = static_cast<double>(after.total - before.total);
   const double idle = static_cast<double>(after.idle - before.idle);
   const double steal = static_cast<double>(after.steal - before.steal);

@@ -5,6 +5,7 @@
 #define KVT_TOOLS_KVTCTL_HOST_CPU_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -26,12 +27,12 @@ absl::StatusOr<CpuTimes> ParseProcStat(absl::string_view text);
 absl::StatusOr<CpuTimes> ReadCpuTimes();
 
 // Of the CPU time between two readings, the stolen and the busy (neither idle nor stolen) fractions, in [0, 1];
-// both 0 when no tick passed or the counters went backwards.
+// nullopt when no tick passed or a counter went backwards (not a measurement of the stretch).
 struct CpuShare {
   double steal = 0;
   double busy = 0;
 };
-CpuShare ShareBetween(const CpuTimes& before, const CpuTimes& after);
+std::optional<CpuShare> ShareBetween(const CpuTimes& before, const CpuTimes& after);
 
 }  // namespace kvt::kvtctl
 

@@ -1,3 +1,4 @@
+// ParseProcStat on fixed /proc/stat texts (good and malformed), ShareBetween's fractions, and one real read.
 #include "tools/kvtctl/host_cpu.h"
 
 #include "gtest/gtest.h"
@@ -37,16 +38,18 @@ TEST(ParseProcStat, RejectsACounterThatIsNotANumber) {
 TEST(ShareBetween, GivesTheStolenAndBusyFractionsOfTheTicksBetweenReadings) {
   const CpuTimes before{1000, 600, 100};
   const CpuTimes after{2000, 1000, 400};  // 1000 ticks: 400 idle, 300 stolen, 300 busy
-  const CpuShare s = ShareBetween(before, after);
-  EXPECT_DOUBLE_EQ(s.steal, 0.3);
-  EXPECT_DOUBLE_EQ(s.busy, 0.3);
+  const std::optional<CpuShare> s = ShareBetween(before, after);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_DOUBLE_EQ(s->steal, 0.3);
+  EXPECT_DOUBLE_EQ(s->busy, 0.3);
 }
 
-TEST(ShareBetween, IsZeroWhenNoTickPassedOrTheCountersWentBackwards) {
+TEST(ShareBetween, IsUnknownWhenNoTickPassedOrACounterWentBackwards) {
   const CpuTimes t{1000, 600, 100};
-  EXPECT_EQ(ShareBetween(t, t).steal, 0);
-  EXPECT_EQ(ShareBetween(CpuTimes{2000, 1000, 400}, t).busy, 0);
-  EXPECT_EQ(ShareBetween(t, CpuTimes{2000, 500, 400}).steal, 0);  // idle fell: not the same counters
+  EXPECT_FALSE(ShareBetween(t, t).has_value());
+  EXPECT_FALSE(ShareBetween(CpuTimes{2000, 1000, 400}, t).has_value());
+  EXPECT_FALSE(ShareBetween(t, CpuTimes{2000, 500, 400}).has_value());  // idle fell: not the same counters
+  EXPECT_FALSE(ShareBetween(t, CpuTimes{2000, 1000, 50}).has_value());  // steal fell
 }
 
 TEST(ReadCpuTimes, ReadsThisMachinesCountersWhereThereAreAny) {

@@ -180,6 +180,16 @@ double DemoReport::IdealMs(const SchemeRun& run) const {
   return options.rate_gbps > 0 ? run.wire_bytes * 8.0 / (options.rate_gbps * 1e9) * 1e3 : 0;
 }
 
+std::string DemoReport::NotLinkBoundBecause() const {
+  const SchemeRun* int8 = Find("int8");
+  const double ideal = int8 != nullptr ? IdealMs(*int8) : 0;
+  if (ideal <= 0 || int8->full_ms <= kNotLinkBoundOverIdeal * ideal) return "";
+  std::string why = absl::StrFormat("int8's run took %.1f x the time its bytes need at %.2f Gbit/s", int8->full_ms / ideal,
+                                    options.rate_gbps);
+  if (int8->host_steal) absl::StrAppendFormat(&why, " (host CPU steal %.0f%%)", 100 * *int8->host_steal);
+  return why;
+}
+
 absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoProgress& progress) {
   KVT_ASSIGN_OR_RETURN(codec::eval::SyntheticKvOptions kv, codec::eval::SyntheticKvOptions::ForModel(o.model, o.tokens));
   kv.seed = o.seed;
@@ -313,9 +323,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                    true);
         }));
     if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
-      const CpuShare share = ShareBetween(*cpu_before, *cpu_after);
-      run.host_steal = share.steal;
-      run.host_busy = share.busy;
+      if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
+        run.host_steal = share->steal;
+        run.host_busy = share->busy;
+      }
     }
     KVT_ASSIGN_OR_RETURN(v1::StatsResponse after, cluster.prefill_client->Stats());
     run.anchor_bytes = after.anchor_bytes_sent() - before.anchor_bytes_sent();
