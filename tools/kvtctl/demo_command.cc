@@ -64,10 +64,10 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
                              a, a <= 0.60 ? "met" : "MISSED", f, f <= 1.05 ? "met" : "MISSED");
     } else {
       out << absl::StrFormat(
-          "\nlynx: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x: NOT JUDGED. %s, so the transfer\n"
-          "was not link-bound, which is what the targets are about. A starved host (high steal %%; the emulated link\n"
-          "paces bytes on its CPUs) or a rate above what the codecs sustain here does this: run the demo again when\n"
-          "the machine is quieter, or at a lower --rate-gbps.\n",
+          "\nlynx: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x: NOT JUDGED.\n"
+          "  %s: the transfer was not link-bound, which is what the targets are about.\n"
+          "  A starved host (high steal %%; the emulated link paces bytes on its CPUs) or a rate above what the codecs\n"
+          "  sustain here does this: run the demo again when the machine is quieter, or at a lower --rate-gbps.\n",
           a, f, why);
     }
   }
