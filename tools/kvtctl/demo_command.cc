@@ -66,8 +66,9 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
       out << absl::StrFormat(
           "\nlynx: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x: NOT JUDGED.\n"
           "  %s: the transfer was not link-bound, which is what the targets are about.\n"
-          "  A starved host (high steal %%; the emulated link paces bytes on its CPUs) or a rate above what the codecs\n"
-          "  sustain here does this: run the demo again when the machine is quieter, or at a lower --rate-gbps.\n",
+          "  A starved host (high steal %%; the emulated link paces bytes on its CPUs) or a rate above what the\n"
+          "  codecs sustain here does this: run the demo again when the machine is quieter, or at a lower\n"
+          "  --rate-gbps.\n",
           a, f, why);
     }
   }
@@ -78,6 +79,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
   const double base = int8 != nullptr ? int8->full_ms : 0;
   nlohmann::json runs = nlohmann::json::array();
   for (const SchemeRun& run : r.runs) {
+    const double ideal = r.IdealMs(run);
     nlohmann::json layers = nlohmann::json::array();
     for (const LayerTimes& l : run.timeline.layers) {
       layers.push_back({{"layer", l.layer},
@@ -95,7 +97,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
                     {"vnmse_full", run.vnmse_full},
                     {"verified_identical", run.verified_identical ? nlohmann::json(*run.verified_identical)
                                                                   : nlohmann::json(nullptr)},
-                    {"ideal_full_ms", r.IdealMs(run) > 0 ? nlohmann::json(r.IdealMs(run)) : nlohmann::json(nullptr)},
+                    {"ideal_full_ms", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json(nullptr)},
                     {"host_cpu_steal", run.host_steal ? nlohmann::json(*run.host_steal) : nlohmann::json(nullptr)},
                     {"host_cpu_busy", run.host_busy ? nlohmann::json(*run.host_busy) : nlohmann::json(nullptr)},
                     {"layers", layers}});

@@ -184,8 +184,8 @@ std::string DemoReport::NotLinkBoundBecause() const {
   const SchemeRun* int8 = Find("int8");
   const double ideal = int8 != nullptr ? IdealMs(*int8) : 0;
   if (ideal <= 0 || int8->full_ms <= kNotLinkBoundOverIdeal * ideal) return "";
-  std::string why = absl::StrFormat("int8's run took %.1f x the time its bytes need at %.2f Gbit/s", int8->full_ms / ideal,
-                                    options.rate_gbps);
+  std::string why = absl::StrFormat("int8's run took %.1f x the time its bytes need at %.2f Gbit/s",
+                                    int8->full_ms / ideal, options.rate_gbps);
   if (int8->host_steal) absl::StrAppendFormat(&why, " (host CPU steal %.0f%%)", 100 * *int8->host_steal);
   return why;
 }
