@@ -198,15 +198,18 @@ TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCode
   EXPECT_GT(std::fabs(stored_mu - mean), 5 * sigma_needed * CodeMaxGap());
 }
 
-TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeatsTheCellCentre) {
-  // Chunks holding -1 and +1 and Laplace values between: mu = 0 and sigma = 1 exactly, so x_final = x.
-  const int tokens = 256, channels = 16;
+TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverTheSampledValuesAndBeatsTheCellCentre) {
+  // Chunks holding -1 and +1 and Laplace values between: mu = 0 and sigma = 1 exactly, so x_final = x. The
+  // channels past the tables' sample (the first 64) are wider, so a table counted from them too would differ.
+  const int tokens = 256, channels = 96;
+  static_assert(channels > internal::kAnchorSampleChannels, "channels outside the tables' sample");
   std::vector<float> x(tokens * channels);
   std::mt19937 rng(7);
-  std::exponential_distribution<float> expo(6.0f);
+  std::exponential_distribution<float> expo(6.0f), wide(3.0f);
   for (int t = 0; t < tokens; ++t) {
     for (int c = 0; c < channels; ++c) {
-      const float v = std::fmin(expo(rng), 1.0f) * (rng() % 2 ? 1.0f : -1.0f);
+      const float e = c < internal::kAnchorSampleChannels ? expo(rng) : wide(rng);
+      const float v = std::fmin(e, 1.0f) * (rng() % 2 ? 1.0f : -1.0f);
       x[t * channels + c] = t % 32 == 0 ? -1.0f : (t % 32 == 1 ? 1.0f : v);
     }
   }
@@ -215,11 +218,14 @@ TEST(LynxCorrectionsTest, AnchorOnlyDecodeReturnsEachCellsMeanOverThePageAndBeat
   const std::vector<float> full = Decode(enc, 2);
   const std::vector<float> mean_rule = Decode(enc, 1, AnchorRule::kConditionalMean);
   const std::vector<float> centre_rule = Decode(enc, 1, AnchorRule::kCodeCentre);
-  // Per anchor magnitude cell (I >> 4): the mean of the full decode's |value| over the page's sampled tokens.
+  // Per anchor magnitude cell (I >> 4): the mean of the full decode's |value| over the sampled values (tokens t %
+  // 4 == 0 of the first 64 channels), which every value of the cell decodes to.
   std::vector<double> sum(8, 0.0);
   std::vector<int> n(8, 0);
   for (size_t i = 0; i < x.size(); ++i) {
-    if ((i / channels) % internal::kAnchorSampleStride != 0) continue;
+    if ((i / channels) % internal::kAnchorSampleStride != 0 || i % channels >= internal::kAnchorSampleChannels) {
+      continue;
+    }
     const int h = internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4;
     sum[h] += std::fabs(full[i]);
     ++n[h];
@@ -309,9 +315,14 @@ TEST(LynxCorrectionsTest, ExactExtremesPutEachChunksOnlyTopCellValueAtTheChunkEn
 TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheValuesItStillDecodes) {
   // As above: every chunk holds -1 and +1 (x_final = x), and a second value (0.9) shares +1's top cell in
   // channels 8..15, so the top cell holds singles (decoded at the chunk ends) and shared values (by the table).
-  // All of them sit at sampled tokens (t % 4 == 0), so the table sees every one.
-  const int tokens = 256, channels = 16;
-  const std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/8, /*seed=*/5);
+  // All of them sit at sampled tokens (t % 4 == 0), so the table sees every one in the first 64 channels. Past
+  // those, the shared value is 0.96: a table that counted it would not be the mean below.
+  const int tokens = 256, channels = 80;
+  static_assert(channels > internal::kAnchorSampleChannels, "channels outside the tables' sample");
+  std::vector<float> x = ChunkEndsPage(tokens, channels, /*plus_row=*/8, /*seed=*/5);
+  for (int t = 4; t < tokens; t += 32) {
+    for (int c = internal::kAnchorSampleChannels; c < channels; ++c) x[t * channels + c] = 0.96f;
+  }
   const auto tables = internal::GetLynxTables(CodecOptions{}.alpha, CodecOptions{}.top_width, 8);
   auto top_cell = [&](size_t i) { return (internal::MagnitudeCode(*tables, std::fabs(x[i])) >> 4) == 7; };
   // Whether value i is its chunk-channel's only top-cell value of its sign.
@@ -332,7 +343,8 @@ TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheVa
   double sum = 0;
   int n = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    if ((i / channels) % internal::kAnchorSampleStride == 0 && top_cell(i) && !single(i)) {
+    if ((i / channels) % internal::kAnchorSampleStride == 0 && i % channels < internal::kAnchorSampleChannels &&
+        top_cell(i) && !single(i)) {
       sum += std::fabs(full[i]);
       ++n;
     }
@@ -352,7 +364,7 @@ TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheVa
     err_new += (exact[i] - x[i]) * (exact[i] - x[i]);
     err_old += (old_table[i] - x[i]) * (old_table[i] - x[i]);
   }
-  EXPECT_EQ(shared, 2 * (tokens / 32) * 8);
+  EXPECT_EQ(shared, 2 * (tokens / 32) * (channels - 8));
   // Left in, the singles (at 1) pull the entry up; the shared values (0.9 and 1) then decode too far out.
   EXPECT_LT(err_new, err_old);
 }

@@ -20,6 +20,7 @@ namespace kvt::codec::gpu {
 namespace {
 
 namespace cpu = ::kvt::codec::internal;
+static_assert(internal::kAnchorSampleChannels == cpu::kAnchorSampleChannels, "the tables' channels, as the CPU's");
 
 constexpr size_t kAlign = 256;
 size_t RoundUp(size_t n) { return (n + 8 + kAlign - 1) / kAlign * kAlign; }  // +8: room for 64-bit reads
@@ -115,11 +116,6 @@ internal::PageShape Shape(const DeviceEncodedPages& pages) {
   return s;
 }
 
-// Channel groups of the lynx tile encoder in a page (its per-group code counts).
-size_t TileGroups(int channels) {
-  return (static_cast<size_t>(channels) + internal::kTileChannels - 1) / internal::kTileChannels;
-}
-
 internal::Staging StagingOf(const DeviceEncodedPages& pages) {
   internal::Staging st;
   st.meta = pages.meta(0);
@@ -133,8 +129,7 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
     st.histogram = pages.histogram();
     if (st.histogram != nullptr) {  // the scratch's layout: see DeviceEncodedPages::Create
       const size_t n = static_cast<size_t>(pages.num_pages());
-      st.tile_counts = st.histogram + 256 * n;
-      st.exclusions = st.tile_counts + internal::kTileGroupCounts * n * TileGroups(l.channels);
+      st.exclusions = st.histogram + 256 * n;
     }
   }
   for (int i = 0; i < pages.layout().scheme.num_streams(); ++i) {
@@ -221,13 +216,10 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
   p->LayOut();
   KVT_ASSIGN_OR_RETURN(p->buffer_, DeviceBuffer::Create(p->used_bytes()));
   if (shape.scheme.kind == SchemeKind::kLynx && shape.scheme.num_streams() > 1) {
-    // The anchor tables' scratch, u32: 256 code counts per page (the general encoder), kTileGroupCounts per
-    // (page, tile group) (the tile encoder), and 256 per (page, partial stage) for the exact-extremes rule's
-    // singles (the general encoder). Left unzeroed: the general encoder's launch zeroes its counts, and each tile
-    // block writes its counts before the table kernel reads them.
-    const size_t words =
-        static_cast<size_t>(num_pages) * (256 + internal::kTileGroupCounts * TileGroups(shape.channels) +
-                                          256 * (shape.scheme.num_streams() - 1));
+    // The general encoder's anchor-table scratch, u32: 256 code counts per page and 256 per (page, partial
+    // stage) for the exact-extremes rule's singles. Left unzeroed: its launch zeroes them. (The tile encoder
+    // counts in shared memory: one block per page holds the tables' channels and writes the tables itself.)
+    const size_t words = static_cast<size_t>(num_pages) * 256 * shape.scheme.num_streams();
     KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
   }
   KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));

@@ -126,9 +126,9 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
 
 // Batches of more tiles than the device runs at once (bf16: 80 pages of 16 channel groups, 1280 tile-encoder
 // blocks against an H100's 528 resident ones; fp32 and fp16: 40 pages, 640 blocks against 264 and 396), so that the
-// pages are coded and counted by several waves of blocks before the table kernel sums their counts. Every page
-// differs, so that a row coded from the wrong page, or a table from another page's counts or from counts read before
-// every block stored them, shows. Every scheme covers one stream layout of the kernel, and
+// pages are coded by several waves of blocks, each page's tables by its own first block. Every page differs, so
+// that a row coded from the wrong page, or a table from another page's counts or from counts taken before every
+// lane had counted, shows. Every scheme covers one stream layout of the kernel, and
 // each runs on both row paths (16-token blocks; 12-token blocks, across which a lane's 8 rows run). These shapes are
 // the tile encoder's (LynxTileEncodeFits); the test does not check which kernel ran.
 struct LargeBatch {
@@ -155,9 +155,8 @@ TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReferen
   }
 }
 
-// The tile encoder's group counts are kept with the staging: two large batches through one staging must encode as
-// fresh staging does. In the second round, counts the table kernel read before the encoder's grid stored them
-// would be the first batch's, and give wrong tables.
+// Two large batches through one staging must encode as fresh staging does: nothing the first batch left in the
+// staging (codes, metadata, anchor tables) may reach the second batch's containers.
 TEST(CudaEncodeTest, LargeBatchesThroughKeptStagingEncodeAsFreshStaging) {
   SKIP_WITHOUT_CUDA();
   constexpr int kPages = 80, kBlocksPerPage = kLargeTokens / 16;

@@ -324,7 +324,9 @@ __global__ void __launch_bounds__(kThreads)
           for (int e = 0; e < 8; ++e) code[e] = CodeOf<kLynx>(x[e], a0[e], a1[e], s_thr, s_bucket, tb, qmax);
           if (kLynx && p.out.histogram != nullptr && t % kAnchorSampleStride == 0) {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) atomicAdd(&s_hist[code[e]], 1u);
+            for (int e = 0; e < 8; ++e) {
+              if (c0 + c + e < kAnchorSampleChannels) atomicAdd(&s_hist[code[e]], 1u);
+            }
           }
           // The 8 codes as bytes; each stream's field of every byte, gathered into 8 * w contiguous bits.
           const uint32_t lo4 = code[0] | (code[1] << 8) | (code[2] << 16) | (code[3] << 24);
@@ -360,7 +362,8 @@ __global__ void __launch_bounds__(kThreads)
         const int kl = (t - t_begin) / chunk_len;
         uint32_t code = 0;
         if (lane < nvalid) code = CodeOf<kLynx>(value(t, lane), s_p0[kl][lane], s_p1[kl][lane], s_thr, s_bucket, tb, qmax);
-        if (kLynx && p.out.histogram != nullptr && lane < nvalid && t % kAnchorSampleStride == 0) {
+        if (kLynx && p.out.histogram != nullptr && lane < nvalid && c0 + lane < kAnchorSampleChannels &&
+            t % kAnchorSampleStride == 0) {
           atomicAdd(&s_hist[code], 1u);
         }
         int shift = p.total_bits;

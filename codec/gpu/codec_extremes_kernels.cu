@@ -64,15 +64,16 @@ __global__ void __launch_bounds__(kThreads) ExactExtremesKernel(ExtremesParams p
   }
 }
 
-// A thread per (page, chunk, channel): each row's full code once, every partial stage's prefix from it; a stage's
-// single top-cell value at a sampled token adds its code to that stage's exclusion counts.
+// A thread per (page, chunk, channel) of the anchor tables' channels (c < kAnchorSampleChannels): each row's full
+// code once, every partial stage's prefix from it; a stage's single top-cell value at a sampled token adds its code
+// to that stage's exclusion counts.
 __global__ void __launch_bounds__(kThreads) ExcludeSinglesKernel(const Staging out, const PageShape shape,
                                                                  int num_streams, StageBits bits) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int k = blockIdx.y;
   const int page = blockIdx.z;
   const int channels = shape.channels;
-  if (c >= channels) return;
+  if (c >= channels || c >= kAnchorSampleChannels) return;
   const int partial = num_streams - 1;
   int row_pos[kMaxStreams - 1], row_neg[kMaxStreams - 1];  // -1: none yet; -2: several
 #pragma unroll
@@ -128,7 +129,8 @@ absl::Status LaunchExcludeSingleExtremes(const Scheme& scheme, const Staging& ou
   const cudaError_t e =
       cudaMemsetAsync(out.exclusions, 0, sizeof(uint32_t) * 256 * (streams - 1) * shape.num_pages, stream);
   if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaMemsetAsync: ", cudaGetErrorName(e)));
-  const dim3 grid((shape.channels + kThreads - 1) / kThreads, shape.num_chunks, shape.num_pages);
+  const int sampled = shape.channels < kAnchorSampleChannels ? shape.channels : kAnchorSampleChannels;
+  const dim3 grid((sampled + kThreads - 1) / kThreads, shape.num_chunks, shape.num_pages);
   ExcludeSinglesKernel<<<grid, kThreads, 0, stream>>>(out, shape, streams, bits);
   return LaunchError("ExcludeSinglesKernel");
 }

@@ -42,12 +42,9 @@ struct Staging {
   // the number of f32 table entries (LynxAnchorTableFloats).
   size_t ends_offset = 0, tables_offset = 0;
   int table_floats = 0;
-  // Multi-stream lynx encode, the anchor tables' input: 256 u32 code counts per page (zeroed by the launch);
-  // the tile encoder's instead: kTileGroupCounts per (page, group of kTileChannels channels), [page][group][...]
-  // (the 256 code counts, then with the exact-extremes rule and 3+ streams each partial stage's 256 exclusion
-  // counts), each written by its block and summed by the tile encoder's table kernel.
+  // The general encoder's multi-stream lynx anchor tables' input: 256 u32 code counts per page (zeroed by the
+  // launch). The tile encoder counts in shared memory instead.
   uint32_t* histogram = nullptr;
-  uint32_t* tile_counts = nullptr;
   // The general encoder with the exact-extremes rule: the singles' code counts that each partial stage's table
   // leaves out, [page][partial stage][code] (256 * (streams - 1) u32 per page; zeroed by the launch).
   uint32_t* exclusions = nullptr;
@@ -132,10 +129,12 @@ struct LynxDeviceTables {
 
 // Channels per block of the lynx tile encoder (LaunchEncode's fast path, codec_lynx_tile_encode.cu).
 inline constexpr int kTileChannels = 64;
-// Partial stages whose exact-extremes exclusions the tile encoder keeps (schemes of up to 4 streams), and its
-// scratch counts per (page, group): 256 code counts and 256 per such stage.
+// The anchor tables count the first min(channels, 64) channels (lynx_math.h kAnchorSampleChannels, which
+// codec_cuda.cc checks this against): a page's first tile block holds them all and writes the tables itself.
+inline constexpr int kAnchorSampleChannels = 64;
+static_assert(kTileChannels == kAnchorSampleChannels, "one tile block holds the tables' channels");
+// Partial stages whose exact-extremes exclusions the tile encoder keeps (schemes of up to 4 streams).
 inline constexpr int kTileExclusionStages = 3;
-inline constexpr int kTileGroupCounts = 256 * (1 + kTileExclusionStages);
 
 // Encodes every page of the batch. centering_mean: Centering::kMean. exact_extremes: CodecOptions'; the anchor
 // tables then leave out the rule's singles (lynx_extremes.h ExcludeSingleExtremes). `status` and `tables` (lynx

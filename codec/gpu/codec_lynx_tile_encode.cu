@@ -10,11 +10,11 @@
 // the ends of two chunk-channels (from their grid positions, proven_ends.h), the warp writes its chunk's 46 words
 // of end pairs whole (no zeroed metadata, no atomics) and each lane codes its 64 values: one 4-byte shared load
 // per value (bucket base and the one threshold mantissa left to compare) and whole bytes of every stream per store.
-// Multi-stream schemes: each block stores its code counts (Staging::tile_counts) and is done, with no fence and no
-// arrival counter; a second kernel (LynxTileTableKernel), launched as a programmatic dependent, waits for the
-// encoder's grid, then sums each page's counts and writes its anchor tables. With the exact-extremes rule the lanes
-// also mark their top-cell values as they code, and the values that are alone in their chunk-channel's top cell
-// leave the counts (lynx_extremes.h ExcludeSingleExtremes).
+// Multi-stream schemes: the anchor tables count the page's first 64 channels (kAnchorSampleChannels), which are
+// exactly the block of group 0; that block alone counts its sampled codes in shared memory and, after one more
+// barrier, writes the page's tables. With the exact-extremes rule its lanes also mark their top-cell values as
+// they code, and the values that are alone in their chunk-channel's top cell leave the counts (lynx_extremes.h
+// ExcludeSingleExtremes). Every other block codes and exits, like a one-stream scheme's.
 #include <type_traits>
 
 #include "codec/gpu/codec_kernels_common.cuh"
@@ -39,8 +39,7 @@ struct TileParams {
   int stage_bits[kMaxStreams];
   int total_bits;
   bool exact_extremes;  // the anchor tables leave out the rule's singles
-  // With the rule and 3+ streams (kStaged), each partial stage's exclusion counts follow a block's code counts in
-  // Staging::tile_counts, and the table kernel sums those too.
+  // With the rule and 3+ streams (kStaged), each partial stage's exclusions are counted apart (s_excl).
   bool staged_counts;
   FastDivisor block_div;  // src.block_tokens
   // The bucket path (LynxDeviceTables::tile_buckets): the 16-byte pieces of the table its bucket_count uses, and
@@ -226,9 +225,6 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   const int g = lane & 7;  // channels [8 g, 8 g + 8) of the group
   const int s = lane >> 3;  // tokens [8 s, 8 s + 8) of the chunk
   const int page = blockIdx.y;
-  // The anchor-table kernel (a programmatic dependent) may start its blocks once every block here has executed
-  // this or exited; it waits for this grid's end before it reads anything this grid writes.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int c0 = blockIdx.x * kTileChannels;
   const int channels = p.shape.channels;
   const int tokens = p.shape.tokens;
@@ -457,7 +453,11 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   ct.sign_bit_high = p.sign_bit << 24;
   ct.magic = p.magic;
   ct.bucket_adj = static_cast<unsigned>(__cvta_generic_to_shared(s_bucket)) - (__float_as_uint(ct.magic) << 2);
-  const bool counting = p.num_streams > 1;
+  // The block that holds the anchor tables' channels counts (block-uniform, so its branches are too). Decided
+  // here, not at the kernel's start: held from there, it cost the two-stream bf16 instance an 8-byte spill and a
+  // microsecond (docs/BENCHMARKS.md, eighteenth session).
+  static_assert(kTileChannels == kAnchorSampleChannels, "group 0 is the tables' channels");
+  const bool counting = p.num_streams > 1 && blockIdx.x == 0;
   // The exact-extremes rule's singles leave the anchor tables (lynx_extremes.h ExcludeSingleExtremes): with two
   // streams straight out of the one table's counts, with more into each partial stage's s_excl. Per partial
   // stage st: marks[st], the top cells the lane's slice has seen (TopCells' nibble layout: bit 4 e for the top
@@ -627,61 +627,15 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   }
   if (!counting) return;
 
-  // Multi-stream: this block's counts (then, with 3+ streams and the rule, each partial stage's exclusions).
+  // The page's anchor tables from this block's counts (and, with 3+ streams and the rule, each partial stage's
+  // exclusions), once every lane has counted.
   __syncthreads();
-  const int counts = kStreams == Streams::kStaged && p.staged_counts ? 256 * p.num_streams : 256;
-  uint32_t* group_counts =
-      p.out.tile_counts + (static_cast<size_t>(page) * gridDim.x + blockIdx.x) * kTileGroupCounts;
-  for (int i = tid; i < counts; i += blockDim.x) {
-    group_counts[i] = i < 256 ? s_hist[i] : s_excl[kExclStages == 1 ? 0 : i - 256];
-  }
-}
-
-// The anchor tables of page blockIdx.x from its groups' counts (AnchorTableEntry), launched with the encoder's
-// parameters as its programmatic dependent, so that its blocks are resident while the encoder's last blocks run:
-// it stages the full values first (written before the encoder started) and asks L2 for its page's count lines,
-// then waits for the encoder's grid to end and for its memory (griddepcontrol.wait); each thread sums one count
-// over the groups.
-__global__ void __launch_bounds__(256) LynxTileTableKernel(const TileParams p,
-                                                           const LynxDeviceTables* __restrict__ tables) {
-  __shared__ unsigned s_counts[kTileGroupCounts];
-  __shared__ float s_full[128];
-  static_assert(sizeof(s_full) == sizeof(LynxDeviceTables::full_values), "every full value");
-  const int tid = threadIdx.x;
-  const int groups = p.shape.channels / kTileChannels;  // the encoder's grid width
-  const uint32_t* page_counts = p.out.tile_counts + static_cast<size_t>(blockIdx.x) * groups * kTileGroupCounts;
-  const int n = p.staged_counts ? 256 * p.num_streams : 256;
-  // The counts of pages encoded early were written long ago, and the encoder's stream of rows has since pushed
-  // them out of L2 (the timeline: about a microsecond of loads after the wait). A prefetch is only a hint, so it
-  // may come before the wait: L2 keeps the lines coherent as the encoder's last blocks write them, and
-  // evict_last holds them there through the encoder's last wave.
-  static_assert(kTileGroupCounts % 32 == 0, "each group's counts start on a 128-byte line");
-  const int lines_per_group = (n + 31) / 32;
-  auto count_line = [&](int index) {  // line `index` of the page's used count lines
-    return page_counts + (index / lines_per_group) * kTileGroupCounts + 32 * (index % lines_per_group);
-  };
-  for (int index = tid; index < groups * lines_per_group; index += blockDim.x) {
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(count_line(index)));
-  }
-  for (int i = tid; i < 128; i += blockDim.x) s_full[i] = tables->full_values[i];
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  for (int i = tid; i < n; i += blockDim.x) {
-    unsigned sum = 0;
-#pragma unroll 16
-    for (int g = 0; g < groups; ++g) sum += __ldcg(page_counts + g * kTileGroupCounts + i);
-    s_counts[i] = sum;
-  }
-  __syncthreads();
-  // Every count is read: the lines are scratch that the next encode overwrites, so L2 drops them without writing
-  // them back, and their evict_last priority leaves with them.
-  for (int index = tid; index < groups * lines_per_group; index += blockDim.x) {
-    asm volatile("discard.global.L2 [%0], 128;" ::"l"(count_line(index)) : "memory");
-  }
-  uint8_t* meta = p.out.meta + blockIdx.x * p.out.meta_stride + p.out.tables_offset;
+  uint8_t* table = meta + p.out.tables_offset;
   for (int j = tid; j < p.out.table_floats; j += blockDim.x) {
-    const float v = AnchorTableEntry(j, s_counts, p.staged_counts ? s_counts + 256 : nullptr, p.num_streams,
-                                     p.stage_bits, p.total_bits, s_full, tables->anchor_fallback);
-    StoreF32(meta + 4 * static_cast<size_t>(j), v);
+    const float v = AnchorTableEntry(j, s_hist, kStreams == Streams::kStaged && p.staged_counts ? s_excl : nullptr,
+                                     p.num_streams, p.stage_bits, p.total_bits, tables->full_values,
+                                     tables->anchor_fallback);
+    StoreF32(table + 4 * static_cast<size_t>(j), v);
   }
 }
 
@@ -697,7 +651,7 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_ex
     return false;
   }
   if (shape.channels % kTileChannels != 0 || src.head_dim % 8 != 0 || !Aligned16(src.data)) return false;
-  if (scheme.num_streams() > 1 && (out.tile_counts == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
+  if (scheme.num_streams() > 1 && (out.table_floats <= 0 || out.table_floats > 128)) {
     return false;
   }
   return true;
@@ -757,29 +711,10 @@ absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, con
         return launch(LynxTileEncodeKernel<T, Streams::kStaged>);
     }
   };
-  const absl::Status encoded = ForDType(src.dtype, [&](auto tag) {
+  return ForDType(src.dtype, [&](auto tag) {
     by_streams(tag);
     return LaunchError("LynxTileEncodeKernel");
   });
-  if (!encoded.ok() || n == 1) return encoded;
-
-  // The anchor tables, as a programmatic dependent: its blocks may be resident while the encoder's last blocks run.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(shape.num_pages);
-  config.blockDim = dim3(256);
-  config.stream = stream;
-  cudaLaunchAttribute early = {};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  // On failure the encoder is queued already and still runs (EncodeIntoStaging clears the status it may report).
-  const cudaError_t e = cudaLaunchKernelEx(&config, LynxTileTableKernel, p, tables);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // returned here
-    return LaunchStatus("LynxTileTableKernel", e);
-  }
-  return LaunchError("LynxTileTableKernel");
 }
 
 }  // namespace kvt::codec::gpu::internal

@@ -10,6 +10,8 @@
 namespace kvt::codec::internal {
 
 inline size_t PackedSize(size_t n, int width) { return (n * static_cast<size_t>(width) + 7) / 8; }
+// Field i of a stream of 4-bit fields.
+inline int NibbleAt(const uint8_t* stream, size_t i) { return (stream[i / 2] >> (4 * (i % 2))) & 0xF; }
 
 // Writes field (codes[i] >> shift) & ((1 << width) - 1) of each of n codes into out[0, PackedSize(n, width)).
 // width 1..8 (16 is not a code width here).

@@ -84,39 +84,29 @@ MetaOffsets Offsets(const Scheme& scheme, int channels, size_t chunk_values) {
   return o;
 }
 
-// The histogram of magnitude codes I = code & M over the page's sampled tokens (t % kAnchorSampleStride == 0),
-// spikes excluded: integer counts, so every implementation gets the same table whatever order it counts in.
-std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const LynxPageMeta& meta, int max_code) {
-  std::array<std::array<uint32_t, 256>, 4> partial{};
+// The histogram of magnitude codes I = code & M over the page's sampled values (lynx_math.h: tokens t %
+// kAnchorSampleStride == 0 of the first AnchorSampledChannels channels), spikes excluded: integer counts, so
+// every implementation gets the same table whatever order it counts in. The codes come as token-major code
+// bytes (`codes`) or, with codes == nullptr, as lynx's two packed 4-bit streams (nibbles[0] the code's high
+// nibbles, nibbles[1] its low ones; no spikes).
+std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const uint8_t* const* nibbles,
+                                         const LynxPageMeta& meta, int max_code) {
   const size_t channels = static_cast<size_t>(meta.channels);
-  for (int t = 0; t < meta.tokens; t += kAnchorSampleStride) {
-    const uint8_t* row = codes + t * channels;
-    size_t i = 0;
-    for (; i + 8 <= channels; i += 8) {  // 8 bytes per load, spread over 4 tables so increments rarely collide
-      uint64_t w;
-      std::memcpy(&w, row + i, 8);
-      ++partial[0][w & 0xFF];
-      ++partial[1][(w >> 8) & 0xFF];
-      ++partial[2][(w >> 16) & 0xFF];
-      ++partial[3][(w >> 24) & 0xFF];
-      ++partial[0][(w >> 32) & 0xFF];
-      ++partial[1][(w >> 40) & 0xFF];
-      ++partial[2][(w >> 48) & 0xFF];
-      ++partial[3][w >> 56];
-    }
-    for (; i < channels; ++i) ++partial[0][row[i]];
-  }
+  const int sampled = AnchorSampledChannels(meta.channels);
+  auto code_at = [&](size_t i) {
+    return codes != nullptr ? codes[i] : (NibbleAt(nibbles[0], i) << 4) | NibbleAt(nibbles[1], i);
+  };
   std::vector<uint64_t> count(static_cast<size_t>(max_code) + 1, 0);
-  for (int c = 0; c < 256; ++c) {
-    const uint64_t total = uint64_t{partial[0][c]} + partial[1][c] + partial[2][c] + partial[3][c];
-    count[c & max_code] += total;
+  for (int t = 0; t < meta.tokens; t += kAnchorSampleStride) {
+    const size_t row = static_cast<size_t>(t) * channels;
+    for (int c = 0; c < sampled; ++c) ++count[code_at(row + c) & max_code];
   }
   if (meta.spikes) {
     for (int k = 0; k < meta.num_chunks; ++k) {
-      for (int c = 0; c < meta.channels; ++c) {
+      for (int c = 0; c < sampled; ++c) {
         const size_t s = static_cast<size_t>(k) * meta.channels + c;
         const size_t t = static_cast<size_t>(k) * meta.chunk_len + meta.spike_index[s];
-        if (t % kAnchorSampleStride == 0) --count[codes[t * channels + c] & max_code];
+        if (t % kAnchorSampleStride == 0) --count[code_at(t * channels + c) & max_code];
       }
     }
   }
@@ -163,16 +153,14 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   const size_t chunk_values = meta.q_low.size();
   const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
   uint8_t* s0 = streams[0];
-  // The fused kernel writes the packed streams and counts the sampled tokens' code bytes itself (no code bytes).
+  // The fused kernel writes the packed streams (no code bytes); the tables' counts are read back from them.
   // Even channel counts only: the anchor tables' search (ExcludeSingleExtremes) reads a chunk's packed anchor
   // rows, which then start on bytes.
   std::array<uint8_t*, kMaxStreams> code_streams = streams;
   code_streams[0] = s0 + o.codes;
-  std::array<uint32_t, 256> byte_count{};
   const bool packed = kernels.codes_nibbles != nullptr && !scheme.spike_reserve && page.channels % 2 == 0 &&
                       NibbleStages(scheme, scheme.num_streams()) &&
-                      kernels.codes_nibbles(page, meta, *tables, code_streams.data(),
-                                            scheme.num_streams() > 1 ? byte_count.data() : nullptr);
+                      kernels.codes_nibbles(page, meta, *tables, code_streams.data());
   CodeScratch codes(packed ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());
 
@@ -184,13 +172,9 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
   }
   if (scheme.num_streams() > 1) {
-    std::vector<uint64_t> count;
-    if (packed) {  // no spikes: the byte counts folded onto magnitudes, as MagnitudeHistogram does
-      count.assign(static_cast<size_t>(tables->max_code) + 1, 0);
-      for (int c = 0; c < 256; ++c) count[c & tables->max_code] += byte_count[c];
-    } else {
-      count = MagnitudeHistogram(codes.data(), meta, tables->max_code);
-    }
+    // (Multi-stream packed pages are lynx's 4 + 4: NibbleStages.)
+    const std::vector<uint64_t> count =
+        MagnitudeHistogram(packed ? nullptr : codes.data(), code_streams.data(), meta, tables->max_code);
     // With the exact-extremes rule each stage's table leaves out the values the rule decodes at the chunk end,
     // found from the code bytes or, on the packed path, from lynx's two nibble streams (NibbleStages).
     uint8_t* out = s0 + o.tables;

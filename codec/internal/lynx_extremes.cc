@@ -130,33 +130,44 @@ size_t RefChunkSampledSingles(const uint8_t* codes, int rows, int channels, uint
 void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, int bits, int known,
                            const LynxKernels& kernels, const LynxPageMeta& meta, uint64_t* count) {
   const size_t channels = static_cast<size_t>(meta.channels);
+  const int sampled = AnchorSampledChannels(meta.channels);  // the tables' channels: [0, sampled)
   const size_t chunk_values = static_cast<size_t>(meta.chunk_len) * channels;
   const int max_code = (1 << (bits - 1)) - 1;
-  thread_local std::vector<uint8_t> anchor;  // the packed path's chunk of anchor nibbles, a byte each
+  // The chunk's prefixes in those channels, `sampled` bytes a row, when they are not already laid out so: the
+  // packed path's anchor nibbles (a byte each), or the first channels of wider rows.
+  thread_local std::vector<uint8_t> rows;
   thread_local std::vector<uint32_t> singles;
-  if (codes == nullptr) anchor.resize(chunk_values);
-  singles.resize(2 * channels);
+  const bool compact = codes == nullptr || sampled < meta.channels;
+  if (compact) rows.resize(static_cast<size_t>(meta.chunk_len) * sampled);
+  singles.resize(2 * static_cast<size_t>(sampled));
   const int shift = codes != nullptr ? bits - known : 0;
   const uint8_t high = static_cast<uint8_t>(0xFFu << shift);
   const uint8_t top_pos = static_cast<uint8_t>(TopCellPositive(known) << shift);
   const uint8_t top_neg = static_cast<uint8_t>(TopCellNegative(known) << shift);
-  auto nibble = [](const uint8_t* stream, size_t i) { return (stream[i / 2] >> (4 * (i % 2))) & 0xF; };
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t first = static_cast<size_t>(k) * chunk_values;  // the chunk's first value
-    const uint8_t* prefix = anchor.data();
-    if (codes != nullptr) {
+    const uint8_t* prefix = rows.data();
+    if (!compact) {
       prefix = codes + first;
-    } else {  // whole bytes: chunk_values is even, as channels is
-      AppendField(nibbles[0] + first / 2, chunk_values, 4, true, anchor.data());
+    } else {
+      for (int r = 0; r < meta.chunk_len; ++r) {
+        const size_t row = first + static_cast<size_t>(r) * channels;
+        uint8_t* dst = rows.data() + static_cast<size_t>(r) * sampled;
+        if (codes != nullptr) {
+          std::memcpy(dst, codes + row, static_cast<size_t>(sampled));
+        } else {  // whole bytes: rows start on even values, as channels is even
+          AppendField(nibbles[0] + row / 2, static_cast<size_t>(sampled), 4, true, dst);
+        }
+      }
     }
     const int phase = static_cast<int>((static_cast<size_t>(k) * meta.chunk_len) % kAnchorSampleStride);
-    const size_t n = kernels.chunk_sampled_singles(prefix, meta.chunk_len, meta.channels, high, top_pos, top_neg,
-                                                   phase, singles.data());
+    const size_t n = kernels.chunk_sampled_singles(prefix, meta.chunk_len, sampled, high, top_pos, top_neg, phase,
+                                                   singles.data());
     for (size_t j = 0; j < n; ++j) {
-      const size_t r = singles[j] / channels, c = singles[j] % channels;
+      const size_t r = singles[j] / sampled, c = singles[j] % sampled;
       if (meta.spikes && meta.spike_index[k * channels + c] == r) continue;  // not counted in the first place
-      const size_t i = first + singles[j];
-      const int code = codes != nullptr ? codes[i] : (nibble(nibbles[0], i) << 4) | nibble(nibbles[1], i);
+      const size_t i = first + r * channels + c;
+      const int code = codes != nullptr ? codes[i] : (NibbleAt(nibbles[0], i) << 4) | NibbleAt(nibbles[1], i);
       --count[code & max_code];
     }
   }

@@ -95,9 +95,10 @@ size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, u
 // table entry should be the mean of the others: with them in it, the entry sits near 1 and every value that
 // shares its top cell (the ones the table does decode) comes back too large (docs/CODEC.md "Version 2.1").
 // For the partial stage that knows the top `known` bits of the `bits`-bit codes: subtracts from count[I]
-// (MagnitudeHistogram's counts of magnitude codes I over the sampled tokens, t % kAnchorSampleStride == 0,
-// spikes already excluded) the magnitude code of every single top-cell value at a sampled token, unless it is
-// its chunk-channel's spike. Integer counts, so every implementation gets the same table.
+// (MagnitudeHistogram's counts of magnitude codes I over the sampled values, lynx_math.h: tokens t %
+// kAnchorSampleStride == 0 of the first AnchorSampledChannels channels; spikes already excluded) the magnitude
+// code of every single top-cell value among them, unless it is its chunk-channel's spike. Integer counts, so
+// every implementation gets the same table.
 //
 // The codes come either as token-major code bytes (`codes`), or, with codes == nullptr, as lynx's two packed
 // 4-bit streams (`nibbles[0]` the anchor, `nibbles[1]` the residual; bits == 8, known == 4, channels even).

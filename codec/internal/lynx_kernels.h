@@ -65,12 +65,9 @@ struct LynxKernels {
   // then takes the unfused path); both give exactly the unfused path's bytes and values.
   //
   // codes_nibbles: `codes` for a page without spike reserving, packed straight into the 4-bit streams
-  // (streams[i] gets field i of the code, top field first, as PackField lays it out; bits / 4 streams), and
-  // adds to byte_count[v] (256 entries; only v < 128 are touched) the number of code bytes c with c & 0x7F == v
-  // among the tokens t % kAnchorSampleStride == 0 (the anchor-table histogram, counted in the code loop; callers
-  // fold c & max_code, and max_code < 128); byte_count == nullptr: no histogram.
+  // (streams[i] gets field i of the code, top field first, as PackField lays it out; bits / 4 streams).
   bool (*codes_nibbles)(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
-                        uint8_t* const* streams, uint32_t* byte_count);
+                        uint8_t* const* streams);
   // reconstruct_nibbles: `reconstruct` of the prefix of streams [0, stages) (4 bits each, known = 4 * stages),
   // read straight from the packed streams instead of through AppendField's byte-per-value prefix. With
   // exact_top != null (a partial decode under the exact-extremes rule, lynx_extremes.h) it applies the rule as

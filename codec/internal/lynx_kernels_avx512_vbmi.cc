@@ -170,50 +170,8 @@ KVT_AVX512_VBMI inline __m512i CodeBytes(const __m512i (&c)[4]) {
 // CodesNibbles for one guess and table form. 64 values per step (the last step of a row may hold 16, 32 or 48).
 template <bool kPoly, bool kSmall>
 KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
-                                      uint8_t* const* streams, uint32_t* byte_count) {
+                                      uint8_t* const* streams) {
   const int channels = page.channels;
-  // The sampled rows' codes are counted in pairs: a vector turns each two neighbouring code bytes into one
-  // 14-bit index (their low 7 bits each) stored into row_buf, and during the next row (long after those stores
-  // committed) scalar code bumps one 16-bit counter per pair, half the increments of a byte histogram. The pair
-  // table is folded onto byte_count before a counter could overflow. byte_count == nullptr: no counting.
-  const bool counting = byte_count != nullptr;
-  std::vector<uint16_t> row_buf(counting ? static_cast<size_t>(channels) / 2 + 32 : 0);
-  std::vector<uint16_t> pair_count(counting ? size_t{1} << 14 : 0);
-  bool pending = false;
-  size_t pairs_in_table = 0;
-  const __m512i pair_high = _mm512_set1_epi16(0x3F80), pair_mask = _mm512_set1_epi16(0x3FFF);
-  auto fold_pairs = [&]() {
-    uint32_t column[128] = {};
-    for (int hi = 0; hi < 128; ++hi) {
-      const uint16_t* row_counts = pair_count.data() + 128 * hi;
-      uint32_t sum = 0;
-      for (int lo = 0; lo < 128; ++lo) {
-        sum += row_counts[lo];
-        column[lo] += row_counts[lo];
-      }
-      byte_count[hi] += sum;
-    }
-    for (int lo = 0; lo < 128; ++lo) byte_count[lo] += column[lo];
-    pairs_in_table = 0;
-  };
-  auto count_pairs = [&](const uint16_t* p, int n) {
-    int i = 0;
-    uint16_t* table = pair_count.data();
-    for (; i + 4 <= n; i += 4) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      ++table[w & 0xFFFF];
-      ++table[(w >> 16) & 0xFFFF];
-      ++table[(w >> 32) & 0xFFFF];
-      ++table[w >> 48];
-    }
-    for (; i < n; ++i) ++table[p[i]];
-  };
-  // The pair indices of 64 code bytes: (b[2j] & 0x7F) | (b[2j + 1] & 0x7F) << 7 in 16-bit word j.
-  auto pair_indices = [&](__m512i b) KVT_AVX512_VBMI {
-    return _mm512_and_si512(Select(pair_high, _mm512_srli_epi16(b, 1), b), pair_mask);
-  };
-
   const bool two_streams = tables.bits == 8;
   uint8_t* const lo_stream = two_streams ? streams[1] : streams[0];  // the code's low nibbles
   uint8_t* const hi_stream = streams[0];                              // its high nibbles, when bits == 8
@@ -250,22 +208,13 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
     const float* mu = meta.mu.data() + k;
     const float* inv = meta.inv_sigma.data() + k;
     const size_t out = static_cast<size_t>(t) * channels / 2;
-    const bool sampled = counting && t % kAnchorSampleStride == 0;
-    const bool count_now = pending;
-    pending = sampled;
-    if (count_now) pairs_in_table += static_cast<size_t>(channels) / 2;
     uint8_t* const lo_row = lo_stream + out;
     uint8_t* const hi_row = hi_stream + out;
-    if (sampled && pairs_in_table + static_cast<size_t>(channels) / 2 > 0xFFFF) {
-      fold_pairs();
-      std::fill(pair_count.begin(), pair_count.end(), uint16_t{0});
-    }
     for (int c0 = 0; c0 < full_end; c0 += 64) {
       __m512i c[4];
       coder.template Codes<kSmall, 4>(row + c0, mu + c0, inv + c0, c);
       // In-lane packs: byte 16 L + 4 v + i of b is the code of channel c0 + 16 v + 4 L + i (codes of
-      // neighbouring channels 2j, 2j + 1 share a 16-bit word, all the nibble packing needs; the histogram
-      // ignores order).
+      // neighbouring channels 2j, 2j + 1 share a 16-bit word, all the nibble packing needs).
       const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
       // Per word: low byte (low nibbles of both codes) for the low stream, high byte (high nibbles) for the
       // high one; then one byte permute puts the words' low bytes in channel order below their high bytes.
@@ -276,8 +225,6 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_row + c0 / 2),
                             _mm512_extracti64x4_epi64(packed, 1));
       }
-      if (count_now) count_pairs(row_buf.data() + c0 / 2, 32);
-      if (sampled) _mm512_storeu_si512(row_buf.data() + c0 / 2, pair_indices(b));
     }
     if (full_end < channels) {  // 16, 32 or 48 channels left
       const int c0 = full_end;
@@ -295,29 +242,21 @@ KVT_AVX512_VBMI void CodesNibblesImpl(const PageView& page, const LynxPageMeta& 
       const __mmask32 bytes = (1u << (8 * vectors)) - 1;
       _mm256_mask_storeu_epi8(lo_row + c0 / 2, bytes, _mm512_castsi512_si256(packed));
       if (two_streams) _mm256_mask_storeu_epi8(hi_row + c0 / 2, bytes, _mm512_extracti64x4_epi64(packed, 1));
-      if (count_now) count_pairs(row_buf.data() + c0 / 2, 8 * vectors);
-      if (sampled) {
-        _mm512_mask_storeu_epi8(row_buf.data() + c0 / 2, (1ull << (16 * vectors)) - 1, pair_indices(b));
-      }
     }
   }
-  if (!counting) return;
-  if (pending) count_pairs(row_buf.data(), channels / 2);  // the last row was sampled
-  fold_pairs();
 }
 
 KVT_AVX512_VBMI bool CodesNibblesVbmi(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
-                                      uint8_t* const* streams, uint32_t* byte_count) {
+                                      uint8_t* const* streams) {
   if (!VbmiAvailable() || meta.spikes || page.channels % kLanes != 0) return false;
   if (tables.bits != 4 && tables.bits != 8) return false;
-  if (byte_count != nullptr && page.channels / 2 > 0xFFFF) return false;  // a row's pairs could overflow a counter
   const bool small = tables.max_code < 16;
   if (tables.poly_guess_ok) {
-    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams, byte_count)
-          : CodesNibblesImpl<true, false>(page, meta, tables, streams, byte_count);
+    small ? CodesNibblesImpl<true, true>(page, meta, tables, streams)
+          : CodesNibblesImpl<true, false>(page, meta, tables, streams);
   } else if (tables.log_guess_ok) {
-    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams, byte_count)
-          : CodesNibblesImpl<false, false>(page, meta, tables, streams, byte_count);
+    small ? CodesNibblesImpl<false, true>(page, meta, tables, streams)
+          : CodesNibblesImpl<false, false>(page, meta, tables, streams);
   } else {
     return false;
   }
@@ -431,9 +370,9 @@ KVT_AVX512_VBMI bool ReconstructNibblesVbmi(const uint8_t* const* streams, int s
 
 }  // namespace
 
-bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* const* streams,
-                  uint32_t* byte_count) {
-  return CodesNibblesVbmi(page, meta, tables, streams, byte_count);
+bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                  uint8_t* const* streams) {
+  return CodesNibblesVbmi(page, meta, tables, streams);
 }
 
 bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,

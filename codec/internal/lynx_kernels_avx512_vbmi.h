@@ -10,8 +10,8 @@
 
 namespace kvt::codec::internal {
 
-bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables, uint8_t* const* streams,
-                  uint32_t* byte_count);
+bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
+                  uint8_t* const* streams);
 bool ReconstructNibbles(const uint8_t* const* streams, int stages, const LynxPageMeta& meta, const float* table,
                         const float* exact_top, const MutablePageView& out);
 

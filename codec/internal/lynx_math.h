@@ -251,9 +251,16 @@ inline size_t EndPairBytes(size_t n) { return (n * kEndPairBits + 7) / 8; }
 
 // ---- Conditional-mean anchor tables ----------------------------------------------------------------------
 
-// The tables are the conditional means over the page's tokens t with t % kAnchorSampleStride == 0 (a fixed
-// quarter of the page: the histogram costs a quarter of a pass over the codes, the means barely move).
+// The tables are the conditional means over a fixed sample of the page: its tokens t with t %
+// kAnchorSampleStride == 0, in its first AnchorSampledChannels channels (kAnchorSampleChannels, or every channel
+// of a narrower page). 64 channels x 64 tokens of a 256-token page are 4096 values, enough for eight cell means
+// (docs/CODEC.md "Version 3.1"), and they are exactly one block of the GPU tile encoder (kTileChannels), which
+// then finishes the page's tables itself instead of a second kernel summing every block's counts.
 inline constexpr int kAnchorSampleStride = 4;
+inline constexpr int kAnchorSampleChannels = 64;
+inline int AnchorSampledChannels(int channels) {
+  return channels < kAnchorSampleChannels ? channels : kAnchorSampleChannels;
+}
 
 // The magnitude table of a partial decode that knows the top `known` bits (< b) of the b-bit code, from the
 // page's histogram of magnitude codes (count[I], I = 0..M): entry h (0 .. 2^(known-1) - 1) is the mean of
