@@ -93,8 +93,9 @@ TEST_P(CodecImplTest, EveryStandardSchemeDecodesARealisticPageWithinItsErrorBoun
 }
 
 TEST_P(CodecImplTest, LynxAnchorTableCountsMatchTheReferenceOnLargeAndTinyPages) {
-  // A 1024-channel, 1024-token page folds the fused encoder's pair counts mid-page; 9 / 5 / 1-token pages end on a
-  // sampled token.
+  // A 1024-channel page counts only its first 64 channels (the fused encoder's nibbles compacted, the others'
+  // bytes copied); 9 / 5 / 1-token pages end on a sampled token, and the 208-, 64- and 16-channel ones are up to
+  // and under the 64.
   const std::vector<TestPage> pages = {RealisticPage(1024, 1024, 5), RealisticPage(9, 208, 6),
                                        RealisticPage(5, 64, 7), RealisticPage(1, 16, 8)};
   for (const std::string name : {"lynx", "lynx-a2r2r4", "lynx4"}) {

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/internal/lynx_math.h"
 #include "codec/test_pages.h"
@@ -367,6 +368,50 @@ TEST(LynxCorrectionsTest, WithExactExtremesTheTopCellsTableEntryIsTheMeanOfTheVa
   EXPECT_EQ(shared, 2 * (tokens / 32) * (channels - 8));
   // Left in, the singles (at 1) pull the entry up; the shared values (0.9 and 1) then decode too far out.
   EXPECT_LT(err_new, err_old);
+}
+
+// The tables count the sampled values of the first 64 channels only, and everything else an encoder writes for a
+// channel depends on that channel alone. So a wider page's first 64 channels decode, at every partial stage, bit for
+// bit as the page of those 64 channels alone does: for every multi-stream layout (spikes included), both the
+// reference and the fastest implementation, and both settings of the exact-extremes rule (which the tables follow
+// too). Odd and even widths, and several of the GPU's 64-channel groups.
+TEST(LynxCorrectionsTest, APagesFirst64ChannelsDecodeAsThoseChannelsAloneAtEveryPartialStage) {
+  const int tokens = 256, narrow_channels = internal::kAnchorSampleChannels;
+  for (const int channels : {80, 97, 192}) {
+    const TestPage wide = RealisticPage(tokens, channels, 40 + channels);
+    std::vector<float> narrow(static_cast<size_t>(tokens) * narrow_channels);
+    for (int t = 0; t < tokens; ++t) {
+      std::copy_n(wide.data.begin() + static_cast<size_t>(t) * channels, narrow_channels,
+                  narrow.begin() + static_cast<size_t>(t) * narrow_channels);
+    }
+    for (const char* name : {"lynx", "lynx+spike", "lynx-a2r6", "lynx-a2r2r4"}) {
+      for (const CodecImpl impl : {CodecImpl::kReference, CodecImpl::kAuto}) {
+        for (const bool exact : {true, false}) {
+          SCOPED_TRACE(absl::StrCat(name, ", ", channels, " channels, ", ImplName(impl), exact ? ", exact" : ""));
+          CodecOptions o;
+          o.impl = impl;
+          o.exact_extremes = exact;
+          const Scheme scheme = *ParseScheme(name);
+          absl::StatusOr<EncodedPage> w = EncodePage(scheme, o, wide.view());
+          absl::StatusOr<EncodedPage> n = EncodePage(scheme, o, PageView{narrow.data(), tokens, narrow_channels, 0});
+          ASSERT_TRUE(w.ok() && n.ok()) << w.status() << " " << n.status();
+          for (int stages = 1; stages < scheme.num_streams(); ++stages) {
+            std::vector<float> wide_out(wide.data.size()), narrow_out(narrow.size());
+            ASSERT_TRUE(DecodePage(w->bytes, stages, MutablePageView{wide_out.data(), tokens, channels, 0}, o).ok());
+            ASSERT_TRUE(
+                DecodePage(n->bytes, stages, MutablePageView{narrow_out.data(), tokens, narrow_channels, 0}, o).ok());
+            for (int t = 0; t < tokens; ++t) {
+              for (int c = 0; c < narrow_channels; ++c) {
+                ASSERT_EQ(wide_out[static_cast<size_t>(t) * channels + c],
+                          narrow_out[static_cast<size_t>(t) * narrow_channels + c])
+                    << "stages " << stages << ", token " << t << ", channel " << c;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ enum class Centering {
 enum class AnchorRule {
   kCodeCentre,       // centre of the anchor's interval in the code (log) domain
   kValueCentre,      // centre of the anchor's interval in the value domain
-  kConditionalMean,  // the page's mean of the full-precision values in the interval, stored in the anchor stream
+  kConditionalMean,  // the mean full-precision value in the interval over the page's sample (stored in the anchor
+                     // stream; docs/FORMAT.md "Anchor tables")
 };
 
 enum class NonFinitePolicy {

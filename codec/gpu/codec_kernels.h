@@ -148,9 +148,9 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
 
 // The lynx tile encoder, which LaunchEncode uses when it fits: midrange centering, 32-token chunks, whole pages
 // of 1..8 chunks, channels % kTileChannels == 0, 8 consecutive channels contiguous and 16-byte aligned in `src`,
-// and (multi-stream) the tile scratch in `out`; with exact_extremes, at most 1 + kTileExclusionStages streams
-// (it finds the rule's singles itself). The encoder writes every byte of the metadata (no zeroing first) but, for
-// multi-stream schemes, the anchor tables, which a second kernel launched right after it writes.
+// and (multi-stream) 1..128 anchor table entries in `out`; with exact_extremes, at most 1 + kTileExclusionStages
+// streams (it finds the rule's singles itself). It writes every byte of the metadata (no zeroing first); a
+// multi-stream page's anchor tables are written by its block of channel group 0, which holds the tables' channels.
 bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
                         const PageShape& shape, const Staging& out);
 absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,

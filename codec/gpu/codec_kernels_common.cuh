@@ -513,10 +513,10 @@ __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
 // ---- Conditional-mean anchor tables ---------------------------------------------------------------------
 
 // Entry j of a page's concatenated anchor tables (the partial stages' tables, 2^(known - 1) entries each) from its
-// 256 code counts `hist` (sign:magnitude codes of the sampled tokens): lynx_math.cc ConditionalMeanTable, the
-// CPU's double operations in the CPU's order. `excl` (null: none): the page's [partial stage][code] counts of
-// the exact-extremes rule's singles, left out of that stage's table (lynx_extremes.h ExcludeSingleExtremes).
-// `full_values` and `anchor_fallback`: LynxDeviceTables' (full_values may be a copy in shared memory).
+// 256 code counts `hist` (sign:magnitude codes of the sampled values, lynx_math.h kAnchorSampleChannels):
+// lynx_math.cc ConditionalMeanTable, the CPU's double operations in the CPU's order. `excl` (null: none): the
+// page's [partial stage][code] counts of the exact-extremes rule's singles, left out of that stage's table
+// (lynx_extremes.h ExcludeSingleExtremes). `full_values` and `anchor_fallback`: LynxDeviceTables'.
 __device__ __forceinline__ float AnchorTableEntry(int j, const uint32_t* hist, const uint32_t* excl, int num_streams,
                                                   const int* stage_bits, int total_bits, const float* full_values,
                                                   const float* anchor_fallback) {

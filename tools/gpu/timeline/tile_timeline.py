@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Per-block timeline of the lynx tile encoder and its anchor-table kernel, from a gpu_codec_benchmark run built
-with tile_timeline.patch (see README.md beside this file).
+"""Per-block timeline of the lynx tile encoder, from a gpu_codec_benchmark run built with tile_timeline.patch
+(see README.md beside this file).
 
-Each encoder block's thread 0 records %globaltimer and clock64 at its start, after its one barrier (rows loaded,
-chunk ranges shared), after the chunk ends, after coding, after the exact-extremes tail, and at its end; each
-table block its start, the end of griddepcontrol.wait, the end of its count sums, and its end. This prints:
+Each block's thread 0 records %globaltimer and clock64 at its start, after its one barrier (rows loaded, chunk
+ranges shared), after the chunk ends, after coding, after the exact-extremes tail, and at its end (for a page's
+counting block, group 0 of a multi-stream scheme, after it has written the page's anchor tables). This prints:
 the encoder's span, block lifetimes and phase lengths, blocks resident and blocks still loading over time (as
-text bars), and where the table kernel's time goes after the encoder's last block.
+text bars), and how much longer the counting blocks live than the others.
 
   tile_timeline.py tl_lynx.bin [tl_lynx8.bin ...]   (needs python3-numpy)
 """
@@ -18,22 +18,19 @@ try:
 except ImportError:
     sys.exit("tile_timeline.py needs numpy (Debian: apt install python3-numpy)")
 
-ENCODER_SLOTS = 1 << 16  # g_tl rows (tile_timeline.patch)
+ENCODER_SLOTS = 1 << 16  # g_tl rows (tile_timeline.patch); word 15 is 1 for a page's counting block
 ENCODER_WORDS = 16
-TABLE_SLOTS = 4096
-TABLE_WORDS = 8
 PHASES = ["start -> barrier (rows, chunk ranges)", "barrier -> chunk ends done", "coding",
-          "exact-extremes tail", "counts stored, exit"]
+          "exact-extremes tail", "tables written (counting blocks), exit"]
 
 
 def load(path):
     raw = np.fromfile(path, dtype=np.uint64)
-    want = ENCODER_SLOTS * ENCODER_WORDS + TABLE_SLOTS * TABLE_WORDS
+    want = ENCODER_SLOTS * ENCODER_WORDS
     if raw.size != want:
-        sys.exit(f"{path}: {raw.size} words, want {want}: not a tile_timeline.patch dump")
-    enc = raw[:ENCODER_SLOTS * ENCODER_WORDS].reshape(ENCODER_SLOTS, ENCODER_WORDS).astype(np.int64)
-    tab = raw[ENCODER_SLOTS * ENCODER_WORDS:].reshape(TABLE_SLOTS, TABLE_WORDS).astype(np.int64)
-    return enc, tab
+        sys.exit(f"{path}: {raw.size} words, want {want}: not a tile_timeline.patch dump (or one from before the "
+                 "anchor tables moved into the encoder's blocks)")
+    return raw.reshape(ENCODER_SLOTS, ENCODER_WORDS).astype(np.int64)
 
 
 def bar(n, full, width=40):
@@ -42,7 +39,7 @@ def bar(n, full, width=40):
 
 
 def report(path, step_us):
-    enc, tab = load(path)
+    enc = load(path)
     blocks = enc[enc[:, 5] != 0]  # rows the last launch wrote (the patch clears the arrays after each dump)
     if blocks.size == 0:
         sys.exit(f"{path}: no encoder block recorded")
@@ -70,17 +67,12 @@ def report(path, step_us):
         loading = int(((g[:, 0] <= t) & (g[:, 1] > t)).sum())
         print(f"{t:6.1f} us {bar(resident, full)} {resident:4d}  n {loading:4d}")
         t += step_us
-    # Table blocks of this launch only (a dump after a one-stream scheme still holds an earlier launch's).
-    tables = tab[(tab[:, 2] != 0) & (tab[:, 0] >= t0) & (tab[:, 0] - t0 < 1000 * (span + 100))]
-    if tables.size:
-        tg = (tables[:, [0, 1, 4, 5, 2]] - t0) / 1000.0
-        last = g[:, 5].max()
-        print(f"\nanchor-table kernel ({len(tables)} blocks), us after the encoder's first block:")
-        print(f"  resident from {tg[:, 0].min():.2f}-{tg[:, 0].max():.2f}; wait returns {tg[:, 1].mean():.2f} "
-              f"({tg[:, 1].mean() - last:.2f} after the encoder's last block)")
-        print(f"  counts summed {tg[:, 2].mean():.2f} (mean; {tg[:, 2].mean() - tg[:, 1].mean():.2f} after the wait), "
-              f"tables written {tg[:, 4].mean():.2f} (mean), last {tg[:, 4].max():.2f} "
-              f"({tg[:, 4].max() - last:.2f} after the encoder's last block)")
+    counting = blocks[:, 15] != 0
+    if counting.any() and not counting.all():
+        last_other = g[~counting, 5].max()
+        print(f"\ncounting blocks ({int(counting.sum())}): life mean {life[counting].mean():.2f} us against "
+              f"{life[~counting].mean():.2f} for the others; last ends {g[counting, 5].max() - last_other:+.2f} us "
+              f"after the others' last")
     print()
 
 
