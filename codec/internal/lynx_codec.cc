@@ -93,20 +93,17 @@ std::vector<uint64_t> MagnitudeHistogram(const uint8_t* codes, const uint8_t* co
                                          const LynxPageMeta& meta, int max_code) {
   const size_t channels = static_cast<size_t>(meta.channels);
   const int sampled = AnchorSampledChannels(meta.channels);
-  auto code_at = [&](size_t i) {
-    return codes != nullptr ? codes[i] : (NibbleAt(nibbles[0], i) << 4) | NibbleAt(nibbles[1], i);
-  };
   std::vector<uint64_t> count(static_cast<size_t>(max_code) + 1, 0);
   for (int t = 0; t < meta.tokens; t += kAnchorSampleStride) {
     const size_t row = static_cast<size_t>(t) * channels;
-    for (int c = 0; c < sampled; ++c) ++count[code_at(row + c) & max_code];
+    for (int c = 0; c < sampled; ++c) ++count[CodeAt(codes, nibbles, row + c) & max_code];
   }
   if (meta.spikes) {
     for (int k = 0; k < meta.num_chunks; ++k) {
       for (int c = 0; c < sampled; ++c) {
         const size_t s = static_cast<size_t>(k) * meta.channels + c;
         const size_t t = static_cast<size_t>(k) * meta.chunk_len + meta.spike_index[s];
-        if (t % kAnchorSampleStride == 0) --count[code_at(t * channels + c) & max_code];
+        if (t % kAnchorSampleStride == 0) --count[CodeAt(codes, nibbles, t * channels + c) & max_code];
       }
     }
   }

@@ -167,8 +167,7 @@ void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, 
       const size_t r = singles[j] / sampled, c = singles[j] % sampled;
       if (meta.spikes && meta.spike_index[k * channels + c] == r) continue;  // not counted in the first place
       const size_t i = first + r * channels + c;
-      const int code = codes != nullptr ? codes[i] : (NibbleAt(nibbles[0], i) << 4) | NibbleAt(nibbles[1], i);
-      --count[code & max_code];
+      --count[CodeAt(codes, nibbles, i) & max_code];
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/internal/bitpack.h"
 #include "codec/internal/lynx_kernels.h"
 #include "codec/page.h"
 
@@ -104,6 +105,12 @@ size_t Avx512ChunkSampledSingles(const uint8_t* codes, int rows, int channels, u
 // 4-bit streams (`nibbles[0]` the anchor, `nibbles[1]` the residual; bits == 8, known == 4, channels even).
 void ExcludeSingleExtremes(const uint8_t* codes, const uint8_t* const* nibbles, int bits, int known,
                            const LynxKernels& kernels, const LynxPageMeta& meta, uint64_t* count);
+
+// Value i's code, from the same two forms: code bytes, or with codes == nullptr lynx's two packed 4-bit streams
+// (MagnitudeHistogram and ExcludeSingleExtremes read the anchor tables' sample either way).
+inline int CodeAt(const uint8_t* codes, const uint8_t* const* nibbles, size_t i) {
+  return codes != nullptr ? codes[i] : (NibbleAt(nibbles[0], i) << 4) | NibbleAt(nibbles[1], i);
+}
 
 }  // namespace kvt::codec::internal
 
