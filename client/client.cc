@@ -58,13 +58,15 @@ absl::Status Client::RegisterRegion(const std::string& region_id, const v1::KvLa
 }
 
 absl::Status Client::RegisterGpuRegion(const std::string& region_id, const v1::KvLayout& layout,
-                                       const std::string& ipc_handle, uint64_t size_bytes, int device) {
+                                       const std::string& ipc_handle, uint64_t size_bytes, int device,
+                                       uint64_t offset_bytes) {
   v1::RegisterRegionRequest request;
   request.set_region_id(region_id);
   *request.mutable_layout() = layout;
   request.mutable_cuda_ipc()->set_ipc_handle(ipc_handle);
   request.mutable_cuda_ipc()->set_size_bytes(size_bytes);
   request.mutable_cuda_ipc()->set_device(device);
+  request.mutable_cuda_ipc()->set_offset_bytes(offset_bytes);
   v1::RegisterRegionResponse response;
   return Call(&v1::KvtClient::Stub::RegisterRegion, request, &response, "RegisterRegion");
 }

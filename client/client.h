@@ -66,9 +66,11 @@ class Client {
                               uint64_t size_bytes);
   // A KV cache in this process's GPU memory: `ipc_handle` from ExportCudaIpcHandle (common/cuda_ipc.h) for the
   // allocation of `size_bytes` on CUDA device `device` (the daemon's ordinal for the same GPU). The daemon maps
-  // it and encodes and decodes pages in place with the CUDA kernels; FAILED_PRECONDITION if it has no GPU.
+  // it and encodes and decodes pages in place with the CUDA kernels; FAILED_PRECONDITION if it has no GPU. The
+  // region starts `offset_bytes` into the allocation the handle names (a tensor of a caching allocator).
   absl::Status RegisterGpuRegion(const std::string& region_id, const v1::KvLayout& layout,
-                                 const std::string& ipc_handle, uint64_t size_bytes, int device);
+                                 const std::string& ipc_handle, uint64_t size_bytes, int device,
+                                 uint64_t offset_bytes = 0);
   absl::Status UnregisterRegion(const std::string& region_id);
   absl::Status Offer(const OfferSpec& spec);
   absl::Status Expect(const ExpectSpec& spec);

@@ -1,7 +1,10 @@
 // CUDA IPC (cuda_ipc.h): the only place in common/ that sees cudaError_t.
+#include <cuda.h>  // types of the driver entry point looked up below (no link to libcuda)
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_ipc.h"
@@ -54,13 +57,37 @@ absl::StatusOr<std::string> ExportCudaIpcHandle(void* device_ptr, int device) {
   return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
 }
 
+// The size of the allocation that starts at `base`, through the driver's cuMemGetAddressRange (looked up through
+// the runtime, so that nothing links libcuda itself); nullopt where the driver does not offer it.
+std::optional<uint64_t> AllocationBytes(void* base) {
+  using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  CUdeviceptr start = 0;
+  size_t bytes = 0;
+  if (reinterpret_cast<GetAddressRange>(fn)(&start, &bytes, reinterpret_cast<CUdeviceptr>(base)) != CUDA_SUCCESS) {
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(reinterpret_cast<CUdeviceptr>(base) - start + bytes);
+}
+
 absl::StatusOr<std::unique_ptr<IpcMapping>> IpcMapping::Open(const std::string& handle_bytes, uint64_t size_bytes,
-                                                             int device) {
+                                                             int device, uint64_t offset_bytes) {
   if (handle_bytes.size() != kCudaIpcHandleBytes) {
     return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle is ", kCudaIpcHandleBytes, " bytes, got ",
                                                    handle_bytes.size()));
   }
   if (size_bytes == 0) return absl::InvalidArgumentError("size_bytes must be positive");
+  if (offset_bytes > std::numeric_limits<uint64_t>::max() - size_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("offset_bytes ", offset_bytes, " + size_bytes ", size_bytes,
+                                                   " overflows"));
+  }
   absl::Status s = UseCudaDevice(device);
   if (!s.ok()) return s;
   cudaIpcMemHandle_t handle;
@@ -68,11 +95,18 @@ absl::StatusOr<std::unique_ptr<IpcMapping>> IpcMapping::Open(const std::string& 
   void* ptr = nullptr;
   s = FromCuda(cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
   if (!s.ok()) return s;
-  return std::unique_ptr<IpcMapping>(new IpcMapping(ptr, size_bytes, device));
+  auto mapping = std::unique_ptr<IpcMapping>(new IpcMapping(ptr, offset_bytes, size_bytes, device));
+  if (const std::optional<uint64_t> allocation = AllocationBytes(ptr);
+      allocation.has_value() && offset_bytes + size_bytes > *allocation) {
+    return absl::InvalidArgumentError(absl::StrCat("the region [", offset_bytes, ", +", size_bytes,
+                                                   ") does not fit in the ", *allocation,
+                                                   "-byte allocation its CUDA IPC handle names"));
+  }
+  return mapping;
 }
 
 IpcMapping::~IpcMapping() {
-  if (cudaSetDevice(device_) == cudaSuccess) cudaIpcCloseMemHandle(data_);
+  if (cudaSetDevice(device_) == cudaSuccess) cudaIpcCloseMemHandle(base_);
 }
 
 }  // namespace kvt

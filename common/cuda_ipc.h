@@ -26,21 +26,27 @@ absl::Status UseCudaDevice(int device);
 // Another process's device allocation, mapped into this one. Closed on destruction.
 class IpcMapping {
  public:
-  // INVALID_ARGUMENT for a handle that is not kCudaIpcHandleBytes long or size 0; FAILED_PRECONDITION when this
-  // process has no such device (or no GPU at all); the runtime's error for a handle it cannot open (e.g. one
-  // exported by this same process, which CUDA does not allow).
-  static absl::StatusOr<std::unique_ptr<IpcMapping>> Open(const std::string& handle, uint64_t size_bytes, int device);
+  // Maps the allocation `handle` names and exposes its bytes [offset_bytes, offset_bytes + size_bytes).
+  // INVALID_ARGUMENT for a handle that is not kCudaIpcHandleBytes long, size 0, or a range that overflows or does
+  // not fit in the allocation; FAILED_PRECONDITION when this process has no such device (or no GPU at all); the
+  // runtime's error for a handle it cannot open (e.g. one exported by this same process, which CUDA does not
+  // allow).
+  static absl::StatusOr<std::unique_ptr<IpcMapping>> Open(const std::string& handle, uint64_t size_bytes, int device,
+                                                          uint64_t offset_bytes = 0);
   ~IpcMapping();
   IpcMapping(const IpcMapping&) = delete;
   IpcMapping& operator=(const IpcMapping&) = delete;
 
-  void* data() const { return data_; }
+  // The region: the allocation's base plus the offset asked for.
+  void* data() const { return static_cast<char*>(base_) + offset_; }
   uint64_t size() const { return size_; }
   int device() const { return device_; }
 
  private:
-  IpcMapping(void* data, uint64_t size, int device) : data_(data), size_(size), device_(device) {}
-  void* const data_;
+  IpcMapping(void* base, uint64_t offset, uint64_t size, int device)
+      : base_(base), offset_(offset), size_(size), device_(device) {}
+  void* const base_;  // what cudaIpcOpenMemHandle returned, closed on destruction
+  const uint64_t offset_;
   const uint64_t size_;
   const int device_;
 };

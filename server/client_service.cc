@@ -59,7 +59,8 @@ grpc::Status ClientService::RegisterRegion(grpc::ServerContext*, const v1::Regis
       case v1::RegisterRegionRequest::kCudaIpc:
         // Without a GPU this fails with FAILED_PRECONDITION, saying so.
         return context_->regions->RegisterCudaIpc(request->region_id(), layout, request->cuda_ipc().ipc_handle(),
-                                                  request->cuda_ipc().size_bytes(), request->cuda_ipc().device());
+                                                  request->cuda_ipc().size_bytes(), request->cuda_ipc().device(),
+                                                  request->cuda_ipc().offset_bytes());
       default:
         return absl::InvalidArgumentError("memory is missing: set shm (or cuda_ipc)");
     }

@@ -37,10 +37,11 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
 }
 
 absl::Status RegionRegistry::RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& spec,
-                                             const std::string& handle, uint64_t size_bytes, int device) {
+                                             const std::string& handle, uint64_t size_bytes, int device,
+                                             uint64_t offset_bytes) {
   KVT_RETURN_IF_ERROR(ValidateId(region_id, "region_id", 128));
   KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
-  KVT_ASSIGN_OR_RETURN(std::unique_ptr<IpcMapping> memory, IpcMapping::Open(handle, size_bytes, device));
+  KVT_ASSIGN_OR_RETURN(std::unique_ptr<IpcMapping> memory, IpcMapping::Open(handle, size_bytes, device, offset_bytes));
   return Publish(std::make_shared<Region>(region_id, layout, std::move(memory)));
 }
 

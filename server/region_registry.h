@@ -76,10 +76,12 @@ class RegionRegistry {
   // PERMISSION_DENIED or OUT_OF_RANGE from mapping the segment.
   absl::Status RegisterShm(const std::string& region_id, const KvLayoutSpec& layout, const std::string& shm_name,
                            uint64_t size_bytes);
-  // Opens a CUDA IPC handle to another process's device allocation of `size_bytes` on `device` and validates
-  // `layout` against it. FAILED_PRECONDITION when this daemon has no such GPU; errors as RegisterShm otherwise.
+  // Opens a CUDA IPC handle to another process's device allocation on `device`, takes its bytes
+  // [offset_bytes, offset_bytes + size_bytes) as the region and validates `layout` against them.
+  // FAILED_PRECONDITION when this daemon has no such GPU; INVALID_ARGUMENT for a range outside the allocation;
+  // errors as RegisterShm otherwise.
   absl::Status RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& layout, const std::string& handle,
-                               uint64_t size_bytes, int device);
+                               uint64_t size_bytes, int device, uint64_t offset_bytes = 0);
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION while a request holds a lease on it.
   absl::Status Unregister(const std::string& region_id);
   // NOT_FOUND for an unknown id.
