@@ -100,6 +100,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
                     {"ideal_full_ms", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json(nullptr)},
                     {"host_cpu_steal", run.host_steal ? nlohmann::json(*run.host_steal) : nlohmann::json(nullptr)},
                     {"host_cpu_busy", run.host_busy ? nlohmann::json(*run.host_busy) : nlohmann::json(nullptr)},
+                    {"host_cpu_ticks", run.host_ticks ? nlohmann::json(*run.host_ticks) : nlohmann::json(nullptr)},
                     {"layers", layers}});
   }
   return {{"model", r.options.model},   {"tokens", r.options.tokens}, {"layers", r.layers},

@@ -323,6 +323,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                    true);
         }));
     if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
+      run.host_ticks = cpu_after->total >= cpu_before->total ? cpu_after->total - cpu_before->total : 0;
       if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
         run.host_steal = share->steal;
         run.host_busy = share->busy;

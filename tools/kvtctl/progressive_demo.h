@@ -44,6 +44,10 @@ struct SchemeRun {
   // The host's CPU time during the transfer (host_cpu.h), as fractions of all CPUs' time; unset where the host
   // has no /proc/stat. The link emulation paces bytes on the CPU: much steal means a slower link than asked for.
   std::optional<double> host_steal, host_busy;
+  // The /proc/stat clock ticks (all CPUs together) between the two readings those shares come from; unset where
+  // there is no /proc/stat. The shares are unset when this is 0: a transfer shorter than the clock's tick (10 ms
+  // on Linux) may see none, and a share of nothing is not a measurement.
+  std::optional<uint64_t> host_ticks;
   TimelineSeries timeline;
 };
 
