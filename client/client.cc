@@ -120,6 +120,15 @@ absl::StatusOr<v1::StatsResponse> Client::Stats(bool include_requests) {
   return response;
 }
 
+absl::StatusOr<v1::ProfileResponse> Client::Profile(const std::string& request_id, v1::Side side) {
+  v1::ProfileRequest request;
+  request.set_request_id(request_id);
+  request.set_side(side);
+  v1::ProfileResponse response;
+  KVT_RETURN_IF_ERROR(Call(&v1::KvtClient::Stub::Profile, request, &response, "Profile"));
+  return response;
+}
+
 absl::Status Client::Watch(const std::string& request_id,
                            const std::function<void(const v1::TransferEvent&)>& on_event, absl::Duration timeout,
                            v1::Side side) {

@@ -76,6 +76,8 @@ class Client {
   absl::Status Expect(const ExpectSpec& spec);
   absl::Status Cancel(const std::string& request_id);
   absl::StatusOr<v1::StatsResponse> Stats(bool include_requests = false);
+  // Where a live or recently finished request's time went on the daemon, stage by stage. NOT_FOUND if unknown.
+  absl::StatusOr<v1::ProfileResponse> Profile(const std::string& request_id, v1::Side side = v1::SIDE_UNSPECIFIED);
 
   // Calls `on_event` for each of the request's events (replayed from the start) until DONE or FAILED. Returns
   // OK after DONE, the transfer's status after FAILED, DEADLINE_EXCEEDED if `timeout` passes first, or the

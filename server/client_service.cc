@@ -1,10 +1,13 @@
 #include "server/client_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "server/proto_convert.h"
+#include "server/stage_profile.h"
 
 namespace kvt::server {
 namespace {
@@ -200,6 +203,33 @@ grpc::Status ClientService::Stats(grpc::ServerContext*, const v1::StatsRequest* 
       state->set_layers_full_ready(r->layers_full_ready.load());
       state->set_age_us(static_cast<uint64_t>(absl::ToInt64Microseconds(now - r->events.start())));
     }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::Profile(grpc::ServerContext*, const v1::ProfileRequest* request,
+                                    v1::ProfileResponse* response) {
+  absl::Status valid = ValidateId(request->request_id(), "request_id", kMaxRequestIdBytes);
+  if (!valid.ok()) return ToGrpcStatus(valid);
+  std::shared_ptr<RequestRecord> record = FindRecord(context_->book, request->side(), request->request_id());
+  if (record == nullptr) {
+    return ToGrpcStatus(absl::NotFoundError(
+        absl::StrCat("no request \"", request->request_id(), "\" on this daemon (live or recently finished)")));
+  }
+  response->set_request_id(record->request_id);
+  response->set_side(record->side == Side::kPrefill ? v1::SIDE_PREFILL : v1::SIDE_DECODE);
+  response->set_finished(record->events.finished());
+  const auto totals = record->profile.Snapshot();
+  for (int i = 0; i < kStageCount; ++i) {
+    const StageTotals& t = totals[i];
+    if (t.count == 0) continue;
+    v1::StageTime* stage = response->add_stages();
+    stage->set_stage(std::string(StageName(static_cast<Stage>(i))));
+    stage->set_count(t.count);
+    stage->set_busy_us(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(t.busy))));
+    stage->set_first_start_us(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(t.first_start))));
+    stage->set_last_end_us(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(t.last_end))));
+    stage->set_bytes(t.bytes);
   }
   return grpc::Status::OK;
 }

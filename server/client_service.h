@@ -29,6 +29,8 @@ class ClientService final : public v1::KvtClient::Service {
   grpc::Status Cancel(grpc::ServerContext* ctx, const v1::CancelRequest* request,
                       v1::CancelResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest* request, v1::StatsResponse* response) override;
+  grpc::Status Profile(grpc::ServerContext* ctx, const v1::ProfileRequest* request,
+                       v1::ProfileResponse* response) override;
 
  private:
   DaemonContext* const context_;

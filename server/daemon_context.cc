@@ -18,4 +18,10 @@ void FinishRecord(DaemonContext& context, RequestRecord& record, const absl::Sta
   context.book->Retire(record);
 }
 
+void RecordStage(DaemonContext& context, RequestRecord& record, Stage stage, absl::Time begin, absl::Time end,
+                 uint64_t bytes, bool metrics) {
+  record.profile.Add(stage, begin, end, bytes);
+  if (metrics) context.metrics->StageRun(stage, end - begin, bytes);
+}
+
 }  // namespace kvt::server

@@ -33,6 +33,11 @@ struct DaemonContext {
 // logs a failure, appends DONE or FAILED to its events and moves it to the book's finished list.
 void FinishRecord(DaemonContext& context, RequestRecord& record, const absl::Status& status);
 
+// Records one run of a pipeline stage of `record` over [begin, end] that moved `bytes`: in its profile, and in the
+// daemon's stage metrics unless `metrics` is false (per-chunk arrivals go to the profile only).
+void RecordStage(DaemonContext& context, RequestRecord& record, Stage stage, absl::Time begin, absl::Time end,
+                 uint64_t bytes = 0, bool metrics = true);
+
 }  // namespace kvt::server
 
 #endif  // KVT_SERVER_DAEMON_CONTEXT_H_

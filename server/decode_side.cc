@@ -127,6 +127,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     }
     opened_ = true;
     opened_at_ = absl::Now();
+    RecordStage(*context_, *record_, Stage::kRendezvous, record_->events.start(), opened_at_);
     if (!source_address_.empty()) {
       context_->liveness->Watch(source_address_);
       watching_source_ = true;
@@ -157,6 +158,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     {
       kvt::MutexLock lock(&mu_);
       if (!status_.ok() || finished_) return;
+      const absl::Time now = absl::Now();
+      RecordStage(*context_, *record_, h.stage == 0 ? Stage::kArriveAnchor : Stage::kArriveResidual, now, now,
+                  h.length, /*metrics=*/false);
       PageState& page = layers_[layer].pages[h.page];
       if (page.container.empty()) page.container.resize(page.plan.total_bytes());
       std::memcpy(page.container.data() + page.stream_offset[h.stage] + h.offset, chunk.payload().data(),
@@ -168,6 +172,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
                (page.streams_complete >> available & 1u)) {
           ++available;
         }
+        if (available > page.stages_available) page.decodable_since = now;
         page.stages_available = available;
         gpu = region_->on_gpu();
         kind = page.plan.spec.kind;
@@ -269,6 +274,7 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
     int stages_available = 0;        // leading complete streams
     int stages_decoded = 0;          // what the engine's blocks hold
     bool decode_scheduled = false;
+    absl::Time decodable_since;      // when stages_available last grew
   };
   struct LayerState {
     std::vector<PageState> pages;
@@ -284,6 +290,8 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       const uint8_t* container = nullptr;
       size_t container_bytes = 0;
       PageSpec spec;
+      bool full = false;
+      absl::Time decodable_since;
       {
         kvt::MutexLock lock(&mu_);
         PageState& page = layers_[layer].pages[page_index];
@@ -297,11 +305,17 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
         container = page.container.data();
         container_bytes = page.container.size();
         spec = page.plan.spec;
+        full = stages == static_cast<int>(page.plan.stream_bytes.size());
+        decodable_since = page.decodable_since;
       }
       const absl::Time start = absl::Now();
       // The pump writes only streams >= `stages` of this container meanwhile; these bytes are stable.
       absl::Status s = DecodeAndScatter(spec, absl::MakeConstSpan(container, container_bytes), stages);
-      context_->metrics->DecodeLatency(absl::Now() - start);
+      const absl::Time end = absl::Now();
+      context_->metrics->DecodeLatency(end - start);
+      RecordStage(*context_, *record_, Stage::kDecodeQueue, decodable_since, start);
+      RecordStage(*context_, *record_, full ? Stage::kDecodeFull : Stage::kDecodeAnchor, start, end,
+                  container_bytes);
       if (!s.ok()) {
         {
           kvt::MutexLock lock(&mu_);
@@ -330,6 +344,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       std::vector<PageSpec> specs;
       std::vector<absl::Span<const uint8_t>> containers;
       int stages = 0;
+      absl::Time oldest = absl::InfiniteFuture();
+      bool full = false;
+      uint64_t bytes = 0;
       {
         kvt::MutexLock lock(&mu_);
         LayerState& ls = layers_[layer];
@@ -350,6 +367,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
               continue;
             }
             page.decode_scheduled = true;  // Finish leaves its container alone
+            oldest = std::min(oldest, page.decodable_since);
+            full = stages == static_cast<int>(page.plan.stream_bytes.size());
+            bytes += page.container.size();
             batch.push_back(i);
             specs.push_back(page.plan.spec);
             containers.emplace_back(page.container.data(), page.container.size());
@@ -369,6 +389,9 @@ class DecodeSide::InboundRequest : public std::enable_shared_from_this<InboundRe
       const absl::Time start = absl::Now();
       // The pump writes only streams >= `stages` of these containers meanwhile; these bytes are stable.
       absl::Status s = DecodePagesOnGpu(*region_, args_.block_ids, specs, containers, stages);
+      const absl::Time end = absl::Now();
+      RecordStage(*context_, *record_, Stage::kDecodeQueue, oldest, start);
+      RecordStage(*context_, *record_, full ? Stage::kDecodeFull : Stage::kDecodeAnchor, start, end, bytes);
       if (s.ok()) {
         const absl::Duration per_page = (absl::Now() - start) / static_cast<int64_t>(batch.size());
         for (size_t i = 0; i < batch.size(); ++i) context_->metrics->DecodeLatency(per_page);  // one per page

@@ -84,10 +84,9 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   if (workers < 0 || workers > kvt::transport::kMaxUcxWorkers) {
     return absl::InvalidArgumentError(absl::StrCat("--ucx_workers must be in [0, ", kvt::transport::kMaxUcxWorkers, "]"));
   }
-  // One worker's copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX
-  // workers"); a quarter of the cores leaves the rest to the engine's, checksum and codec threads.
   o.transport.ucx_workers =
-      workers > 0 ? workers : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+      workers > 0 ? workers
+                  : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
   o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   o.page_tokens = absl::GetFlag(FLAGS_page_tokens);

@@ -127,6 +127,19 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                             "Time from a transfer's start until all its streams arrived.", TransferBuckets());
   page_encode_ = histogram("kvt_page_encode_seconds", "Time to encode one KV page.", PageBuckets());
   page_decode_ = histogram("kvt_page_decode_seconds", "Time to decode one KV page.", PageBuckets());
+  auto& stage_seconds = prometheus::BuildHistogram()
+                            .Name("kvt_stage_seconds")
+                            .Help("Each run of a pipeline stage (a layer's encode or send, a decode call, ...).")
+                            .Register(*registry_);
+  auto& stage_bytes = prometheus::BuildCounter()
+                          .Name("kvt_stage_bytes_total")
+                          .Help("Bytes the runs of each pipeline stage moved.")
+                          .Register(*registry_);
+  for (int i = 0; i < kStageCount; ++i) {
+    const prometheus::Labels labels = {{"stage", std::string(StageName(static_cast<Stage>(i)))}};
+    stage_seconds_[i] = &stage_seconds.Add(labels, PageBuckets());
+    stage_bytes_[i] = &stage_bytes.Add(labels);
+  }
 }
 
 DaemonMetrics::~DaemonMetrics() { exposer_.reset(); }
@@ -207,6 +220,13 @@ void DaemonMetrics::EncodeLatency(absl::Duration per_page) {
 
 void DaemonMetrics::DecodeLatency(absl::Duration per_page) {
   page_decode_->Observe(absl::ToDoubleSeconds(per_page));
+}
+
+void DaemonMetrics::StageRun(Stage stage, absl::Duration d, uint64_t bytes) {
+  const int i = static_cast<int>(stage);
+  if (i < 0 || i >= kStageCount) return;
+  stage_seconds_[i]->Observe(absl::ToDoubleSeconds(d));
+  if (bytes > 0) stage_bytes_[i]->Increment(static_cast<double>(bytes));
 }
 
 void DaemonMetrics::SetInFlight(Side role, int64_t transfers) {

@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/side.h"
+#include "server/stage_profile.h"
 
 namespace prometheus {
 class Counter;
@@ -51,6 +52,8 @@ struct MetricsOptions {
 //   kvt_bytes_sent_total{lane}, kvt_bytes_received_total{lane}
 //   kvt_anchor_latency_seconds, kvt_full_latency_seconds  histograms, 1 ms doubling to 65.536 s
 //   kvt_page_encode_seconds, kvt_page_decode_seconds      histograms, 1 us doubling to 1.048576 s
+//   kvt_stage_seconds{stage}, kvt_stage_bytes_total{stage}   each run of a pipeline stage (stage_profile.h: a
+//                                                          layer's encode or send, a decode call, ...), 1 us doubling
 //   kvt_in_flight_transfers{role}, kvt_queue_depth{queue} gauges
 //   kvt_chunks_rejected_total{cause}
 class DaemonMetrics {
@@ -84,6 +87,9 @@ class DaemonMetrics {
   // not per chunk.
   void EncodeLatency(absl::Duration per_page);
   void DecodeLatency(absl::Duration per_page);
+  // One run of a pipeline stage that took `d` and moved `bytes` (stage_profile.h). Call per layer or decode call,
+  // not per chunk.
+  void StageRun(Stage stage, absl::Duration d, uint64_t bytes);
 
   // Gauges, set to the caller's current figure.
   void SetInFlight(Side side, int64_t transfers);
@@ -129,6 +135,8 @@ class DaemonMetrics {
   prometheus::Histogram* full_latency_;
   prometheus::Histogram* page_encode_;
   prometheus::Histogram* page_decode_;
+  std::array<prometheus::Histogram*, kStageCount> stage_seconds_{};
+  std::array<prometheus::Counter*, kStageCount> stage_bytes_{};
 
   struct AtomicTotals {
     std::atomic<uint64_t> started{0}, done{0}, failed{0}, cancelled{0};

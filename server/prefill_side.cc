@@ -96,6 +96,7 @@ class PrefillSide::OutboundRequest {
     uint64_t bytes = 0;
     EncodedLayer pages;  // the bytes the transport reads until `handle` is done
     std::shared_ptr<transport::SendHandle> handle;
+    absl::Time sent_at;  // when Send queued it
   };
 
   void AddReadyLayers(const std::vector<uint32_t>& layers) {
@@ -245,9 +246,12 @@ class PrefillSide::OutboundRequest {
     return absl::OkStatus();
   }
 
-  absl::Status WaitOldest(std::deque<LayerInFlight>& window, uint64_t* staged) {
+  // Waits for the oldest layer in flight to be acknowledged. `staging_full`: the wait is for room in the staging
+  // bytes (profiled as such), not the request's end.
+  absl::Status WaitOldest(std::deque<LayerInFlight>& window, uint64_t* staged, bool staging_full) {
     LayerInFlight& oldest = window.front();
-    if (!oldest.handle->WaitFor(deadline_ - absl::Now())) {
+    const absl::Time wait_start = absl::Now();
+    if (!oldest.handle->WaitFor(deadline_ - wait_start)) {
       return absl::DeadlineExceededError(absl::StrFormat("request %s: deadline of %s passed with layer %d on the wire",
                                                          args_.request_id, absl::FormatDuration(args_.deadline),
                                                          oldest.layer));
@@ -257,6 +261,9 @@ class PrefillSide::OutboundRequest {
       if (s.code() == absl::StatusCode::kUnavailable) context_->peers->Forget(args_.decode_daemon);
       return absl::Status(s.code(), absl::StrFormat("layer %d: %s", oldest.layer, s.message()));
     }
+    const absl::Time done = oldest.handle->finished_at();
+    RecordStage(*context_, *record_, Stage::kSend, oldest.sent_at, done, oldest.bytes);
+    if (staging_full) RecordStage(*context_, *record_, Stage::kStagingWait, wait_start, std::max(wait_start, done));
     record_->events.Add(EventKind::kFullReady, oldest.layer);
     record_->layers_full_ready.fetch_add(1);
     *staged -= oldest.bytes;
@@ -283,7 +290,9 @@ class PrefillSide::OutboundRequest {
       LayerInFlight flight;
       flight.layer = layer;
       flight.transfer_id = first_transfer_id_ + layer;
+      const absl::Time encode_start = absl::Now();
       KVT_RETURN_IF_ERROR(Encode(layer, &flight.pages));
+      const absl::Time encode_end = absl::Now();
       std::vector<transport::OutboundStream> streams;
       uint64_t anchor_bytes = 0;
       for (size_t i = 0; i < flight.pages.num_pages(); ++i) {
@@ -306,15 +315,17 @@ class PrefillSide::OutboundRequest {
         return handle.status();
       }
       flight.handle = *std::move(handle);
+      flight.sent_at = absl::Now();
+      RecordStage(*context_, *record_, Stage::kEncode, encode_start, encode_end, flight.bytes);
       context_->metrics->BytesSent(Lane::kAnchor, anchor_bytes);
       context_->metrics->BytesSent(Lane::kResidual, flight.bytes - anchor_bytes);
       staged += flight.bytes;
       window.push_back(std::move(flight));
       while (staged > static_cast<uint64_t>(context_->options->staging_bytes_per_request) && window.size() > 1) {
-        KVT_RETURN_IF_ERROR(WaitOldest(window, &staged));
+        KVT_RETURN_IF_ERROR(WaitOldest(window, &staged, /*staging_full=*/true));
       }
     }
-    while (!window.empty()) KVT_RETURN_IF_ERROR(WaitOldest(window, &staged));
+    while (!window.empty()) KVT_RETURN_IF_ERROR(WaitOldest(window, &staged, /*staging_full=*/false));
     return absl::OkStatus();
   }
 

@@ -19,6 +19,7 @@
 #include "common/mutex.h"
 #include "absl/time/time.h"
 #include "server/side.h"
+#include "server/stage_profile.h"
 
 namespace kvt::server {
 
@@ -61,11 +62,14 @@ class RequestEvents {
 
 // What the book keeps per request, for Watch, Cancel and Stats. The side's own state lives with the side.
 struct RequestRecord {
-  RequestRecord(std::string id, Side side, absl::Time start) : request_id(std::move(id)), side(side), events(start) {}
+  RequestRecord(std::string id, Side side, absl::Time start)
+      : request_id(std::move(id)), side(side), events(start), profile(start) {}
 
   const std::string request_id;
   const Side side;
   RequestEvents events;
+  // Where the request's time went on this daemon, stage by stage; written by the side, read by the Profile RPC.
+  StageProfile profile;
 
   // Progress for Stats; written by the side, read by anyone.
   std::atomic<uint32_t> num_layers{0};

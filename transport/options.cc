@@ -1,10 +1,14 @@
 #include "transport/options.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "transport/chunk_header.h"
 
 namespace kvt::transport {
+
+int DefaultUcxWorkers(int cores) { return std::clamp(cores / 4, 1, 4); }
 
 absl::StatusOr<Options> ValidateOptions(Options o) {
   const int64_t wire_chunk = int64_t{o.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);

@@ -58,6 +58,11 @@ struct Options {
   const Clock* clock = nullptr;
 };
 
+// The UCX workers a transport uses when not told (kvtd --ucx_workers=0): a quarter of `cores`, 1 to 4. One worker's
+// copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX workers"); the rest
+// of the cores go to the engine, checksum and codec threads.
+int DefaultUcxWorkers(int cores);
+
 // Checks the options and fills defaults (burst, clock). INVALID_ARGUMENT names the bad field.
 absl::StatusOr<Options> ValidateOptions(Options options);
 

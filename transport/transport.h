@@ -59,6 +59,8 @@ class SendHandle {
   // the receiver's code when it rejected the transfer (NOT_FOUND: it did not expect it; OUT_OF_RANGE, DATA_LOSS,
   // RESOURCE_EXHAUSTED: a chunk failed its checks). Meaningful once finished.
   virtual absl::Status status() const = 0;
+  // When the transfer finished (the transport's clock); meaningful once finished.
+  virtual absl::Time finished_at() const = 0;
 };
 
 // Returns receive-buffer credit to a link. Implemented by the transport; held by ReceivedChunk.

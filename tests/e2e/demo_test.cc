@@ -62,6 +62,23 @@ TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
       }
     }
   }
+  // Where the time went, stage by stage, on both daemons (the Profile RPC): every scheme encoded and sent every
+  // layer, and the decode side saw its anchors land and decoded them.
+  for (const auto& [name, r] : run) {
+    const nlohmann::json& prefill = r["stages"]["prefill"];
+    const nlohmann::json& decode = r["stages"]["decode"];
+    EXPECT_EQ(prefill["encode"]["runs"].get<int>(), layers) << name;
+    EXPECT_EQ(prefill["send"]["runs"].get<int>(), layers) << name;
+    EXPECT_EQ(prefill["send"]["bytes"].get<double>(), r["wire_bytes"].get<double>()) << name;
+    EXPECT_GT(decode["arrive_anchor"]["bytes"].get<double>(), 0) << name;
+    EXPECT_LE(decode["arrive_anchor"]["first_ms"].get<double>(), decode["arrive_anchor"]["last_ms"].get<double>());
+    EXPECT_GT(decode["decode_full"]["runs"].get<int>() + decode.value("decode_anchor", nlohmann::json{{"runs", 0}})["runs"].get<int>(), 0)
+        << name;
+  }
+  EXPECT_EQ(run["lynx"]["stages"]["decode"]["arrive_residual"]["bytes"].get<double>() +
+                run["lynx"]["stages"]["decode"]["arrive_anchor"]["bytes"].get<double>(),
+            run["lynx"]["wire_bytes"].get<double>());
+  EXPECT_FALSE(run["int8"]["stages"]["decode"].contains("arrive_residual"));  // one stream: all of it is anchor
   // The verdict's reason (DemoReport::NotLinkBoundBecause; empty or naming int8's run, whose time varies).
   ASSERT_TRUE(doc["not_judged_because"].is_string());
   const std::string why = doc["not_judged_because"].get<std::string>();
@@ -84,6 +101,45 @@ TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
   std::stringstream text;
   text << svg_in.rdbuf();
   EXPECT_EQ(text.str().rfind("<svg", 0), 0u);
+}
+
+// A sweep in one command: each scheme at each rate, one table of runs, and with an unlimited rate the data plane
+// measured alone in the same run as the reference of the end-to-end goodput.
+TEST(DemoTest, ARateSweepRunsEverySchemeAtEveryRateAndMeasuresTheDataPlaneAlone) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string out = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sweep.json");
+  const std::string cmd = absl::StrCat(Runfile("tools/kvtctl/kvtctl"), " demo --kvtd=", Runfile("server/kvtd"),
+                                       " --model=tiny --tokens=256 --rate-gbps=0.5,0 --schemes=int8,lynx"
+                                       " --eval-layers=1 --data-plane-mib=32 --json --svg= > ",
+                                       out);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << "not JSON";
+  EXPECT_EQ(doc["rates_gbps"], nlohmann::json::parse("[0.5, 0]"));
+  ASSERT_EQ(doc["runs"].size(), 4u);
+  std::map<std::pair<std::string, double>, nlohmann::json> run;
+  for (const auto& r : doc["runs"]) run[{r["scheme"].get<std::string>(), r["rate_gbps"].get<double>()}] = r;
+  ASSERT_EQ(run.size(), 4u);
+  ASSERT_TRUE(doc["data_plane"].is_object());
+  const double reference = doc["data_plane"]["goodput_gbps"].get<double>();
+  EXPECT_GT(reference, 0);
+  EXPECT_EQ(doc["data_plane"]["transport"].get<std::string>(), "tcp");
+  for (const auto& [key, r] : run) {
+    const double goodput = r["wire_bytes"].get<double>() * 8 / (r["full_ms"].get<double>() * 1e6);
+    EXPECT_NEAR(r["goodput_gbps"].get<double>(), goodput, 1e-9 * goodput) << key.first;
+    if (key.second == 0) {
+      EXPECT_NEAR(r["goodput_over_data_plane"].get<double>(), goodput / reference, 1e-9) << key.first;
+      EXPECT_TRUE(r["ideal_full_ms"].is_null()) << key.first;
+    } else {
+      EXPECT_FALSE(r.contains("goodput_over_data_plane")) << key.first;
+    }
+  }
+  // One verdict per rate with both int8 and lynx; only a rated link is judged.
+  ASSERT_EQ(doc["verdicts"].size(), 2u);
+  for (const auto& v : doc["verdicts"]) {
+    if (v["rate_gbps"].get<double>() == 0) EXPECT_FALSE(v["judged"].get<bool>());
+  }
 }
 
 }  // namespace

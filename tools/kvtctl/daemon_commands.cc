@@ -1,4 +1,4 @@
-// `kvtctl stats`, `kvtctl watch`, `kvtctl timeline`; see daemon_commands.h.
+// `kvtctl stats`, `kvtctl watch`, `kvtctl timeline`, `kvtctl profile`; see daemon_commands.h.
 #include "tools/kvtctl/daemon_commands.h"
 
 #include <sys/socket.h>
@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "tools/kvtctl/flag_set.h"
+#include "tools/kvtctl/stage_table.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -35,6 +36,11 @@ constexpr char kTimelineUsage[] =
     "                       [--json]\n"
     "  per-layer anchor and full-precision arrival times of finished or running requests, as a table and an "
     "SVG.\n";
+
+constexpr char kProfileUsage[] =
+    "Usage: kvtctl profile [--socket PATH] [--side prefill|decode] [--json] REQUEST_ID\n"
+    "  where a live or recently finished request's time went on the daemon, stage by stage "
+    "(docs/DAEMON.md).\n";
 
 double Ms(uint64_t us) { return static_cast<double>(us) / 1000.0; }
 
@@ -254,6 +260,44 @@ int RunTimeline(const std::vector<std::string>& args, const CommandIo& io) {
   return kExitOk;
 }
 
+// --- profile ---
+
+int RunProfile(const std::vector<std::string>& args, const CommandIo& io) {
+  const std::string cmd = "profile";
+  std::string socket = ClientOptions().socket, side_name;
+  bool json = false;
+  FlagSet flags("kvtctl profile");
+  flags.String("socket", &socket, "the daemon's client socket (kvtd --client_socket)");
+  flags.String("side", &side_name, "prefill | decode, for a daemon that has both sides of the request");
+  flags.Bool("json", &json, "print one JSON document instead of the table");
+  if (auto exit = ParseCommandLine(flags, args, io, cmd, kProfileUsage, /*max_positional=*/1)) return *exit;
+  if (flags.positional().empty()) {
+    return UsageError(io, cmd, "which request? give its REQUEST_ID", kProfileUsage);
+  }
+  const std::optional<v1::Side> side = ParseSide(side_name);
+  if (!side) {
+    return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"),
+                      flags.Usage());
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(socket);
+  if (!client.ok()) return Failure(io, cmd, client.status());
+  absl::StatusOr<v1::ProfileResponse> profile = (*client)->Profile(flags.positional()[0], *side);
+  if (!profile.ok()) return Failure(io, cmd, profile.status());
+  if (json) {
+    io.out << nlohmann::json({{"request_id", profile->request_id()},
+                              {"side", SideName(profile->side())},
+                              {"finished", profile->finished()},
+                              {"stages", StagesToJson(*profile)}})
+                  .dump(2)
+           << "\n";
+  } else {
+    io.out << "request " << profile->request_id() << ", " << SideName(profile->side()) << " side"
+           << (profile->finished() ? "" : " (still running)") << "\n"
+           << FormatStageTable(*profile);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 std::string FormatStats(const v1::StatsResponse& s, bool with_requests) {
@@ -371,6 +415,10 @@ CommandGroup WatchCommandGroup() {
 CommandGroup TimelineCommandGroup() {
   return {"timeline", "per-layer anchor / full arrival of requests on a running kvtd, as a table and an SVG",
           RunTimeline};
+}
+
+CommandGroup ProfileCommandGroup() {
+  return {"profile", "where a request's time went on a running kvtd, stage by stage", RunProfile};
 }
 
 }  // namespace kvt::kvtctl

@@ -1,4 +1,4 @@
-// `kvtctl stats`, `kvtctl watch` and `kvtctl timeline`: what a running kvtd says about itself and its
+// `kvtctl stats`, `kvtctl watch`, `kvtctl timeline` and `kvtctl profile`: what a running kvtd says about itself and its
 // requests, asked through its client socket (kvt::Client). Each command connects, asks, prints and
 // disconnects; none changes the daemon's state. The formatting pieces below are plain functions, exposed for
 // tests. Thread-compatible.
@@ -6,6 +6,7 @@
 //   kvtctl stats --socket /tmp/kvtd-decode.sock --requests
 //   kvtctl watch --socket /tmp/kvtd-decode.sock req-17          # "+12.3 ms  ANCHOR_READY layer 4" ... DONE
 //   kvtctl timeline --request req-17 --request req-18 --svg t.svg
+//   kvtctl profile --socket /tmp/kvtd-decode.sock req-17       # where its time went, stage by stage
 #ifndef KVT_TOOLS_KVTCTL_DAEMON_COMMANDS_H_
 #define KVT_TOOLS_KVTCTL_DAEMON_COMMANDS_H_
 
@@ -22,6 +23,7 @@ namespace kvt::kvtctl {
 CommandGroup StatsCommandGroup();
 CommandGroup WatchCommandGroup();
 CommandGroup TimelineCommandGroup();
+CommandGroup ProfileCommandGroup();
 
 // The daemon's counters as a two-column table; with `with_requests`, then a table of stats.requests() (or a
 // line saying there are none).

@@ -27,6 +27,7 @@ const std::vector<CommandGroup>& CommandGroups() {
       StatsCommandGroup(),
       WatchCommandGroup(),
       TimelineCommandGroup(),
+      ProfileCommandGroup(),
   };
   return *groups;
 }

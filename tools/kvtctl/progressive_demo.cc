@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,11 +28,35 @@
 #include "server/transfer_plan.h"
 #include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/host_cpu.h"
+#include "transport/bench/transport_bench.h"
+#include "transport/options.h"
 
 namespace kvt::kvtctl {
 namespace {
 
 constexpr uint32_t kBlockTokens = 16;
+// kvtd's default data-plane chunk (--chunk_kib 512), which the data-plane reference uses too.
+constexpr uint32_t kKvtdChunkBytes = 512 << 10;
+
+// The stages worth drawing under a run's layers: when each ran, on either daemon (their clocks start at the
+// Offer and the Expect, a moment apart).
+std::vector<StageSpan> StageSpans(const v1::ProfileResponse& prefill, const v1::ProfileResponse& decode) {
+  std::vector<StageSpan> spans;
+  auto add = [&spans](const v1::ProfileResponse& p, const char* stage, const char* label) {
+    for (const v1::StageTime& t : p.stages()) {
+      if (t.stage() == stage && t.count() > 0) {
+        spans.push_back({label, t.first_start_us() / 1e3, t.last_end_us() / 1e3, t.busy_us() / 1e3});
+      }
+    }
+  };
+  add(prefill, "encode", "prefill: encode");
+  add(prefill, "send", "prefill: send");
+  add(decode, "arrive_anchor", "decode: anchor lands");
+  add(decode, "arrive_residual", "decode: residual lands");
+  add(decode, "decode_anchor", "decode: anchor decode");
+  add(decode, "decode_full", "decode: full decode");
+  return spans;
+}
 
 struct Cluster {
   std::string work_dir;
@@ -41,7 +66,8 @@ struct Cluster {
   std::unique_ptr<Client> decode_client;
 };
 
-absl::Status StartCluster(const DemoOptions& o, Cluster* c) {
+// Starts the two daemons for one link rate (the prefill daemon paces its sends at `rate_gbps`; 0 = unlimited).
+absl::Status StartCluster(const DemoOptions& o, double rate_gbps, int ucx_workers, Cluster* c) {
   char dir[] = "/tmp/kvt-demo-XXXXXX";
   if (mkdtemp(dir) == nullptr) return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
   c->work_dir = dir;
@@ -52,8 +78,9 @@ absl::Status StartCluster(const DemoOptions& o, Cluster* c) {
         absl::StrCat("--client_socket=", c->work_dir, "/", role, ".sock"),
         "--peer_listen=127.0.0.1:0",
         "--metrics_listen=127.0.0.1:0",
-        absl::StrCat("--rate_gbps=", o.rate_gbps),
+        absl::StrCat("--rate_gbps=", rate_gbps),
         absl::StrCat("--ucx_tls=", o.ucx_tls),
+        absl::StrCat("--ucx_workers=", ucx_workers),
         absl::StrCat("--codec_threads=", o.codec_threads),
         "--log_level=warn",
     };
@@ -169,23 +196,23 @@ struct EvalLayer {
 
 }  // namespace
 
-const SchemeRun* DemoReport::Find(absl::string_view scheme) const {
+const SchemeRun* DemoReport::Find(absl::string_view scheme, double rate_gbps) const {
   for (const SchemeRun& r : runs) {
-    if (r.scheme == scheme) return &r;
+    if (r.scheme == scheme && r.rate_gbps == rate_gbps) return &r;
   }
   return nullptr;
 }
 
-double DemoReport::IdealMs(const SchemeRun& run) const {
-  return options.rate_gbps > 0 ? run.wire_bytes * 8.0 / (options.rate_gbps * 1e9) * 1e3 : 0;
+double DemoReport::IdealMs(const SchemeRun& run) {
+  return run.rate_gbps > 0 ? run.wire_bytes * 8.0 / (run.rate_gbps * 1e9) * 1e3 : 0;
 }
 
-std::string DemoReport::NotLinkBoundBecause() const {
-  const SchemeRun* int8 = Find("int8");
+std::string DemoReport::NotLinkBoundBecause(double rate_gbps) const {
+  const SchemeRun* int8 = Find("int8", rate_gbps);
   const double ideal = int8 != nullptr ? IdealMs(*int8) : 0;
   if (ideal <= 0 || int8->full_ms <= kNotLinkBoundOverIdeal * ideal) return "";
   std::string why = absl::StrFormat("int8's run took %.1f x the time its bytes need at %.2f Gbit/s",
-                                    int8->full_ms / ideal, options.rate_gbps);
+                                    int8->full_ms / ideal, rate_gbps);
   if (int8->host_steal) absl::StrAppendFormat(&why, " (host CPU steal %.0f%%)", 100 * *int8->host_steal);
   return why;
 }
@@ -196,7 +223,15 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   if (o.layers < 0 || o.layers > kv.model.layers) {
     return absl::InvalidArgumentError(absl::StrFormat("--layers must be 0..%d for %s", kv.model.layers, o.model));
   }
-  if (o.rate_gbps < 0) return absl::InvalidArgumentError("--rate_gbps must be >= 0");
+  if (o.rates_gbps.empty()) return absl::InvalidArgumentError("give at least one --rate-gbps");
+  for (double r : o.rates_gbps) {
+    if (!(r >= 0)) return absl::InvalidArgumentError("every --rate-gbps must be >= 0 (0 = unlimited)");
+  }
+  if (o.ucx_workers < 0 || o.ucx_workers > transport::kMaxUcxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--ucx-workers must be 0..%d (0 = kvtd's default)", transport::kMaxUcxWorkers));
+  }
+  if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
   std::vector<codec::Scheme> schemes;
   for (const std::string& name : o.schemes) {
     KVT_ASSIGN_OR_RETURN(codec::Scheme s, codec::ParseScheme(name));
@@ -207,17 +242,16 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   report.layers = o.layers == 0 ? kv.model.layers : o.layers;
   report.kv_heads = kv.model.kv_heads;
   report.head_dim = kv.model.head_dim;
+  report.ucx_workers =
+      o.ucx_workers > 0 ? o.ucx_workers : transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
   const int channels = kv.model.channels();
-  const uint32_t blocks = static_cast<uint32_t>((o.tokens + kBlockTokens - 1) / kBlockTokens);
+  const int total_tokens = std::max(o.tokens, o.warmup_tokens);
+  const uint32_t blocks = static_cast<uint32_t>((total_tokens + kBlockTokens - 1) / kBlockTokens);
   const server::KvLayoutSpec spec =
       server::DenseLayoutSpec(report.layers, blocks, kBlockTokens, kv.model.kv_heads, kv.model.head_dim);
   const uint64_t region_bytes = spec.layer_stride_bytes * spec.num_layers;
   report.kv_bytes_bf16 = uint64_t{2} * report.layers * o.tokens * channels * 2;
-
-  progress(absl::StrFormat("starting two kvtd daemons (rate %.2f Gbit/s, UCX %s)", o.rate_gbps, o.ucx_tls), false);
-  Cluster cluster;
-  KVT_RETURN_IF_ERROR(StartCluster(o, &cluster));
-  report.transports = absl::StrCat("UCX ", o.ucx_tls, " on loopback");
+  report.transports = absl::StrCat("UCX ", o.ucx_tls, " on loopback, ", report.ucx_workers, " UCX worker(s) a daemon");
 
   // The engines' KV caches: blocks in a scattered order, as a paged cache holds them.
   const std::string stem = absl::StrCat("/kvt-demo-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
@@ -255,116 +289,159 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       eval.push_back(std::move(e));
     }
   }
-  const v1::KvLayout proto = server::LayoutToProto(spec);
   KVT_RETURN_IF_ERROR(src_kv->Upload());
-  KVT_RETURN_IF_ERROR(src_kv->Register(*cluster.prefill_client, "kv", proto));
-  KVT_RETURN_IF_ERROR(dst_kv->Register(*cluster.decode_client, "kv", proto));
-
+  const v1::KvLayout proto = server::LayoutToProto(spec);
   std::vector<uint32_t> all_layers(report.layers);
   std::iota(all_layers.begin(), all_layers.end(), 0);
-  auto transfer = [&](const std::string& id, const std::string& scheme, uint64_t tokens,
-                      const std::function<void(const v1::TransferEvent&)>& on_event) -> absl::Status {
-    const uint32_t used = static_cast<uint32_t>((tokens + kBlockTokens - 1) / kBlockTokens);
-    ExpectSpec expect;
-    expect.request_id = id;
-    expect.region_id = "kv";
-    expect.block_ids.assign(dst_blocks.begin(), dst_blocks.begin() + used);
-    expect.num_tokens = tokens;
-    expect.source_daemon = cluster.prefill->daemon_id();
-    expect.deadline = absl::Minutes(5);
-    KVT_RETURN_IF_ERROR(cluster.decode_client->Expect(expect));
-    OfferSpec offer;
-    offer.request_id = id;
-    offer.region_id = "kv";
-    offer.block_ids.assign(src_blocks.begin(), src_blocks.begin() + used);
-    offer.num_tokens = tokens;
-    offer.ready_layers = all_layers;
-    offer.scheme = scheme;
-    offer.decode_daemon = cluster.decode->peer_address();
-    offer.deadline = absl::Minutes(5);
-    KVT_RETURN_IF_ERROR(cluster.prefill_client->Offer(offer));
-    KVT_RETURN_IF_ERROR(cluster.decode_client->Watch(id, on_event, absl::Minutes(5), v1::SIDE_DECODE));
-    // The prefill side counts a layer's bytes right after handing it to the transport, which can be after the
-    // decode side has it all: wait for the prefill side's end too (a finished request replays its events), so the
-    // byte counters read after this call hold every layer of this run and none of it spills into the next.
-    return cluster.prefill_client->Watch(id, [](const v1::TransferEvent&) {}, absl::Minutes(1), v1::SIDE_PREFILL);
-  };
-  // Connects the daemons (gRPC, Hello, UCX) outside the timed runs.
-  progress("warming up the daemon-to-daemon connection", true);
-  KVT_RETURN_IF_ERROR(transfer("demo-warmup", "int8", kBlockTokens, [](const v1::TransferEvent&) {}));
 
-  for (size_t i = 0; i < schemes.size(); ++i) {
-    const std::string name = o.schemes[i];
-    KVT_RETURN_IF_ERROR(dst_kv->Clear());
-    KVT_ASSIGN_OR_RETURN(v1::StatsResponse before, cluster.prefill_client->Stats());
-    SchemeRun run;
-    run.scheme = name;
-    run.timeline.label = name;
-    run.timeline.layers.resize(report.layers);
-    for (int l = 0; l < report.layers; ++l) run.timeline.layers[l].layer = l;
-    int anchors = 0, fulls = 0;
-    const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
-    KVT_RETURN_IF_ERROR(transfer(
-        absl::StrCat("demo-", name), name, o.tokens, [&](const v1::TransferEvent& e) {
-          const double ms = e.at_us() / 1000.0;
-          if (e.kind() == v1::TransferEvent::ANCHOR_READY && e.layer() < run.timeline.layers.size()) {
-            run.timeline.layers[e.layer()].anchor_ms = ms;
-            run.anchor_ms = std::max(run.anchor_ms, ms);
-            ++anchors;
-          } else if (e.kind() == v1::TransferEvent::FULL_READY && e.layer() < run.timeline.layers.size()) {
-            run.timeline.layers[e.layer()].full_ms = ms;
-            run.full_ms = std::max(run.full_ms, ms);
-            ++fulls;
-          } else if (e.kind() == v1::TransferEvent::DONE) {
-            run.timeline.done_ms = ms;
-          }
-          progress(absl::StrFormat("[%d/%d] %-6s layers at anchor %2d/%d, at full precision %2d/%d", i + 1,
-                                   schemes.size(), name, anchors, report.layers, fulls, report.layers),
-                   true);
-        }));
-    if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
-      run.host_ticks = cpu_after->total >= cpu_before->total ? cpu_after->total - cpu_before->total : 0;
-      if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
-        run.host_steal = share->steal;
-        run.host_busy = share->busy;
-      }
-    }
-    KVT_ASSIGN_OR_RETURN(v1::StatsResponse after, cluster.prefill_client->Stats());
-    run.anchor_bytes = after.anchor_bytes_sent() - before.anchor_bytes_sent();
-    run.wire_bytes = run.anchor_bytes + after.residual_bytes_sent() - before.residual_bytes_sent();
-
-    // Fidelity: full = what the decode blocks hold now; anchor = the same pages decoded from stream 0 alone.
-    KVT_RETURN_IF_ERROR(dst_kv->Download());
-    if (o.verify) {
-      KVT_ASSIGN_OR_RETURN(run.verified_identical, VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(),
-                                                                dst_blocks, o.tokens, schemes[i], eval_layer_ids));
-    }
-    codec::eval::MeanAccumulator anchor_acc, full_acc;
-    for (const EvalLayer& e : eval) {
-      KVT_ASSIGN_OR_RETURN(std::vector<float> k_full,
-                           ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 0));
-      KVT_ASSIGN_OR_RETURN(std::vector<float> v_full,
-                           ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 1));
-      KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
-      full_acc.Merge(f);
-      KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, 1));
-      KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, 1));
-      // The decode blocks hold bf16: round the anchor view the same way.
-      for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
-        for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));
-      }
-      KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator a, e.probe->Evaluate(k_anchor, v_anchor));
-      anchor_acc.Merge(a);
-    }
-    run.vnmse_anchor = anchor_acc.mean();
-    run.vnmse_full = full_acc.mean();
-    progress(absl::StrFormat("[%d/%d] %-6s anchor %.0f ms, full %.0f ms, %.1f MB on the wire", i + 1, schemes.size(),
-                             name, run.anchor_ms, run.full_ms, run.wire_bytes / 1e6),
+  const size_t total_runs = o.rates_gbps.size() * schemes.size();
+  for (size_t r = 0; r < o.rates_gbps.size(); ++r) {
+    const double rate = o.rates_gbps[r];
+    const std::string rate_name = rate > 0 ? absl::StrFormat("%g Gbit/s", rate) : std::string("unlimited");
+    progress(absl::StrFormat("starting two kvtd daemons (%s, UCX %s, %d worker(s))", rate_name, o.ucx_tls,
+                             report.ucx_workers),
              false);
-    report.runs.push_back(std::move(run));
+    Cluster cluster;
+    KVT_RETURN_IF_ERROR(StartCluster(o, rate, report.ucx_workers, &cluster));
+    KVT_RETURN_IF_ERROR(src_kv->Register(*cluster.prefill_client, "kv", proto));
+    KVT_RETURN_IF_ERROR(dst_kv->Register(*cluster.decode_client, "kv", proto));
+
+    auto transfer = [&](const std::string& id, const std::string& scheme, uint64_t tokens,
+                        const std::function<void(const v1::TransferEvent&)>& on_event) -> absl::Status {
+      const uint32_t used = static_cast<uint32_t>((tokens + kBlockTokens - 1) / kBlockTokens);
+      ExpectSpec expect;
+      expect.request_id = id;
+      expect.region_id = "kv";
+      expect.block_ids.assign(dst_blocks.begin(), dst_blocks.begin() + used);
+      expect.num_tokens = tokens;
+      expect.source_daemon = cluster.prefill->daemon_id();
+      expect.deadline = absl::Minutes(5);
+      KVT_RETURN_IF_ERROR(cluster.decode_client->Expect(expect));
+      OfferSpec offer;
+      offer.request_id = id;
+      offer.region_id = "kv";
+      offer.block_ids.assign(src_blocks.begin(), src_blocks.begin() + used);
+      offer.num_tokens = tokens;
+      offer.ready_layers = all_layers;
+      offer.scheme = scheme;
+      offer.decode_daemon = cluster.decode->peer_address();
+      offer.deadline = absl::Minutes(5);
+      KVT_RETURN_IF_ERROR(cluster.prefill_client->Offer(offer));
+      KVT_RETURN_IF_ERROR(cluster.decode_client->Watch(id, on_event, absl::Minutes(5), v1::SIDE_DECODE));
+      // The prefill side counts a layer's bytes right after handing it to the transport, which can be after the
+      // decode side has it all: wait for the prefill side's end too (a finished request replays its events), so
+      // the byte counters read after this call hold every layer of this run and none of it spills into the next.
+      return cluster.prefill_client->Watch(id, [](const v1::TransferEvent&) {}, absl::Minutes(1), v1::SIDE_PREFILL);
+    };
+    // Connects the daemons (gRPC, Hello, UCX) outside the timed runs; with --warmup-tokens, also fills their
+    // buffer pools.
+    progress("warming up the daemon-to-daemon connection", true);
+    KVT_RETURN_IF_ERROR(transfer(absl::StrCat("demo-warmup-", r), "int8", o.warmup_tokens,
+                                 [](const v1::TransferEvent&) {}));
+
+    for (size_t i = 0; i < schemes.size(); ++i) {
+      const std::string name = o.schemes[i];
+      const size_t n = r * schemes.size() + i + 1;
+      const std::string id = absl::StrFormat("demo-%s-%g", name, rate);
+      KVT_RETURN_IF_ERROR(dst_kv->Clear());
+      KVT_ASSIGN_OR_RETURN(v1::StatsResponse before, cluster.prefill_client->Stats());
+      SchemeRun run;
+      run.scheme = name;
+      run.rate_gbps = rate;
+      run.timeline.label = total_runs > schemes.size() ? absl::StrCat(name, " @ ", rate_name) : name;
+      run.timeline.layers.resize(report.layers);
+      for (int l = 0; l < report.layers; ++l) run.timeline.layers[l].layer = l;
+      int anchors = 0, fulls = 0;
+      const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
+      KVT_RETURN_IF_ERROR(transfer(id, name, o.tokens, [&](const v1::TransferEvent& e) {
+        const double ms = e.at_us() / 1000.0;
+        if (e.kind() == v1::TransferEvent::ANCHOR_READY && e.layer() < run.timeline.layers.size()) {
+          run.timeline.layers[e.layer()].anchor_ms = ms;
+          run.anchor_ms = std::max(run.anchor_ms, ms);
+          ++anchors;
+        } else if (e.kind() == v1::TransferEvent::FULL_READY && e.layer() < run.timeline.layers.size()) {
+          run.timeline.layers[e.layer()].full_ms = ms;
+          run.full_ms = std::max(run.full_ms, ms);
+          ++fulls;
+        } else if (e.kind() == v1::TransferEvent::DONE) {
+          run.timeline.done_ms = ms;
+        }
+        progress(absl::StrFormat("[%d/%d] %-6s %s: layers at anchor %2d/%d, at full precision %2d/%d", n,
+                                 total_runs, name, rate_name, anchors, report.layers, fulls, report.layers),
+                 true);
+      }));
+      if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
+        run.host_ticks = cpu_after->total >= cpu_before->total ? cpu_after->total - cpu_before->total : 0;
+        if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
+          run.host_steal = share->steal;
+          run.host_busy = share->busy;
+        }
+      }
+      KVT_ASSIGN_OR_RETURN(v1::StatsResponse after, cluster.prefill_client->Stats());
+      run.anchor_bytes = after.anchor_bytes_sent() - before.anchor_bytes_sent();
+      run.wire_bytes = run.anchor_bytes + after.residual_bytes_sent() - before.residual_bytes_sent();
+      KVT_ASSIGN_OR_RETURN(run.prefill_profile, cluster.prefill_client->Profile(id, v1::SIDE_PREFILL));
+      KVT_ASSIGN_OR_RETURN(run.decode_profile, cluster.decode_client->Profile(id, v1::SIDE_DECODE));
+      run.timeline.stages = StageSpans(run.prefill_profile, run.decode_profile);
+
+      // Fidelity: full = what the decode blocks hold now; anchor = the same pages decoded from stream 0 alone.
+      KVT_RETURN_IF_ERROR(dst_kv->Download());
+      if (o.verify) {
+        KVT_ASSIGN_OR_RETURN(run.verified_identical, VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(),
+                                                                  dst_blocks, o.tokens, schemes[i], eval_layer_ids));
+      }
+      codec::eval::MeanAccumulator anchor_acc, full_acc;
+      for (const EvalLayer& e : eval) {
+        KVT_ASSIGN_OR_RETURN(std::vector<float> k_full,
+                             ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 0));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> v_full,
+                             ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 1));
+        KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
+        full_acc.Merge(f);
+        KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, 1));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, 1));
+        // The decode blocks hold bf16: round the anchor view the same way.
+        for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
+          for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));
+        }
+        KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator a, e.probe->Evaluate(k_anchor, v_anchor));
+        anchor_acc.Merge(a);
+      }
+      run.vnmse_anchor = anchor_acc.mean();
+      run.vnmse_full = full_acc.mean();
+      progress(absl::StrFormat("[%d/%d] %-6s %s: anchor %.1f ms, full %.1f ms, %.1f MB on the wire", n, total_runs,
+                               name, rate_name, run.anchor_ms, run.full_ms, run.wire_bytes / 1e6),
+               false);
+      report.runs.push_back(std::move(run));
+    }
+    (void)cluster.prefill_client->UnregisterRegion("kv");
+    (void)cluster.decode_client->UnregisterRegion("kv");
   }
-  (void)cluster.prefill_client->UnregisterRegion("kv");
-  (void)cluster.decode_client->UnregisterRegion("kv");
+
+  // The data plane alone, same transport and workers, after the daemons are gone (their cores free).
+  if (o.data_plane_bytes > 0 &&
+      std::find(o.rates_gbps.begin(), o.rates_gbps.end(), 0.0) != o.rates_gbps.end()) {
+    progress(absl::StrFormat("measuring the data plane alone (%s, %d worker(s), %.0f MiB)", o.ucx_tls,
+                             report.ucx_workers, o.data_plane_bytes / 1048576.0),
+             false);
+    transport::TransportBenchOptions bench;
+    bench.transports = {o.ucx_tls};
+    bench.ucx_workers = {report.ucx_workers};
+    bench.chunk_bytes = kKvtdChunkBytes;
+    bench.unthrottled_bytes = o.data_plane_bytes;
+    bench.rates_gbps = {};
+    bench.one_chunk_source = false;
+    bench.run_perftest = false;
+    KVT_ASSIGN_OR_RETURN(transport::TransportBenchReport b, transport::RunTransportBench(bench));
+    if (b.unthrottled.empty()) return absl::InternalError("the transport bench measured nothing");
+    DataPlaneReference ref;
+    ref.transport = o.ucx_tls;
+    ref.ucx_workers = report.ucx_workers;
+    ref.chunk_bytes = bench.chunk_bytes;
+    ref.bytes = b.unthrottled[0].bytes;
+    ref.goodput_gbps = b.unthrottled[0].goodput_gbps;
+    report.data_plane = ref;
+  }
   return report;
 }
 

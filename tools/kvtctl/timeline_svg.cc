@@ -28,6 +28,9 @@ constexpr char kFullColour[] = "#ff7f0e";
 constexpr char kDoneColour[] = "#d62728";
 constexpr char kGridColour[] = "#e4e4e4";
 constexpr char kJoinColour[] = "#b0b0b0";
+constexpr char kStageColour[] = "#8c9fbf";
+constexpr double kStageRow = 11;  // height of one stage bar's row
+constexpr double kPanelHeader = 26;  // a panel's heading above its groups
 
 std::string Escape(const std::string& text) {
   std::string out;
@@ -84,6 +87,10 @@ TimeAxis MakeAxis(absl::Span<const TimelineSeries> series) {
     for (const LayerTimes& l : s.layers) {
       take(l.anchor_ms);
       take(l.full_ms);
+    }
+    for (const StageSpan& st : s.stages) {
+      take(st.begin_ms);
+      take(st.end_ms);
     }
   }
   if (hi - lo <= 0) hi = lo + 1;
@@ -186,6 +193,21 @@ double AppendGroup(std::string& svg, const TimelineSeries& series, const TimeAxi
                             axis.X(*full) - mark, y - mark, 2 * mark, 2 * mark, kFullColour, what, Ms(*full));
     }
   }
+  double stages_bottom = bottom;
+  for (size_t i = 0; i < series.stages.size(); ++i) {
+    const StageSpan& st = series.stages[i];
+    if (!Finite(st.begin_ms) || !Finite(st.end_ms)) continue;
+    const double y = bottom + 4 + i * kStageRow;
+    const double x0 = axis.X(st.begin_ms), x1 = std::max(axis.X(st.end_ms), x0 + 1.5);
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\" fill=\"#555555\">%s</text>\n"
+                          "<rect class=\"stage\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
+                          "<title>%s: %s to %s, busy %s</title></rect>\n",
+                          kPlotLeft - 4, y + kStageRow - 3, Escape(st.label), x0, y + 1, x1 - x0, kStageRow - 3,
+                          kStageColour, Escape(absl::StrCat(series.label, " ", st.label)), Ms(st.begin_ms),
+                          Ms(st.end_ms), Ms(st.busy_ms));
+    stages_bottom = y + kStageRow;
+  }
   if (Finite(series.done_ms)) {
     const double x = axis.X(*series.done_ms);
     absl::StrAppendFormat(
@@ -195,7 +217,7 @@ double AppendGroup(std::string& svg, const TimelineSeries& series, const TimeAxi
         x, rows_top - 3, x, bottom + 3, kDoneColour, label, Ms(*series.done_ms));
   }
   svg += "</g>\n";
-  return bottom;
+  return stages_bottom;
 }
 
 // Vertical grid lines from `top` to `bottom`, and the tick labels and caption below `bottom`.
@@ -223,26 +245,38 @@ void AppendAxis(std::string& svg, const TimeAxis& axis, double top, double botto
 
 }  // namespace
 
-std::string RenderTimelineSvg(absl::Span<const TimelineSeries> series, const std::string& title) {
-  const TimeAxis axis = MakeAxis(series);
+namespace {
 
-  // The groups first (their height decides the page's), then the page around them. The grid goes before the
-  // groups in the document so that the marks are drawn over it.
-  std::string groups;
-  double bottom = kGroupsTop;
-  for (size_t i = 0; i < series.size(); ++i) {
-    if (i > 0) bottom += kGroupGap;
-    bottom = AppendGroup(groups, series[i], axis, bottom);
+// Draws one panel's groups (and its heading, if any) from `top`, over its own axis; returns the y below its axis.
+double AppendPanel(std::string& svg, const TimelinePanel& panel, double top) {
+  const TimeAxis axis = MakeAxis(panel.series);
+  double groups_top = top;
+  if (!panel.title.empty()) {
+    absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
+                          top + 16, Escape(panel.title));
+    groups_top += kPanelHeader;
   }
-  if (series.empty()) {
+  // The groups first (their height decides the grid's), then the grid before them in the document, so that the
+  // marks are drawn over it.
+  std::string groups;
+  double bottom = groups_top;
+  for (size_t i = 0; i < panel.series.size(); ++i) {
+    if (i > 0) bottom += kGroupGap;
+    bottom = AppendGroup(groups, panel.series[i], axis, bottom);
+  }
+  if (panel.series.empty()) {
     groups += absl::StrFormat(
         "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#666666\">"
         "no transfers to draw</text>\n",
-        kPlotLeft, kGroupsTop + 20);
-    bottom = kGroupsTop + 40;
+        kPlotLeft, groups_top + 20);
+    bottom = groups_top + 40;
   }
-  const double height = bottom + kAxisHeight;
+  AppendAxis(svg, axis, groups_top, bottom);
+  svg += groups;
+  return bottom + kAxisHeight;
+}
 
+std::string Page(const std::string& body, double height, const std::string& title) {
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
       "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
@@ -251,21 +285,48 @@ std::string RenderTimelineSvg(absl::Span<const TimelineSeries> series, const std
       "<text x=\"%.1f\" y=\"%.1f\" font-size=\"16\" font-weight=\"bold\" text-anchor=\"middle\">%s</text>\n",
       kWidth, height, kWidth, height, Escape(title), kWidth, height, kWidth / 2, kTitleY, Escape(title));
   AppendLegend(svg);
-  AppendAxis(svg, axis, kGroupsTop, bottom);
-  svg += groups;
+  svg += body;
   svg += "</svg>\n";
   return svg;
 }
 
-absl::Status WriteTimelineSvg(const std::string& path, absl::Span<const TimelineSeries> series,
-                              const std::string& title) {
-  const std::string svg = RenderTimelineSvg(series, title);
+}  // namespace
+
+std::string RenderTimelineSvg(absl::Span<const TimelineSeries> series, const std::string& title) {
+  const TimelinePanel panel{"", std::vector<TimelineSeries>(series.begin(), series.end())};
+  std::string body;
+  const double height = AppendPanel(body, panel, kGroupsTop);
+  return Page(body, height, title);
+}
+
+std::string RenderTimelinePanelsSvg(absl::Span<const TimelinePanel> panels, const std::string& title) {
+  std::string body;
+  double bottom = kGroupsTop;
+  for (const TimelinePanel& p : panels) bottom = AppendPanel(body, p, bottom) + kGroupGap;
+  return Page(body, bottom, title);
+}
+
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::string& svg) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create timeline SVG ", path));
   if (std::fwrite(svg.data(), 1, svg.size(), file.get()) != svg.size() || std::fflush(file.get()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot write timeline SVG ", path));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteTimelinePanelsSvg(const std::string& path, absl::Span<const TimelinePanel> panels,
+                                    const std::string& title) {
+  return WriteFile(path, RenderTimelinePanelsSvg(panels, title));
+}
+
+absl::Status WriteTimelineSvg(const std::string& path, absl::Span<const TimelineSeries> series,
+                              const std::string& title) {
+  return WriteFile(path, RenderTimelineSvg(series, title));
 }
 
 }  // namespace kvt::kvtctl

@@ -207,6 +207,7 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
         KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, workers, 0));
         KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, kWarmupBytes).status());
         for (const absl::Span<const uint8_t> source : {src, src.subspan(0, options.chunk_bytes)}) {
+          if (source.size() != src.size() && !options.one_chunk_source) continue;
           TransportBenchReport::Unthrottled u;
           KVT_ASSIGN_OR_RETURN(double seconds,
                                TimedTransfer(p, next_id++, source, options.unthrottled_bytes, &u.busiest_threads));
@@ -221,7 +222,9 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
           report.unthrottled.push_back(u);
         }
       }  // the pair is gone: its cores are free before perftest runs
-      if (!perftest_run.has_value()) {
+      if (!options.run_perftest) {
+        perftest = absl::FailedPreconditionError("ucx_perftest not asked for");
+      } else if (!perftest_run.has_value()) {
         PerftestRun run;
         run.program = options.perftest_program;
         run.test = options.perftest_test;
@@ -239,8 +242,10 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
       }
       for (size_t i = first; i < report.unthrottled.size(); ++i) {
         TransportBenchReport::Unthrottled& u = report.unthrottled[i];
-        u.perftest_test = perftest_run->test;
-        u.perftest_error_handling = perftest_run->error_handling;
+        if (perftest_run.has_value()) {
+          u.perftest_test = perftest_run->test;
+          u.perftest_error_handling = perftest_run->error_handling;
+        }
         if (perftest.ok()) {
           u.perftest_ran = true;
           u.perftest_gbps = *perftest / kBytesPerGbit;

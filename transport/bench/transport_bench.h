@@ -43,6 +43,10 @@ struct TransportBenchOptions {
   // and iterations. The default test uses UCP active messages, as kvt does. It runs with peer error handling
   // (`-e`) as kvt's links do, and without it where UCX has none for the transport (shared memory in UCX 1.13),
   // where kvt's link falls back the same way.
+  // Whether to measure the one-chunk source too, and to run ucx_perftest (kvtctl demo turns both off: it wants
+  // the data plane's streaming goodput alone, as the reference of its end-to-end figure).
+  bool one_chunk_source = true;
+  bool run_perftest = true;
   std::string perftest_program = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
   int perftest_iterations = 2000;

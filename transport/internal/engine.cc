@@ -217,7 +217,7 @@ void Engine::Shutdown() {
   // receive buffers until it is destroyed; callers get their memory back only after that.
   wire_.reset();
   send_crcs_.reset();  // stops reading stream bytes before their transfers finish below
-  for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
+  for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"), clock_->Now());
   outbound_.clear();
   verifier_.reset();  // chunks still being checked are dropped: their links are down
   pending_reads_.clear();
@@ -396,7 +396,7 @@ void Engine::MaybeFinish(uint64_t transfer_id) {
   OutboundTransfer& t = it->second;
   if (t.sends_outstanding > 0 || (t.failure.ok() && (t.bytes_unsent > 0 || !t.acked))) return;
   if (send_crcs_ != nullptr) send_crcs_->Forget(t.id);  // before the caller may free the stream bytes
-  t.state->Finish(t.failure);
+  t.state->Finish(t.failure, clock_->Now());
   if (PeerLink* link = FindLink(t.link)) link->transfers.erase(t.id);
   outbound_.erase(it);
 }

@@ -53,16 +53,22 @@ class SendState final : public SendHandle {
     internal::MutexLock lock(&mu_);
     return status_;
   }
-  void Finish(absl::Status status) {
+  absl::Time finished_at() const override {
+    internal::MutexLock lock(&mu_);
+    return finished_at_;
+  }
+  void Finish(absl::Status status, absl::Time now) {
     internal::MutexLock lock(&mu_);
     if (done_) return;
     status_ = Detached(status);
+    finished_at_ = now;
     done_ = true;
   }
 
  private:
   mutable internal::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time finished_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("transfer still in progress");
 };
 
