@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Line rate (issue 33) on a GPU host: `kvtctl demo` sweeping link rates with GPU regions and with host memory,
+# both daemons on one machine over UCX tcp on loopback, each run profiled stage by stage on both daemons; with an
+# unlimited rate the data plane alone is measured in the same run (the demo's data-plane reference).
+#
+#   tools/gpu/run_line_rate.sh prepare   # here: bazel build -c opt kvtd and kvtctl, copy them, the shared libraries
+#                                        # they need and UCX's transport modules into .gpu-lr/ (git-ignored)
+#   tools/gpu/run_line_rate.sh device    # there, from the repo root; JSON, SVG and logs under $OUT
+#
+# With the device tool: run "tools/gpu/run_line_rate.sh prepare" here, then
+#   run(kind="nvidia-h200-x4", carry=[".gpu-lr"], command="bash tools/gpu/run_line_rate.sh device")
+# KVT_LR_TOKENS (default 8192; several, comma-separated, run one after the other), KVT_LR_RATES (default
+# 10,25,50,0), KVT_LR_SCHEMES (default int8,int4,lynx), KVT_LR_PATHS (default "gpu host"), KVT_LR_ARGS (more demo
+# flags). kvtd and kvtctl of an earlier build copied by hand to .gpu-lr/base/ run first, in the same lease, so
+# before and after compare. tools/gpu/line_rate_summary.py prints the tables from the JSON files.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tools/gpu/carry_libs.sh
+DIR=.gpu-lr
+
+prepare() {
+  bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl
+  local out
+  out="$(bazel info -c opt bazel-bin 2>/dev/null)"
+  rm -rf "$DIR/bin" "$DIR/lib"
+  mkdir -p "$DIR/bin" "$DIR/lib/ucx"
+  cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$DIR/bin/"
+  chmod u+w "$DIR"/bin/*
+  strip "$DIR"/bin/*
+  carry_ucx "$DIR" "$DIR"/bin/*
+  cp -f tools/gpu/line_rate_summary.py "$DIR/"
+  echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
+}
+
+# demo BUILD_DIR NAME PATH TOKENS: one sweep into $out/NAME-PATH-TOKENS.{json,svg,err}.
+demo() {
+  local bin="$1" name="$2" path="$3" tokens="$4"
+  local tag="$name-$path-$tokens" gpu_flag=""
+  [ "$path" = gpu ] && gpu_flag="--gpu=0"
+  echo "== $tag: kvtctl demo $gpu_flag --tokens=$tokens --rate-gbps=${KVT_LR_RATES:-10,25,50,0}"
+  # shellcheck disable=SC2086
+  "$bin/kvtctl" demo --kvtd="$bin/kvtd" $gpu_flag --tokens="$tokens" --warmup-tokens="$tokens" \
+    --rate-gbps="${KVT_LR_RATES:-10,25,50,0}" --schemes="${KVT_LR_SCHEMES:-int8,int4,lynx}" --eval-layers=2 \
+    --verify --json --svg="$out/$tag.svg" ${KVT_LR_ARGS:-} >"$out/$tag.json" 2>"$out/$tag.err" || {
+    echo "FAILED: $tag"
+    tail -20 "$out/$tag.err"
+    return 1
+  }
+}
+
+device() {
+  out="${OUT:-$DIR/out}"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UCX_MODULE_DIR="$PWD/$DIR/lib/ucx"
+  export UCX_MEM_EVENTS=no
+  check_libs tools/gpu/run_line_rate.sh "$DIR"/bin/*
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 || true
+    echo "cores: $(nproc)"; grep -m1 "model name" /proc/cpuinfo || true; } | tee "$out/machine.txt"
+  local rc=0 builds=(bin)
+  [ -x "$DIR/base/kvtd" ] && builds=(base bin)
+  IFS=, read -r -a token_list <<<"${KVT_LR_TOKENS:-8192}"
+  for tokens in "${token_list[@]}"; do
+    for path in ${KVT_LR_PATHS:-gpu host}; do
+      for b in "${builds[@]}"; do
+        demo "$PWD/$DIR/$b" "$b" "$path" "$tokens" || rc=1
+      done
+    done
+  done
+  python3 "$DIR/line_rate_summary.py" "$out"/*.json | tee "$out/summary.txt" || rc=1
+  return $rc
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  device) device ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac
