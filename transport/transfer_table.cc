@@ -43,6 +43,7 @@ struct InboundStream {
 // All fields are guarded by TransferTable::mu_.
 struct TransferTable::Entry {
   uint64_t generation = 0;
+  std::shared_ptr<const void> placement_owner;  // keeps the streams' destinations valid
   uint64_t link = kUnbound;
   uint64_t link_group = 0;  // nonzero: binding one transfer of the group binds all of it
   std::vector<InboundStream> streams;
@@ -72,10 +73,12 @@ struct TransferTable::Entry {
 TransferTable::TransferTable() = default;
 TransferTable::~TransferTable() = default;
 
-absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group) {
+absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group,
+                                   std::shared_ptr<const void> placement_owner) {
   if (streams.empty()) return absl::InvalidArgumentError("a transfer needs at least one stream");
   auto entry = std::make_shared<Entry>();
   entry->link_group = link_group;
+  entry->placement_owner = std::move(placement_owner);
   for (const StreamBounds& b : streams) {
     if (b.length == 0) return absl::InvalidArgumentError("stream length must be positive");
     if (b.stage >= kMaxStages) return absl::InvalidArgumentError(absl::StrFormat("stage %d out of range", b.stage));
@@ -95,7 +98,7 @@ absl::Status TransferTable::Expect(uint64_t id, std::vector<StreamBounds> stream
   return absl::OkStatus();
 }
 
-absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
+absl::StatusOr<TransferTable::Placement> TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
   internal::MutexLock lock(&mu_);
   auto it = entries_.find(h.transfer_id);
   if (it == entries_.end() || !it->second->status.ok()) {
@@ -128,7 +131,12 @@ absl::Status TransferTable::Admit(uint64_t link, const ChunkHeader& h) {
     }
   }
   e.link = link;
-  return absl::OkStatus();
+  Placement placement;
+  if (s->bounds.destination != nullptr) {
+    placement.destination = s->bounds.destination + h.offset;
+    placement.owner = e.placement_owner;
+  }
+  return placement;
 }
 
 bool TransferTable::Deliver(const ChunkHeader& h, PayloadBuffer payload, int64_t credit_bytes,

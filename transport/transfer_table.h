@@ -32,14 +32,22 @@ class TransferTable {
   // Announces transfer `id`. INVALID_ARGUMENT: no streams, a zero length, a stage >= kMaxStages, or a
   // duplicate (page, stage). ALREADY_EXISTS: `id` is already in the table.
   // `link_group`: see Transport::Expect (0 = none).
-  absl::Status Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group = 0);
+  // `placement_owner`: see Transport::Expect.
+  absl::Status Expect(uint64_t id, std::vector<StreamBounds> streams, uint64_t link_group = 0,
+                      std::shared_ptr<const void> placement_owner = nullptr);
 
   // Checks an arriving chunk and reserves its byte range. `link` identifies the link it came on; the first
   // admitted chunk binds the transfer to its link. Errors (the chunk must then be dropped):
   //   NOT_FOUND: unknown or finished transfer, or one bound to another link (the transfer is left alone);
   //   OUT_OF_RANGE: no such (page, stage), range outside the stream, or overlapping received bytes (the transfer
   //   fails with OUT_OF_RANGE).
-  absl::Status Admit(uint64_t link, const ChunkHeader& header);
+  // On success: where the chunk's bytes go (its stream's destination plus the chunk's offset, with the owner that
+  // keeps that memory valid), or a null destination when the stream has none.
+  struct Placement {
+    uint8_t* destination = nullptr;
+    std::shared_ptr<const void> owner;
+  };
+  absl::StatusOr<Placement> Admit(uint64_t link, const ChunkHeader& header);
 
   // Hands a verified chunk, previously admitted, to the consumer. `credit_bytes` go back through `credit` when the
   // consumer drops the chunk (or at once if the transfer is gone). Returns true when this chunk completed the

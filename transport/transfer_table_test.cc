@@ -60,10 +60,10 @@ TEST(TransferTableTest, ChunksAreHandedOutInOffsetOrderEvenWhenTheyArriveOutOfOr
 
 TEST(TransferTableTest, UnknownTransferIsNotFoundAndKnownOneBindsToItsFirstLink) {
   TransferTable table;
-  EXPECT_EQ(table.Admit(1, Header(9, 0, 0, 0, 1)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Admit(1, Header(9, 0, 0, 0, 1)).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(table.Expect(9, {{0, 0, 10}}).ok());
   ASSERT_TRUE(table.Admit(1, Header(9, 0, 0, 0, 5)).ok());
-  EXPECT_EQ(table.Admit(2, Header(9, 0, 0, 5, 5)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Admit(2, Header(9, 0, 0, 5, 5)).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(table.Admit(1, Header(9, 0, 0, 5, 5)).ok());  // the other link did not hurt the transfer
 }
 
@@ -73,7 +73,7 @@ TEST(TransferTableTest, OutOfBoundsOverlappingAndUnknownStreamChunksFailTheTrans
     TransferTable table;
     ASSERT_TRUE(table.Expect(3, {{0, 0, 10}}).ok());
     ASSERT_TRUE(table.Admit(1, Header(3, 0, 0, 0, 4)).ok());
-    EXPECT_EQ(table.Admit(1, bad).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(table.Admit(1, bad).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(table.Receive(3, absl::Seconds(1)).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(table.size(), 0u);
   }
@@ -114,7 +114,7 @@ TEST(TransferTableTest, TheFirstChunkOfALinkGroupBindsTheWholeGroupSoALostLinkFa
   ASSERT_TRUE(table.Expect(3, {{0, 0, 10}}, /*link_group=*/200).ok());  // another group, unbound
   ASSERT_TRUE(table.Admit(7, Header(1, 0, 0, 0, 5)).ok());
   // Transfer 2 now belongs to link 7: a chunk of it from another link is refused.
-  EXPECT_EQ(table.Admit(8, Header(2, 0, 0, 0, 5)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Admit(8, Header(2, 0, 0, 0, 5)).status().code(), absl::StatusCode::kNotFound);
   table.FailLink(7, absl::UnavailableError("peer gone"));
   EXPECT_EQ(table.Receive(1, absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(table.Receive(2, absl::Seconds(1)).status().code(), absl::StatusCode::kUnavailable);
@@ -197,7 +197,7 @@ TEST(TransferTableTest, ReceiveAnyReportsOutOfRangeAndLinkFailuresWithTheirCodes
   ASSERT_TRUE(table.Expect(1, {{0, 0, 10}}).ok());
   ASSERT_TRUE(table.Expect(2, {{0, 0, 10}}).ok());
   ASSERT_TRUE(table.Expect(3, {{0, 0, 10}}).ok());
-  EXPECT_EQ(table.Admit(1, Header(1, 0, 0, 5, 10)).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(table.Admit(1, Header(1, 0, 0, 5, 10)).status().code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(table.Admit(7, Header(2, 0, 0, 0, 5)).ok());
   table.FailLink(7, absl::UnavailableError("peer gone"));  // 3 is bound to no link: not failed
   auto first = table.ReceiveAny(absl::Seconds(1));

@@ -43,6 +43,12 @@ struct StreamBounds {
   uint32_t page = 0;
   uint8_t stage = 0;
   uint64_t length = 0;
+  // Where the stream's bytes land, or null. With a destination the transport writes each admitted chunk straight
+  // into destination[offset, offset + length) (UCX's rendezvous receives into it; nothing is copied again), and
+  // the ReceivedChunk's payload points there. The memory must stay valid while Expect's `placement_owner` lives,
+  // which the transport holds until no read into it is pending. Without one, chunks land in the link's own
+  // receive buffers.
+  uint8_t* destination = nullptr;
 };
 
 // Completion of one outbound transfer. Thread-safe; shared by the caller and the transport.
@@ -59,7 +65,7 @@ class SendHandle {
   // the receiver's code when it rejected the transfer (NOT_FOUND: it did not expect it; OUT_OF_RANGE, DATA_LOSS,
   // RESOURCE_EXHAUSTED: a chunk failed its checks). Meaningful once finished.
   virtual absl::Status status() const = 0;
-  // When the transfer finished (the transport's clock); meaningful once finished.
+  // When the transfer finished (absl::Now() then, for reports); meaningful once finished.
   virtual absl::Time finished_at() const = 0;
 };
 
@@ -79,11 +85,16 @@ class PayloadRecycler {
   virtual void Recycle(uint8_t* buffer) = 0;
 };
 
-// Releases a payload buffer: back to its recycler, or delete[] when it has none.
+// Releases a payload buffer: back to its recycler, or delete[] when it has neither a recycler nor an owner. A
+// payload that lies in a receiver's placement memory (StreamBounds::destination) has an owner instead: releasing
+// it only drops this reference to that memory.
 struct PayloadRelease {
   std::shared_ptr<PayloadRecycler> recycler;
-  void operator()(uint8_t* buffer) const {
-    if (recycler != nullptr) {
+  std::shared_ptr<const void> owner;
+  void operator()(uint8_t* buffer) {
+    if (owner != nullptr) {
+      owner.reset();
+    } else if (recycler != nullptr) {
       recycler->Recycle(buffer);
     } else {
       delete[] buffer;
@@ -204,7 +215,10 @@ class Transport {
   // the group binds every transfer of the group still unbound, so that when that link goes down they all fail
   // (UNAVAILABLE), even those that had not received a byte yet (e.g. the later layers of one request).
   // ALREADY_EXISTS, INVALID_ARGUMENT as for Send.
-  virtual absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group = 0) = 0;
+  // `placement_owner` keeps the streams' destinations valid (see StreamBounds::destination); the transport holds it
+  // until the transfer is gone and no read into its memory is pending.
+  virtual absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group = 0,
+                              std::shared_ptr<const void> placement_owner = nullptr) = 0;
 
   // Next chunk of an expected transfer. DEADLINE_EXCEEDED if none within `timeout`; NOT_FOUND if not expected
   // (or already complete and drained); the transfer's failure (DATA_LOSS for a bad CRC, OUT_OF_RANGE for a chunk

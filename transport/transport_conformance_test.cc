@@ -593,6 +593,82 @@ TEST_P(TransportTest, CancelFinishesTheSenderWithCancelled) {
   EXPECT_EQ(receiver_->Receive(400, absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Placement: the receiver names where each stream lands; chunks are written there and handed out pointing there.
+TEST_P(TransportTest, StreamsWithADestinationLandInPlaceAndTheirChunksPointThere) {
+  Start(SmallChunks());
+  const std::vector<uint8_t> anchor = RandomBytes(700000, 11);
+  const std::vector<uint8_t> residual = RandomBytes(500001, 12);
+  const std::vector<uint8_t> unplaced = RandomBytes(90000, 13);
+  // One block for both placed streams, with a guard band around each that nothing may touch.
+  constexpr size_t kGuard = 4096;
+  auto memory = std::make_shared<std::vector<uint8_t>>(anchor.size() + residual.size() + 3 * kGuard, 0xA5);
+  uint8_t* base = memory->data();
+  uint8_t* anchor_at = base + kGuard;
+  uint8_t* residual_at = anchor_at + anchor.size() + kGuard;
+  const std::vector<StreamBounds> bounds = {{3, 0, anchor.size(), anchor_at},
+                                            {3, 1, residual.size(), residual_at},
+                                            {4, 0, unplaced.size(), nullptr}};
+  std::weak_ptr<std::vector<uint8_t>> alive = memory;
+  ASSERT_TRUE(receiver_->Expect(77, bounds, /*link_group=*/0, memory).ok());
+  auto handle = sender_->Send(peer_, 77, {{3, 0, anchor}, {3, 1, residual}, {4, 0, unplaced}});
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  std::vector<uint8_t> got_unplaced(unplaced.size());
+  while (true) {
+    auto c = receiver_->Receive(77, absl::Seconds(30));
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ChunkHeader& h = c->header();
+    if (h.page == 3) {
+      uint8_t* expected = (h.stage == 0 ? anchor_at : residual_at) + h.offset;
+      EXPECT_EQ(c->payload().data(), expected) << "a placed chunk must point into its destination";
+    } else {
+      EXPECT_TRUE(c->payload().data() < base || c->payload().data() >= base + memory->size());
+      std::memcpy(got_unplaced.data() + h.offset, c->payload().data(), h.length);
+    }
+    if (c->transfer_complete()) break;
+  }
+  EXPECT_TRUE((*handle)->Wait().ok()) << (*handle)->status();
+  EXPECT_TRUE(std::equal(anchor.begin(), anchor.end(), anchor_at));
+  EXPECT_TRUE(std::equal(residual.begin(), residual.end(), residual_at));
+  EXPECT_EQ(got_unplaced, unplaced);
+  for (size_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(base[i], 0xA5) << "written before the first destination";
+    ASSERT_EQ(anchor_at[anchor.size() + i], 0xA5) << "written between the destinations";
+    ASSERT_EQ(residual_at[residual.size() + i], 0xA5) << "written after the last destination";
+  }
+  // The transfer is gone: the transport let go of the receiver's memory.
+  memory.reset();
+  EXPECT_TRUE(alive.expired());
+}
+
+// A placed transfer that fails (here: cancelled by the receiver mid-stream) releases its memory once no read into
+// it is pending, and the link goes on carrying other transfers.
+TEST_P(TransportTest, ACancelledPlacedTransferLetsGoOfItsMemoryAndHarmsNoOther) {
+  Options o = SmallChunks();
+  o.rate_bytes_per_second = 20e6;
+  Start(o);
+  const auto data = RandomBytes(4 << 20, 21);
+  auto memory = std::make_shared<std::vector<uint8_t>>(data.size());
+  std::weak_ptr<std::vector<uint8_t>> alive = memory;
+  ASSERT_TRUE(receiver_->Expect(500, {{0, 0, data.size(), memory->data()}}, 0, memory).ok());
+  memory.reset();  // the transport's reference alone keeps it now
+  auto h = sender_->Send(peer_, 500, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(receiver_->Receive(500, absl::Seconds(20)).ok());  // some bytes landed
+  receiver_->Cancel(500);
+  ASSERT_TRUE((*h)->WaitFor(absl::Seconds(20)));
+  EXPECT_FALSE((*h)->status().ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!alive.expired() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(alive.expired()) << "the transport still holds a cancelled transfer's memory";
+  const auto other = RandomBytes(300000, 22);
+  ASSERT_TRUE(receiver_->Expect(501, {{0, 0, other.size()}}).ok());
+  auto h2 = sender_->Send(peer_, 501, {{0, 0, other}});
+  ASSERT_TRUE(h2.ok());
+  std::vector<std::vector<uint8_t>> got(1);
+  ASSERT_TRUE(ReceiveAll(*receiver_, 501, got, {{0, 0, other.size()}}).ok());
+  EXPECT_EQ(got[0], other);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::ValuesIn(Backends()),
                          [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
 

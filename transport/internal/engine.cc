@@ -217,7 +217,7 @@ void Engine::Shutdown() {
   // receive buffers until it is destroyed; callers get their memory back only after that.
   wire_.reset();
   send_crcs_.reset();  // stops reading stream bytes before their transfers finish below
-  for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"), clock_->Now());
+  for (auto& [id, t] : outbound_) t.state->Finish(absl::UnavailableError("transport shut down"));
   outbound_.clear();
   verifier_.reset();  // chunks still being checked are dropped: their links are down
   pending_reads_.clear();
@@ -396,7 +396,7 @@ void Engine::MaybeFinish(uint64_t transfer_id) {
   OutboundTransfer& t = it->second;
   if (t.sends_outstanding > 0 || (t.failure.ok() && (t.bytes_unsent > 0 || !t.acked))) return;
   if (send_crcs_ != nullptr) send_crcs_->Forget(t.id);  // before the caller may free the stream bytes
-  t.state->Finish(t.failure, clock_->Now());
+  t.state->Finish(t.failure);
   if (PeerLink* link = FindLink(t.link)) link->transfers.erase(t.id);
   outbound_.erase(it);
 }
@@ -513,9 +513,9 @@ void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, Inbou
     link.credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
     return;
   }
-  absl::Status admitted = table_.Admit(link.id, *h);
+  absl::StatusOr<TransferTable::Placement> admitted = table_.Admit(link.id, *h);
   if (!admitted.ok()) {
-    if (admitted.code() == absl::StatusCode::kNotFound) {
+    if (admitted.status().code() == absl::StatusCode::kNotFound) {
       // Not ours to fail (it may be another link's transfer); tell this sender, which waits for an ack.
       counters_->rejected_unknown_transfer.fetch_add(1, std::memory_order_relaxed);
       link.credit->to_return.fetch_add(wire_bytes, std::memory_order_release);
@@ -524,7 +524,7 @@ void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, Inbou
                   clock_->Now());
     } else {
       counters_->rejected_out_of_bounds.fetch_add(1, std::memory_order_relaxed);
-      RejectChunk(link.id, h->transfer_id, admitted, wire_bytes);
+      RejectChunk(link.id, h->transfer_id, admitted.status(), wire_bytes);
     }
     return;
   }
@@ -539,7 +539,11 @@ void Engine::HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, Inbou
   }
   link.credit->buffered.fetch_add(wire_bytes, std::memory_order_relaxed);
   RaiseMax(counters_->max_buffered, buffered);
-  PayloadBuffer buf = link.receive_buffers->Take(h->length);
+  // Straight into the receiver's memory where it gave some (the owner keeps it valid while the read is pending),
+  // else into one of the link's receive buffers.
+  PayloadBuffer buf = admitted->destination != nullptr
+                          ? PayloadBuffer(admitted->destination, PayloadRelease{nullptr, std::move(admitted->owner)})
+                          : link.receive_buffers->Take(h->length);
   const uint64_t cookie = next_cookie_++;
   auto done = payload.ReadInto(buf.get(), cookie);
   if (!done.ok()) {
@@ -716,8 +720,9 @@ absl::StatusOr<std::shared_ptr<SendHandle>> Engine::Send(PeerId peer, uint64_t t
   return std::shared_ptr<SendHandle>(state);
 }
 
-absl::Status Engine::Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group) {
-  return table_.Expect(transfer_id, std::move(streams), link_group);
+absl::Status Engine::Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group,
+                            std::shared_ptr<const void> placement_owner) {
+  return table_.Expect(transfer_id, std::move(streams), link_group, std::move(placement_owner));
 }
 
 absl::StatusOr<ReceivedChunk> Engine::Receive(uint64_t transfer_id, absl::Duration timeout) {

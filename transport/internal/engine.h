@@ -51,7 +51,8 @@ class Engine final : public Transport, private WireEvents {
   absl::StatusOr<PeerId> Connect(const std::string& address, absl::Duration timeout) override;
   absl::StatusOr<std::shared_ptr<SendHandle>> Send(PeerId peer, uint64_t transfer_id,
                                                    std::vector<OutboundStream> streams) override;
-  absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group = 0) override;
+  absl::Status Expect(uint64_t transfer_id, std::vector<StreamBounds> streams, uint64_t link_group = 0,
+                      std::shared_ptr<const void> placement_owner = nullptr) override;
   absl::StatusOr<ReceivedChunk> Receive(uint64_t transfer_id, absl::Duration timeout) override;
   absl::StatusOr<InboundEvent> ReceiveAny(absl::Duration timeout) override;
   void Cancel(uint64_t transfer_id) override;

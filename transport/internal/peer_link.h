@@ -57,11 +57,11 @@ class SendState final : public SendHandle {
     internal::MutexLock lock(&mu_);
     return finished_at_;
   }
-  void Finish(absl::Status status, absl::Time now) {
+  void Finish(absl::Status status) {
     internal::MutexLock lock(&mu_);
     if (done_) return;
     status_ = Detached(status);
-    finished_at_ = now;
+    finished_at_ = absl::Now();  // wall time, as reported: the engine's clock is monotonic (or a test's fake)
     done_ = true;
   }
 
