@@ -56,7 +56,10 @@ absl::Status PrepareCodec(const Scheme& scheme, const CodecOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page) {
+namespace {
+
+// What EncodePage and EncodePageInto check before they size or write anything.
+absl::Status ValidateEncode(const Scheme& scheme, const CodecOptions& options, const PageView& page) {
   KVT_RETURN_IF_ERROR(options.Validate());
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
   if (page.data == nullptr) return absl::InvalidArgumentError("page has no data");
@@ -65,19 +68,36 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
     return absl::InvalidArgumentError(
         absl::StrCat("page row_stride ", page.row_stride, " is less than its ", page.channels, " channels"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page) {
+  KVT_RETURN_IF_ERROR(ValidateEncode(scheme, options, page));
+  EncodedPage enc;
+  enc.bytes.resize(PageLayoutFor(scheme, options, page.tokens, page.channels).total_bytes);
+  KVT_ASSIGN_OR_RETURN(enc.layout, EncodePageInto(scheme, options, page, absl::MakeSpan(enc.bytes)));
+  return enc;
+}
+
+absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const CodecOptions& options, const PageView& page,
+                                               absl::Span<uint8_t> out) {
+  KVT_RETURN_IF_ERROR(ValidateEncode(scheme, options, page));
   const CodecImpl impl = ResolveImpl(options.impl);
   KVT_RETURN_IF_ERROR(CheckImpl(impl));
   const internal::LynxKernels& kernels = internal::KernelsFor(impl);
   // lynx scans for NaN/Inf in its statistics pass (EncodeLynx returns false); the other schemes scan first.
   if (scheme.kind != SchemeKind::kLynx && !kernels.all_finite(page)) return FirstNonFinite(page);
 
-  EncodedPage enc;
-  enc.layout = PageLayoutFor(scheme, options, page.tokens, page.channels);
-  ContainerLayout& layout = enc.layout;
-  enc.bytes.resize(layout.total_bytes);
+  ContainerLayout layout = PageLayoutFor(scheme, options, page.tokens, page.channels);
+  if (out.size() < layout.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the container needs ", layout.total_bytes, " bytes, ",
+                                                   out.size(), " were given"));
+  }
   std::array<uint8_t*, kMaxStreams> streams{};
   for (int i = 0; i < scheme.num_streams(); ++i) {
-    streams[i] = enc.bytes.data() + layout.stream_offset[i] + (i == 0 ? layout.header_bytes : 0);
+    streams[i] = out.data() + layout.stream_offset[i] + (i == 0 ? layout.header_bytes : 0);
   }
   const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
   switch (scheme.kind) {
@@ -99,8 +119,8 @@ absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions&
     const size_t payload = layout.stream_length[i] - (i == 0 ? layout.header_bytes : 0);
     layout.stream_crc[i] = Crc32c(streams[i], payload);
   }
-  WriteContainerHeader(layout, enc.bytes.data());
-  return enc;
+  WriteContainerHeader(layout, out.data());
+  return layout;
 }
 
 absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const MutablePageView& out,

@@ -41,6 +41,12 @@ struct EncodedPage {
 // options, or NaN/Inf in the input (the message names the first bad (token, channel)).
 absl::StatusOr<EncodedPage> EncodePage(const Scheme& scheme, const CodecOptions& options, const PageView& page);
 
+// EncodePage into memory the caller owns (a daemon's pooled layer buffer): the container is written to
+// out[0, total_bytes), every byte of it whatever `out` held before, and its layout returned. The same errors, and
+// INVALID_ARGUMENT when `out` is smaller than PageLayoutFor(...).total_bytes.
+absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const CodecOptions& options, const PageView& page,
+                                               absl::Span<uint8_t> out);
+
 // Decodes `container` using its first `stages` streams (1 = anchor only; num_streams = full precision) into
 // `out`, which must have the container's tokens and channels. Only the bytes of streams [0, stages) are read,
 // so a receiver may call this while later streams are still arriving. Never reads or writes out of bounds:

@@ -156,6 +156,35 @@ TEST_P(CodecImplTest, ProducesTheReferenceContainerBytesForEverySchemeAndPage) {
   }
 }
 
+// A daemon encodes into pooled buffers that hold an earlier request's bytes: the container must be the same
+// whatever the memory held, so the encoders write every byte of it.
+TEST_P(CodecImplTest, EncodingIntoUsedMemoryWritesEveryByteOfTheContainer) {
+  std::vector<TestPage> pages = AdversarialPages();
+  pages.push_back(RealisticPage(256, 1024, 2));
+  pages.push_back(RealisticPage(64, 77, 3));
+  pages.push_back(RealisticPage(20, 208, 4));  // shorter than one chunk
+  for (const std::string& name : AllSchemeNames()) {
+    for (const TestPage& page : pages) {
+      SCOPED_TRACE(name + " on " + page.name);
+      CodecOptions o;
+      o.impl = GetParam();
+      absl::StatusOr<EncodedPage> ref = EncodePage(MustParse(name), o, page.view());
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (uint8_t poison : {0x00, 0xFF, 0x5A}) {
+        std::vector<uint8_t> out(ref->bytes.size() + 3, poison);
+        absl::StatusOr<ContainerLayout> l = EncodePageInto(MustParse(name), o, page.view(), absl::MakeSpan(out));
+        ASSERT_TRUE(l.ok()) << l.status();
+        ASSERT_TRUE(std::equal(ref->bytes.begin(), ref->bytes.end(), out.begin())) << "poison " << int{poison};
+        EXPECT_EQ(out.back(), poison) << "wrote past the container";
+        EXPECT_EQ(l->stream_crc, ref->layout.stream_crc);
+      }
+      std::vector<uint8_t> small(ref->bytes.size() - 1);
+      EXPECT_EQ(EncodePageInto(MustParse(name), o, page.view(), absl::MakeSpan(small)).status().code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 TEST_P(CodecImplTest, AdversarialPagesDecodeToFiniteValuesInsideTheirChannelRange) {
   for (const TestPage& page : AdversarialPages()) {
     for (const std::string& name : AllSchemeNames()) {

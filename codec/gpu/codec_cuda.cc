@@ -324,41 +324,54 @@ absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaSt
   return pages;
 }
 
+// Checks container `p` of a batch of `layout`'s shape as DecodePage would: header, dims, length, and the CRCs of
+// streams [0, stages).
+absl::Status CheckBatchContainer(const ContainerLayout& layout, int p, absl::Span<const uint8_t> c, int stages) {
+  KVT_ASSIGN_OR_RETURN(ContainerLayout l, ParseContainerHeader(c));
+  if (!SamePageShape(l, layout)) {
+    return absl::InvalidArgumentError(absl::StrCat("container ", p, " (", l.scheme.Name(), ", ", l.tokens, " x ",
+                                                   l.channels, ") does not match the batch (", layout.scheme.Name(),
+                                                   ", ", layout.tokens, " x ", layout.channels, ")"));
+  }
+  if (c.size() > l.total_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("container ", p, " has ", c.size() - l.total_bytes, " bytes past its last stream"));
+  }
+  for (int i = 0; i < stages; ++i) {
+    const size_t end = l.stream_offset[i] + l.stream_length[i];
+    if (c.size() < end) {
+      return absl::InvalidArgumentError(absl::StrCat("container ", p, " truncated: stream ", i, " ends at byte ", end,
+                                                     " but only ", c.size(), " bytes are present"));
+    }
+    const size_t skip = i == 0 ? l.header_bytes : 0;
+    if (Crc32c(c.data() + l.stream_offset[i] + skip, l.stream_length[i] - skip) != l.stream_crc[i]) {
+      return absl::DataLossError(absl::StrCat("container ", p, " stream ", i, " CRC32C mismatch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStages(const Scheme& scheme, int stages) {
+  if (stages < 1 || stages > scheme.num_streams()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                                                 CudaStream stream) {
   if (static_cast<int>(containers.size()) != num_pages_) {
     return absl::InvalidArgumentError(
         absl::StrCat(containers.size(), " containers for a batch of ", num_pages_, " pages"));
   }
-  const Scheme& scheme = layout_.scheme;
-  if (stages < 1 || stages > scheme.num_streams()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stages ", stages, " outside 1..", scheme.num_streams(), " for scheme ", scheme.Name()));
-  }
+  KVT_RETURN_IF_ERROR(CheckStages(layout_.scheme, stages));
   uint8_t* host = HostMirror();
   for (int p = 0; p < num_pages_; ++p) {
     const absl::Span<const uint8_t> c = containers[p];
-    KVT_ASSIGN_OR_RETURN(ContainerLayout l, ParseContainerHeader(c));
-    if (!SamePageShape(l, layout_)) {
-      return absl::InvalidArgumentError(absl::StrCat("container ", p, " (", l.scheme.Name(), ", ", l.tokens, " x ",
-                                                     l.channels, ") does not match the batch (", scheme.Name(), ", ",
-                                                     layout_.tokens, " x ", layout_.channels, ")"));
-    }
-    if (c.size() > l.total_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("container ", p, " has ", c.size() - l.total_bytes, " bytes past its last stream"));
-    }
+    KVT_RETURN_IF_ERROR(CheckBatchContainer(layout_, p, c, stages));
     for (int i = 0; i < stages; ++i) {
-      const size_t end = l.stream_offset[i] + l.stream_length[i];
-      if (c.size() < end) {
-        return absl::InvalidArgumentError(absl::StrCat("container ", p, " truncated: stream ", i, " ends at byte ",
-                                                       end, " but only ", c.size(), " bytes are present"));
-      }
-      const size_t skip = i == 0 ? l.header_bytes : 0;
-      const uint8_t* payload = c.data() + l.stream_offset[i] + skip;
-      if (Crc32c(payload, l.stream_length[i] - skip) != l.stream_crc[i]) {
-        return absl::DataLossError(absl::StrCat("container ", p, " stream ", i, " CRC32C mismatch"));
-      }
+      const uint8_t* payload = c.data() + layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes : 0);
       if (i == 0) {
         std::memcpy(host + p * meta_stride_, payload, meta_bytes_);
         payload += meta_bytes_;
@@ -370,6 +383,43 @@ absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<cons
   const size_t upload = codes_offset_[stages - 1] + codes_stride_[stages - 1] * num_pages_;
   KVT_RETURN_IF_ERROR(CopyToDevice(buffer_->get(), host, upload, stream));
   return Synchronize(stream);
+}
+
+absl::Status DeviceEncodedPages::UploadContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                                                  CudaStream stream, const PageLoop& check_loop) {
+  if (static_cast<int>(containers.size()) != num_pages_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(containers.size(), " containers for a batch of ", num_pages_, " pages"));
+  }
+  KVT_RETURN_IF_ERROR(CheckStages(layout_.scheme, stages));
+  std::vector<absl::Status> checked(containers.size());
+  const auto check = [&](size_t p) {
+    checked[p] = CheckBatchContainer(layout_, static_cast<int>(p), containers[p], stages);
+  };
+  if (check_loop) {
+    check_loop(containers.size(), check);
+  } else {
+    for (size_t p = 0; p < containers.size(); ++p) check(p);
+  }
+  for (const absl::Status& st : checked) KVT_RETURN_IF_ERROR(st);
+  // Runs of containers that lie back to back go as one strided copy per stream (metadata, then each stream's
+  // codes), each row one container's range.
+  const size_t pitch = layout_.total_bytes;
+  for (int first = 0; first < num_pages_;) {
+    int end = first + 1;
+    while (end < num_pages_ && containers[end].data() == containers[end - 1].data() + pitch) ++end;
+    const uint8_t* c = containers[first].data();
+    const size_t rows = static_cast<size_t>(end - first);
+    KVT_RETURN_IF_ERROR(CopyToDevice2D(base_ + first * meta_stride_, meta_stride_, c + layout_.header_bytes, pitch,
+                                       meta_bytes_, rows, stream));
+    for (int i = 0; i < stages; ++i) {
+      const size_t at = layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes + meta_bytes_ : 0);
+      KVT_RETURN_IF_ERROR(CopyToDevice2D(base_ + codes_offset_[i] + first * codes_stride_[i], codes_stride_[i],
+                                         c + at, pitch, codes_bytes_[i], rows, stream));
+    }
+    first = end;
+  }
+  return absl::OkStatus();
 }
 
 // The launchers build the tables in StageTables' host copy, a std::vector's bytes, by placement new.
@@ -565,10 +615,12 @@ absl::Status EncodeWithStagingInto(PageStaging& staging, HostContainers& out, co
   return absl::OkStatus();
 }
 
-// DecodePagesCudaWith's work.
+// DecodePagesCudaWith's work (and DecodeHostContainersCudaWith's, with `direct`: the pages uploaded straight from
+// the caller's memory, checked on `check_loop`).
 absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
                                int stages, const CodecOptions& options, const PagedKvView& dst,
-                               absl::Span<const int32_t> block_ids, CudaStream stream) {
+                               absl::Span<const int32_t> block_ids, CudaStream stream, bool direct = false,
+                               const PageLoop& check_loop = nullptr) {
   KVT_RETURN_IF_ERROR(options.Validate());
   if (containers.empty()) return absl::InvalidArgumentError("no containers to decode");
   KVT_ASSIGN_OR_RETURN(ContainerLayout layout, ParseContainerHeader(containers[0]));
@@ -591,7 +643,11 @@ absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span
   }
   DeviceEncodedPages& in = *staging.pages;
   KVT_RETURN_IF_ERROR(in.SetNumPages(num_pages));
-  KVT_RETURN_IF_ERROR(in.FromContainers(containers, stages, stream));
+  if (direct) {
+    KVT_RETURN_IF_ERROR(in.UploadContainers(containers, stages, stream, check_loop));
+  } else {
+    KVT_RETURN_IF_ERROR(in.FromContainers(containers, stages, stream));
+  }
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, dst, staging.block_ids, stream));
   KVT_RETURN_IF_ERROR(DecodePagesCudaAsync(in, stages, options, dst, d_ids, stream));
   return CheckDeviceStatus(in, stream);
@@ -643,6 +699,19 @@ bool PageStaging::Fits(const ContainerLayout& layout, int num_pages) const {
 
 bool PageStaging::FitsUpTo(const ContainerLayout& layout, int num_pages) const {
   return pages != nullptr && pages->capacity() >= num_pages && SamePageShape(pages->layout(), layout);
+}
+
+absl::Status DecodeHostContainersCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+                                          int stages, const CodecOptions& options, const PagedKvView& dst,
+                                          absl::Span<const int32_t> block_ids, CudaStream stream,
+                                          const PageLoop& check_loop) {
+  absl::Status st =
+      DecodeWithStaging(staging, containers, stages, options, dst, block_ids, stream, /*direct=*/true, check_loop);
+  if (!st.ok()) {
+    Synchronize(stream).IgnoreError();  // no upload from the caller's memory may still be in flight
+    staging.pages.reset();
+  }
+  return st;
 }
 
 absl::Status DecodePagesCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,

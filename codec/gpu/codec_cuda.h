@@ -137,6 +137,13 @@ class DeviceEncodedPages {
   // [0, stages)). Only streams [0, stages) are read and uploaded. Synchronizes `stream`.
   absl::Status FromContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                               CudaStream stream = {});
+  // As FromContainers, but uploads straight from the containers' memory with no host copy: containers that lie
+  // back to back (each starting where the one before ends) go as one strided DMA per stream, which is true DMA
+  // when the memory is pinned. The checks run on `check_loop` (null: in order here). Does not synchronize:
+  // the containers' bytes of streams [0, stages) must stay unchanged until `stream` is.
+  absl::Status UploadContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                                CudaStream stream, const std::function<void(size_t, const std::function<void(size_t)>&)>&
+                                                       check_loop = nullptr);
 
  private:
   DeviceEncodedPages() = default;
@@ -237,6 +244,15 @@ absl::Status EncodePagesCudaInto(PageStaging& staging, HostContainers& out, cons
                                  const CodecOptions& options, const PagedKvView& src, int tokens_per_page,
                                  absl::Span<const int32_t> block_ids, CudaStream stream = {},
                                  const PageLoop& seal_loop = nullptr);
+
+// DecodePagesCudaWith for containers in memory the caller keeps (a daemon's pinned layer inbox): no host copy,
+// each run of back-to-back containers uploaded by strided DMA straight from it (DeviceEncodedPages::
+// UploadContainers), their checks on `check_loop`. Synchronizes `stream` only; on return nothing reads the
+// containers any more.
+absl::Status DecodeHostContainersCudaWith(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
+                                          int stages, const CodecOptions& options, const PagedKvView& dst,
+                                          absl::Span<const int32_t> block_ids, CudaStream stream = {},
+                                          const PageLoop& check_loop = nullptr);
 
 // DecodePagesCuda reusing `staging` (replaced when it does not fit; dropped after a failed call). Synchronizes
 // `stream` only.

@@ -1,6 +1,7 @@
 // The CUDA decode kernels against the CPU decode: paged decodes (NHD/HND x bf16/fp16/fp32, every stage count,
 // both anchor rules) rounded to the output dtype, kept staging, GPU-encoded pages, and errors as Status codes.
 // Every test skips (GTEST_SKIP) when no CUDA device is present.
+#include <atomic>
 #include "codec/gpu/codec_cuda.h"
 
 #include <algorithm>
@@ -225,6 +226,72 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
       }
     }
     EXPECT_EQ(mismatches, 0u);
+  }
+}
+
+// The daemon's inbox path: containers laid back to back in one (pinned) buffer, in runs with gaps between them,
+// uploaded straight from there by strided DMA, decode exactly as the copying path does; a corrupt one fails the
+// batch with DATA_LOSS before anything is launched.
+TEST(CudaDecodeTest, ContainersUploadedStraightFromTheirMemoryDecodeAsTheCopyingPath) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string name : {"lynx", "int8", "lynx-a2r2r4", "bf16"}) {
+    const Scheme scheme = MustParse(name);
+    for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
+      SCOPED_TRACE(name + " stages " + std::to_string(stages));
+      const int tokens = 256, channels = 512, pages = 7;
+      std::vector<EncodedPage> enc;
+      for (int p = 0; p < pages; ++p) {
+        std::vector<float> page = Realistic(tokens, channels, 300 + p);
+        absl::StatusOr<EncodedPage> e = EncodePage(scheme, CodecOptions{}, PageView{page.data(), tokens, channels, 0});
+        ASSERT_TRUE(e.ok()) << e.status();
+        enc.push_back(std::move(*e));
+      }
+      // Pages 0-2 back to back, a gap, 3-5 back to back, a gap, page 6.
+      const size_t bytes = enc[0].bytes.size();
+      absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> memory = PinnedHostBuffer::Create(pages * bytes + 2 * 4096);
+      ASSERT_TRUE(memory.ok()) << memory.status();
+      std::vector<absl::Span<const uint8_t>> direct, copies;
+      size_t at = 0;
+      for (int p = 0; p < pages; ++p) {
+        if (p == 3 || p == 6) at += 4096;
+        std::memcpy((*memory)->data() + at, enc[p].bytes.data(), bytes);
+        direct.emplace_back((*memory)->data() + at, bytes);
+        copies.push_back(enc[p].bytes);
+        at += bytes;
+      }
+      const int bpp = tokens / 16;
+      const std::vector<int32_t> ids = ScatteredIds(pages * bpp, pages * bpp + 5, 11);
+      DeviceKv a(KvDType::kBfloat16, KvLayout::kHND, pages * bpp + 5, 16, channels / 128, 128);
+      DeviceKv b(KvDType::kBfloat16, KvLayout::kHND, pages * bpp + 5, 16, channels / 128, 128);
+      PageStaging sa, sb;
+      ASSERT_TRUE(DecodePagesCudaWith(sa, copies, stages, CodecOptions{}, a.view(), ids).ok());
+      std::atomic<int> checked{0};
+      const PageLoop loop = [&checked](size_t n, const std::function<void(size_t)>& fn) {
+        for (size_t i = n; i-- > 0;) {  // any order: the checks are independent
+          fn(i);
+          ++checked;
+        }
+      };
+      const absl::Status s = DecodeHostContainersCudaWith(sb, direct, stages, CodecOptions{}, b.view(), ids, {}, loop);
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(checked.load(), pages);
+      a.Download();
+      b.Download();
+      for (int blk = 0; blk < pages * bpp + 5; ++blk) {
+        for (int row = 0; row < 16; ++row) {
+          for (int c = 0; c < channels; c += 7) {
+            const float x = a.At(blk, row, c), y = b.At(blk, row, c);
+            ASSERT_TRUE(x == y || (std::isnan(x) && std::isnan(y))) << blk << " " << row << " " << c;
+          }
+        }
+      }
+      // A flipped byte in page 4's stream 0 (after its header): DATA_LOSS, the staging dropped.
+      uint8_t* page4 = const_cast<uint8_t*>(direct[4].data());
+      page4[enc[4].layout.header_bytes + 3] ^= 0x40;
+      EXPECT_EQ(DecodeHostContainersCudaWith(sb, direct, stages, CodecOptions{}, b.view(), ids).code(),
+                absl::StatusCode::kDataLoss);
+      EXPECT_EQ(sb.pages, nullptr);
+    }
   }
 }
 

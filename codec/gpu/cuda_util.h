@@ -103,6 +103,9 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes, CudaStream str
 // DMA (cudaMemcpy2DAsync) instead of a copy per row.
 absl::Status CopyToHost2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
                           CudaStream stream = {});
+// The same from host rows to device rows.
+absl::Status CopyToDevice2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                            CudaStream stream = {});
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
 absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream stream = {});
 absl::Status Synchronize(CudaStream stream = {});

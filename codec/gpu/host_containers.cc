@@ -14,6 +14,10 @@ absl::Status HostContainers::Reset(const ContainerLayout& layout, int num_pages)
   shape.stream_crc.fill(0);
   ComputeLayout(shape);
   const size_t bytes = shape.total_bytes * static_cast<size_t>(num_pages);
+  if (external_ && bytes > capacity_) {
+    return absl::ResourceExhaustedError(absl::StrCat(num_pages, " containers of ", shape.total_bytes,
+                                                     " bytes do not fit in the ", capacity_, " bytes given"));
+  }
   if (bytes > capacity_) {
     pinned_buffer_.reset();
     std::vector<uint8_t>().swap(pageable_);

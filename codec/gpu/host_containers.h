@@ -27,6 +27,11 @@ class HostContainers {
   // pinned: allocate page-locked memory (cudaMallocHost: the device copies into it by DMA, without blocking the
   // host); pageable memory when pinning fails or is not asked for. Allocates nothing until Reset.
   explicit HostContainers(bool pinned = true) : pinned_(pinned) {}
+  // Lays the containers over `memory`, which the caller owns and keeps valid while this object is used (e.g. a
+  // daemon's pooled pinned buffer holding a whole layer); Reset never allocates and fails with
+  // RESOURCE_EXHAUSTED when the batch does not fit. pinned() says whether the caller said it is page-locked.
+  HostContainers(absl::Span<uint8_t> memory, bool pinned)
+      : pinned_(pinned), external_(true), external_pinned_(pinned), base_(memory.data()), capacity_(memory.size()) {}
   HostContainers(const HostContainers&) = delete;
   HostContainers& operator=(const HostContainers&) = delete;
 
@@ -40,7 +45,7 @@ class HostContainers {
   size_t container_bytes() const { return layout_.total_bytes; }
   // Bytes allocated, whatever Reset asked for last.
   size_t capacity() const { return capacity_; }
-  bool pinned() const { return pinned_buffer_ != nullptr; }
+  bool pinned() const { return external_ ? external_pinned_ : pinned_buffer_ != nullptr; }
 
   // Page `page`'s container, to be filled (its header bytes are Seal's).
   uint8_t* data(int page) { return base_ + static_cast<size_t>(page) * layout_.total_bytes; }
@@ -64,6 +69,8 @@ class HostContainers {
 
  private:
   const bool pinned_;
+  const bool external_ = false;  // base_ is the caller's memory
+  const bool external_pinned_ = false;
   std::unique_ptr<PinnedHostBuffer> pinned_buffer_;
   std::vector<uint8_t> pageable_;
   uint8_t* base_ = nullptr;

@@ -114,5 +114,24 @@ TEST(HostContainers, ResetRejectsNoPagesAndShapesTheFormatCannotHold) {
   EXPECT_EQ(host.capacity(), 0u);
 }
 
+TEST(HostContainers, OverCallerMemoryTheyLandInItAndRefuseABatchThatDoesNotFit) {
+  const Scheme scheme = *ParseScheme("lynx");
+  const std::vector<EncodedPage> ref = Reference(scheme, 2, 64, 16);
+  std::vector<uint8_t> memory(2 * ref[0].bytes.size() + 10, 0x5A);
+  HostContainers host(absl::MakeSpan(memory).subspan(5, 2 * ref[0].bytes.size()), /*pinned=*/false);
+  EXPECT_FALSE(host.pinned());
+  ASSERT_TRUE(host.Reset(ref[0].layout, 2).ok());
+  EXPECT_EQ(host.data(0), memory.data() + 5);
+  FillPayloads(ref, host);
+  host.Seal(0);
+  host.Seal(1);
+  const absl::Span<const uint8_t> c = host.container(1);
+  EXPECT_EQ(std::vector<uint8_t>(c.begin(), c.end()), ref[1].bytes);
+  EXPECT_EQ(memory[4], 0x5A);
+  EXPECT_EQ(memory[memory.size() - 5], 0x5A);
+  EXPECT_EQ(host.Reset(ref[0].layout, 3).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(host.data(0), memory.data() + 5);  // still the caller's memory, never a new allocation
+}
+
 }  // namespace
 }  // namespace kvt::codec::gpu

@@ -1,0 +1,131 @@
+#include "server/host_buffer_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "codec/gpu/cuda_util.h"
+#include "common/mutex.h"
+
+namespace kvt::server {
+namespace {
+
+constexpr size_t kGranule = size_t{2} << 20;  // 2 MiB: a huge page, and the rounding that lets layers share
+
+// One allocation, pinned (cudaMallocHost) or pageable (an anonymous mapping advised to use huge pages).
+class Allocation final : public HostBuffer {
+ public:
+  static std::unique_ptr<Allocation> Make(size_t bytes, HostMemory memory) {
+    auto a = std::unique_ptr<Allocation>(new Allocation());
+    if (memory == HostMemory::kPinned) {
+      absl::StatusOr<std::unique_ptr<codec::gpu::PinnedHostBuffer>> pinned = codec::gpu::PinnedHostBuffer::Create(bytes);
+      if (pinned.ok()) {
+        a->pinned_ = *std::move(pinned);
+        a->data_ = a->pinned_->data();
+        a->size_ = bytes;
+        return a;
+      }
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    madvise(p, bytes, MADV_HUGEPAGE);  // fewer faults and TLB misses on first touch; advice only
+    a->mapped_ = true;
+    a->data_ = static_cast<uint8_t*>(p);
+    a->size_ = bytes;
+    return a;
+  }
+  ~Allocation() override {
+    if (mapped_) munmap(data_, size_);
+  }
+  uint8_t* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  bool pinned() const override { return pinned_ != nullptr; }
+
+ private:
+  Allocation() = default;
+  std::unique_ptr<codec::gpu::PinnedHostBuffer> pinned_;
+  bool mapped_ = false;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class Pool final : public HostBufferPool, public std::enable_shared_from_this<Pool> {
+ public:
+  explicit Pool(const HostBufferPoolOptions& options) : options_(options) {}
+
+  std::shared_ptr<HostBuffer> Acquire(size_t bytes, HostMemory memory) override {
+    bytes = std::max<size_t>(1, (bytes + kGranule - 1) / kGranule * kGranule);
+    std::unique_ptr<Allocation> taken;
+    {
+      kvt::MutexLock lock(&mu_);
+      ++stats_.acquired;
+      std::vector<std::unique_ptr<Allocation>>& free = free_[Index(memory)];
+      auto best = free.end();
+      for (auto it = free.begin(); it != free.end(); ++it) {
+        const size_t size = (*it)->size();
+        if (size >= bytes && size <= 2 * bytes && (best == free.end() || size < (*best)->size())) best = it;
+      }
+      if (best != free.end()) {
+        taken = std::move(*best);
+        free.erase(best);
+        stats_.kept_bytes -= taken->size();
+        ++stats_.reused;
+      }
+    }
+    if (taken == nullptr) {
+      taken = Allocation::Make(bytes, memory);
+      if (taken == nullptr) return nullptr;
+      kvt::MutexLock lock(&mu_);
+      stats_.allocated_bytes += taken->size();
+    }
+    {
+      kvt::MutexLock lock(&mu_);
+      stats_.leased_bytes += taken->size();
+    }
+    // The deleter holds the pool, so a buffer can come back after its owner dropped the pool.
+    std::shared_ptr<Pool> self = shared_from_this();
+    Allocation* raw = taken.release();
+    const HostMemory kind = raw->pinned() ? HostMemory::kPinned : HostMemory::kPageable;
+    return std::shared_ptr<HostBuffer>(raw, [self, kind](HostBuffer* b) {
+      self->Release(std::unique_ptr<Allocation>(static_cast<Allocation*>(b)), kind);
+    });
+  }
+
+  HostBufferPoolStats stats() const override {
+    kvt::MutexLock lock(&mu_);
+    return stats_;
+  }
+
+ private:
+  static int Index(HostMemory m) { return m == HostMemory::kPinned ? 1 : 0; }
+
+  // Keeps `a` for reuse if it fits under the cap (dropping the largest kept ones of either kind would not help a
+  // steady state, which asks for the same sizes again), else frees it, outside the lock.
+  void Release(std::unique_ptr<Allocation> a, HostMemory kind) {
+    {
+      kvt::MutexLock lock(&mu_);
+      stats_.leased_bytes -= a->size();
+      if (stats_.kept_bytes + a->size() <= options_.max_kept_bytes) {
+        stats_.kept_bytes += a->size();
+        free_[Index(kind)].push_back(std::move(a));
+        return;
+      }
+    }
+    a.reset();
+  }
+
+  const HostBufferPoolOptions options_;
+  mutable kvt::Mutex mu_;
+  std::vector<std::unique_ptr<Allocation>> free_[2] ABSL_GUARDED_BY(mu_);  // [pageable, pinned]
+  HostBufferPoolStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<HostBufferPool> HostBufferPool::Create(const HostBufferPoolOptions& options) {
+  return std::make_shared<Pool>(options);
+}
+
+}  // namespace kvt::server
