@@ -4,6 +4,7 @@
 #define KVT_SERVER_DAEMON_CONTEXT_H_
 
 #include "absl/status/status.h"
+#include "server/host_buffer_pool.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/peer_directory.h"
@@ -23,6 +24,8 @@ struct DaemonContext {
   // The prefill daemons the decode side receives from, pinged on the control plane.
   PeerLiveness* liveness = nullptr;
   WorkerPool* workers = nullptr;
+  // Host buffers for encoded layers and layer inboxes, kept between requests.
+  HostBufferPool* buffers = nullptr;
   RequestBook* book = nullptr;
   DaemonMetrics* metrics = nullptr;
   // This daemon's peer-service address as others dial it (for CancelTransfer back to us).

@@ -1,12 +1,9 @@
 // The decode side of kvtd: Expect(request, destination blocks) and the peer's OpenTransfer meet on the request
-// id (whichever comes first waits, up to its deadline); then every layer's chunks are received by one pump
-// thread, assembled into page containers, decoded on the worker pool and written into the engine's blocks:
-// anchor-decoded values first, overwritten at full precision when the residual lands. Per layer the request's
-// events say ANCHOR_READY, then FULL_READY; then DONE, or FAILED with the status. Thread-safe.
-//
-// Invariant: a page's values in the engine's blocks only ever move to more stages (a decode of fewer stages
-// never overwrites one of more), and once a request finished nothing new is written into its region (a decode
-// already running completes its page; the region is released when the last one returns).
+// id (whichever comes first waits, up to its deadline); then the data plane writes every layer's streams into
+// the request's layer inboxes and one pump thread routes the news of each chunk to its InboundRequest
+// (inbound_request.h), which decodes what has landed into the engine's blocks: anchor-decoded values first,
+// overwritten at full precision when the residual lands. The pump also enforces deadlines and fails requests
+// whose prefill daemon stopped answering. Thread-safe.
 #ifndef KVT_SERVER_DECODE_SIDE_H_
 #define KVT_SERVER_DECODE_SIDE_H_
 
@@ -25,33 +22,9 @@
 #include "absl/time/time.h"
 #include "codec/scheme.h"
 #include "server/daemon_context.h"
-#include "server/kv_layout.h"
-#include "server/transfer_plan.h"
+#include "server/inbound_request.h"
 
 namespace kvt::server {
-
-struct ExpectArgs {
-  std::string request_id;
-  std::string region_id;
-  std::vector<uint32_t> block_ids;
-  uint64_t num_tokens = 0;
-  std::string source_daemon;  // "" = any
-  absl::Duration deadline;
-  bool allow_anchor_only = false;
-};
-
-// An OpenTransfer from a prefill daemon, its fields' forms checked by the peer service.
-struct OpenArgs {
-  std::string request_id;
-  codec::Scheme scheme;
-  KvLayoutSpec source_layout;
-  uint64_t num_tokens = 0;
-  uint32_t page_tokens = 0;
-  int chunk_tokens = 0;
-  std::vector<PlannedPage> pages;  // as the source sent them, checked against our own plan
-  std::string source_daemon_id;
-  std::string source_address;
-};
 
 class DecodeSide {
  public:
@@ -72,7 +45,6 @@ class DecodeSide {
   absl::Status Cancel(const std::string& request_id, const absl::Status& why, bool notify_peer);
 
  private:
-  class InboundRequest;
   struct Route {
     std::shared_ptr<InboundRequest> request;
     uint32_t layer = 0;

@@ -39,6 +39,8 @@ ABSL_FLAG(int, ucx_workers, 0,
           "the cores, 1 to 4)");
 ABSL_FLAG(uint32_t, chunk_kib, 512, "data-plane chunk size in KiB (bounds how long an anchor waits)");
 ABSL_FLAG(int, codec_threads, 0, "threads encoding and decoding pages (0 = one per core)");
+ABSL_FLAG(int64_t, host_buffer_pool_mib, 4096,
+          "MiB of host buffers (pinned for GPU regions) kept between requests for encoded layers and inboxes");
 ABSL_FLAG(uint32_t, page_tokens, 256, "tokens per codec page");
 ABSL_FLAG(int, max_requests, 256, "live requests at once");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
@@ -89,6 +91,10 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
                   : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
   o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
+  if (absl::GetFlag(FLAGS_host_buffer_pool_mib) < 0) {
+    return absl::InvalidArgumentError("--host_buffer_pool_mib must be >= 0");
+  }
+  o.host_buffer_pool_bytes = absl::GetFlag(FLAGS_host_buffer_pool_mib) << 20;
   o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   o.max_requests = absl::GetFlag(FLAGS_max_requests);
   return o;

@@ -59,6 +59,10 @@ struct DaemonOptions {
   // acknowledgement. It should cover a whole request, or the last layers' anchors queue behind earlier layers'
   // residuals and time-to-anchor approaches time-to-full.
   int64_t staging_bytes_per_request = int64_t{1} << 30;
+  // Host buffers kept between requests for encoded layers and the decode side's layer inboxes (pinned ones for
+  // GPU regions): what a daemon holds on to so that a request does not pay for allocating, faulting in and
+  // pinning its memory (docs/DAEMON.md, "Buffers").
+  int64_t host_buffer_pool_bytes = int64_t{4} << 30;
 
   // Live requests (either side) at once; more get RESOURCE_EXHAUSTED.
   int max_requests = 256;

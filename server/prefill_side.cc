@@ -14,8 +14,8 @@
 #include "common/status_macros.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
 #include "server/encoded_layer.h"
-#include "server/gpu_pages.h"
-#include "server/kv_page_io.h"
+#include "server/gpu_region_codec.h"
+#include "server/region_codec.h"
 #include "server/proto_convert.h"
 #include "server/transfer_plan.h"
 
@@ -45,6 +45,10 @@ class PrefillSide::OutboundRequest {
         record_(std::move(record)),
         deadline_(record_->events.start() + args_.deadline),
         offered_(plan_.layers.size(), false) {
+    RegionCodecOptions codec_options;
+    codec_options.workers = context_->workers;
+    codec_options.buffers = context_->buffers;
+    codec_ = MakeRegionCodec(*region_, codec_options);
     AddReadyLayers(args_.ready_layers);
   }
 
@@ -129,6 +133,7 @@ class PrefillSide::OutboundRequest {
   }
 
   void Finish(const absl::Status& status) {
+    codec_.reset();
     region_ = RegionLease();  // the region may be unregistered from now on
     FinishRecord(*context_, *record_, status);
     kvt::MutexLock lock(&mu_);
@@ -199,50 +204,13 @@ class PrefillSide::OutboundRequest {
     return absl::OkStatus();
   }
 
-  // Reads and encodes every page of `layer`: on the region's GPU for GPU regions (checksummed on the worker
-  // pool), else on the worker pool.
+  // Reads and encodes every page of `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU
+  // codec on the worker pool otherwise) into one pooled buffer the transport sends from.
   absl::Status Encode(uint32_t layer, EncodedLayer* encoded) {
     const std::vector<PlannedPage>& planned = plan_.layers[layer];
-    if (region_->on_gpu()) {
-      const absl::Time start = absl::Now();
-      WorkerPool* workers = context_->workers;
-      KVT_ASSIGN_OR_RETURN(*encoded, EncodePagesOnGpu(*region_, args_.block_ids, planned, args_.scheme,
-                                                      plan_.chunk_tokens, [workers](size_t n, const auto& fn) {
-                                                        workers->ParallelFor(n, fn);
-                                                      }));
-      context_->metrics->EncodeLatency((absl::Now() - start) / std::max<size_t>(1, planned.size()));
-      return absl::OkStatus();
-    }
-    std::vector<codec::EncodedPage> pages(planned.size());
-    std::vector<absl::Status> statuses(planned.size());
-    codec::CodecOptions codec_options;
-    codec_options.chunk_tokens = plan_.chunk_tokens;
-    const KvLayout& layout = region_->layout();
-    const absl::Span<const uint8_t> bytes = region_->bytes();
-    context_->workers->ParallelFor(planned.size(), [&](size_t i) {
-      const absl::Time start = absl::Now();
-      thread_local std::vector<float> scratch;
-      const PageSpec& spec = planned[i].spec;
-      scratch.resize(static_cast<size_t>(spec.tokens) * plan_.channels);
-      absl::Status s = GatherPage(layout, bytes, args_.block_ids, spec, absl::MakeSpan(scratch));
-      if (s.ok()) {
-        codec::PageView view{scratch.data(), static_cast<int>(spec.tokens), static_cast<int>(plan_.channels)};
-        absl::StatusOr<codec::EncodedPage> encoded = codec::EncodePage(args_.scheme, codec_options, view);
-        if (encoded.ok()) {
-          pages[i] = *std::move(encoded);
-        } else {
-          s = encoded.status();
-        }
-      }
-      if (!s.ok()) {
-        statuses[i] = absl::Status(s.code(), absl::StrFormat("layer %d %s page at token %d: %s", spec.layer,
-                                                             spec.kind == 0 ? "K" : "V", spec.first_token,
-                                                             s.message()));
-      }
-      context_->metrics->EncodeLatency(absl::Now() - start);
-    });
-    for (const absl::Status& s : statuses) KVT_RETURN_IF_ERROR(s);
-    *encoded = EncodedLayer(std::move(pages));
+    const absl::Time start = absl::Now();
+    KVT_ASSIGN_OR_RETURN(*encoded, codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens));
+    context_->metrics->EncodeLatency((absl::Now() - start) / std::max<size_t>(1, planned.size()));
     return absl::OkStatus();
   }
 
@@ -335,6 +303,7 @@ class PrefillSide::OutboundRequest {
   const TransferPlan plan_;
   const std::shared_ptr<RequestRecord> record_;
   const absl::Time deadline_;
+  std::unique_ptr<RegionCodec> codec_;  // the region's (host or CUDA); used on the request's thread
   uint64_t first_transfer_id_ = 0;  // set by Open, on the request's thread
 
   mutable kvt::Mutex mu_;

@@ -5,7 +5,7 @@
 
 namespace kvt::server {
 
-WorkerPool::WorkerPool(int threads) {
+WorkerPool::WorkerPool(int threads, absl::Duration starvation_bound) : starvation_bound_(starvation_bound) {
   if (threads < 1) threads = 1;
   threads_.reserve(threads);
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
@@ -19,14 +19,15 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void WorkerPool::Submit(std::function<void()> task) {
+void WorkerPool::Submit(std::function<void()> task, TaskPriority priority) {
+  const absl::Time now = absl::Now();
   kvt::MutexLock lock(&mu_);
-  queue_.push_back(std::move(task));
+  (priority == TaskPriority::kHigh ? high_ : low_).push_back({std::move(task), now});
 }
 
 size_t WorkerPool::queued() const {
   kvt::MutexLock lock(&mu_);
-  return queue_.size();
+  return high_.size() + low_.size();
 }
 
 void WorkerPool::Run() {
@@ -34,10 +35,14 @@ void WorkerPool::Run() {
     std::function<void()> task;
     {
       kvt::MutexLock lock(&mu_);
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      mu_.Await(
+          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !high_.empty() || !low_.empty(); });
+      if (high_.empty() && low_.empty()) return;  // stopping, and everything queued has run
+      // High first, unless the oldest low task has waited past the bound.
+      const bool starved = !low_.empty() && absl::Now() - low_.front().since >= starvation_bound_;
+      std::deque<Queued>& from = (high_.empty() || starved) ? low_ : high_;
+      task = std::move(from.front().task);
+      from.pop_front();
     }
     task();
   }
