@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Optional, Sequence, Type
+from typing import List, Optional, Sequence, Type
 
 from kvt.errors import InvalidArgument, NotFound, Unavailable
 
@@ -59,12 +59,12 @@ class Daemon:
     """A running kvtd child process. A context manager: leaving it stops the daemon."""
 
     def __init__(self, process: "subprocess.Popen[bytes]", addresses: DaemonAddresses, log_path: Path,
-                 own_dir: Optional[Path]) -> None:
+                 own_dirs: List[Path]) -> None:
         """Use start(); this only takes ownership of a started process."""
         self._process = process
         self._addresses = addresses
         self._log_path = log_path
-        self._own_dir = own_dir  # a temp dir start() made, removed on stop
+        self._own_dirs = own_dirs  # temp dirs start() made, removed on stop
 
     @classmethod
     def start(cls, kvtd: Optional[str] = None, role: str = "both", work_dir: Optional[str] = None,
@@ -75,25 +75,30 @@ class Daemon:
         """Starts `kvtd` (find_kvtd's rules) and waits up to `start_timeout` seconds until it is up.
 
         It runs as --role=`role` with --daemon_id=`daemon_id` (default `name`), serves clients on `socket`
-        (default <work_dir>/<name>.sock) and peers on `peer_listen` (port 0: the kernel picks one, read back as
+        (default <work_dir>/<name>.sock, or in a short temp dir when that path is too long for a unix socket)
+        and peers on `peer_listen` (port 0: the kernel picks one, read back as
         peer_address), with metrics on `metrics_listen` ("" = off) and the data plane limited to `rate_gbps`
         (0 = unlimited). `extra_flags` are appended as given ("--codec_threads=1"). `work_dir` (default: a
         fresh temp dir, removed on stop) gets the log and the ready file. `name` defaults to `role`.
 
-        NotFound if kvtd is missing; InvalidArgument for a socket path longer than a unix socket allows;
+        NotFound if kvtd is missing; InvalidArgument for a `socket` longer than a unix socket allows;
         Unavailable (with the end of its log) if it exits during start-up or stays silent.
         """
         kvtd = find_kvtd(kvtd)
         name = name or role
-        own_dir = None
-        if work_dir is None:
-            own_dir = Path(tempfile.mkdtemp(prefix="kvtd-"))
-            work_dir = str(own_dir)
-        work = Path(work_dir)
-        socket = socket or str(work / f"{name}.sock")
-        if len(os.fsencode(socket)) > _MAX_SOCKET_PATH:
+        if socket is not None and len(os.fsencode(socket)) > _MAX_SOCKET_PATH:
             raise InvalidArgument(f"socket path {socket} is longer than a unix socket allows "
-                                  f"({_MAX_SOCKET_PATH} bytes); pass a shorter work_dir or socket")
+                                  f"({_MAX_SOCKET_PATH} bytes)")
+        own_dirs: List[Path] = []
+        if work_dir is None:
+            own_dirs.append(Path(tempfile.mkdtemp(prefix="kvtd-")))
+            work_dir = str(own_dirs[-1])
+        work = Path(work_dir)
+        if socket is None:
+            socket = str(work / f"{name}.sock")
+            if len(os.fsencode(socket)) > _MAX_SOCKET_PATH:  # a deep work_dir (Bazel's, pytest's): a short one
+                own_dirs.append(Path(tempfile.mkdtemp(prefix="kvtd-", dir="/tmp")))
+                socket = str(own_dirs[-1] / f"{name}.sock")
         ready = work / f"{name}.ready.json"
         log_path = work / f"{name}.log"
         ready.unlink(missing_ok=True)
@@ -108,18 +113,19 @@ class Daemon:
             addresses = _read_ready(ready)
             if addresses is not None:
                 _LOG.debug("kvtd %s up: %s", name, addresses)
-                return cls(process, addresses, log_path, own_dir)
+                return cls(process, addresses, log_path, own_dirs)
             if process.poll() is not None:
                 tail = _tail(log_path)
-                if own_dir is not None:
-                    shutil.rmtree(own_dir, ignore_errors=True)
+                _remove(own_dirs)
                 raise Unavailable(f"kvtd {name} exited ({process.returncode}) during start-up; its log "
                                   f"({log_path}) ends with:\n{tail}")
             if time.monotonic() >= deadline:
                 process.kill()
                 process.wait()
+                tail = _tail(log_path)
+                _remove(own_dirs)
                 raise Unavailable(f"kvtd {name} did not come up within {start_timeout:g} s; its log ({log_path}):"
-                                  f"\n{_tail(log_path)}")
+                                  f"\n{tail}")
             time.sleep(0.02)
 
     @property
@@ -185,9 +191,8 @@ class Daemon:
             self._process.wait(timeout=5)
 
     def _cleanup(self) -> None:
-        if self._own_dir is not None:
-            shutil.rmtree(self._own_dir, ignore_errors=True)
-            self._own_dir = None
+        _remove(self._own_dirs)
+        self._own_dirs = []
 
     def __enter__(self) -> "Daemon":
         return self
@@ -198,6 +203,11 @@ class Daemon:
 
     def __repr__(self) -> str:
         return f"Daemon({self.daemon_id!r}, pid={self.pid}, socket={self.socket!r}, running={self.running})"
+
+
+def _remove(dirs: List[Path]) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _read_ready(path: Path) -> Optional[DaemonAddresses]:

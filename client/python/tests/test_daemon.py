@@ -60,3 +60,17 @@ def test_a_daemon_that_exits_at_start_up_is_unavailable_with_its_log(kvtd_path: 
 def test_a_socket_path_too_long_for_unix_sockets_is_invalid(kvtd_path: str, tmp_path: Path) -> None:
     with pytest.raises(kvt.InvalidArgument, match="longer than a unix socket allows"):
         kvt.Daemon.start(kvtd_path, work_dir=str(tmp_path), socket="/tmp/" + "s" * 120 + ".sock")
+
+
+def test_a_deep_work_dir_gets_its_socket_in_a_short_dir(kvtd_path: str, tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    daemon = kvt.Daemon.start(kvtd_path, role="decode", work_dir=str(deep), extra_flags=BASE_FLAGS)
+    try:
+        assert len(daemon.socket) < 108 and daemon.log_path.parent == deep
+        with kvt.Client(daemon.socket) as client:
+            assert client.stats().daemon_id == "decode"
+    finally:
+        daemon.kill()
+        daemon.stop()
+    assert not Path(daemon.socket).parent.exists()  # the short dir it made is gone
