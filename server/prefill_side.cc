@@ -22,6 +22,11 @@
 namespace kvt::server {
 namespace {
 
+// Layers of one request encoding at once: enough that the encoder runs well ahead of a fast link (one layer at a
+// time left the GPU path encode-bound at ~7 GB/s on an H200; docs/BENCHMARKS.md, "Line rate"), few enough that
+// concurrent requests share the GPU slots and codec threads.
+constexpr size_t kEncodeAhead = 4;
+
 absl::Status CheckReadyLayers(const std::vector<uint32_t>& ready_layers, uint32_t num_layers) {
   for (uint32_t l : ready_layers) {
     if (l >= num_layers) {
@@ -204,14 +209,38 @@ class PrefillSide::OutboundRequest {
     return absl::OkStatus();
   }
 
-  // Reads and encodes every page of `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU
-  // codec on the worker pool otherwise) into one pooled buffer the transport sends from.
-  absl::Status Encode(uint32_t layer, EncodedLayer* encoded) {
-    const std::vector<PlannedPage>& planned = plan_.layers[layer];
-    const absl::Time start = absl::Now();
-    KVT_ASSIGN_OR_RETURN(*encoded, codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens));
-    context_->metrics->EncodeLatency((absl::Now() - start) / std::max<size_t>(1, planned.size()));
-    return absl::OkStatus();
+  // One layer being encoded on the worker pool while the request's thread sends earlier ones.
+  struct EncodeJob {
+    uint32_t layer = 0;
+    absl::Time start, end;
+    absl::StatusOr<EncodedLayer> result = absl::UnknownError("not encoded yet");
+    kvt::Notification done;
+  };
+
+  // Starts encoding `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU codec on the
+  // worker pool otherwise) into one pooled buffer the transport sends from.
+  std::shared_ptr<EncodeJob> StartEncode(uint32_t layer) {
+    auto job = std::make_shared<EncodeJob>();
+    job->layer = layer;
+    context_->workers->Submit([this, job] {
+      const std::vector<PlannedPage>& planned = plan_.layers[job->layer];
+      job->start = absl::Now();
+      job->result = codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens);
+      job->end = absl::Now();
+      context_->metrics->EncodeLatency((job->end - job->start) / std::max<size_t>(1, planned.size()));
+      job->done.Notify();
+    });
+    return job;
+  }
+
+  // The next offered layer if one is ready now; nullopt if none is (or the request was stopped: the caller's next
+  // blocking NextLayer says so).
+  std::optional<uint32_t> TryNextLayer() {
+    kvt::MutexLock lock(&mu_);
+    if (ready_.empty() || !stop_.ok()) return std::nullopt;
+    const uint32_t layer = ready_.front();
+    ready_.pop_front();
+    return layer;
   }
 
   // Waits for the oldest layer in flight to be acknowledged. `staging_full`: the wait is for room in the staging
@@ -245,22 +274,46 @@ class PrefillSide::OutboundRequest {
                          context_->peers->Dial(args_.decode_daemon, connect));
     KVT_RETURN_IF_ERROR(Open(*peer));
     std::deque<LayerInFlight> window;
-    // Layers still in the window when this returns early (a failure or a stop) may still be read by the
-    // transport, and a GPU layer's pinned buffers go back to their pool when the layer is destroyed: cancel them
-    // and wait until the transport has let go of their bytes (Wait is bounded by the link's failure detection).
-    absl::Cleanup release_window = [&] {
+    std::deque<std::shared_ptr<EncodeJob>> encoding;
+    // On an early return (a failure or a stop): encodes still running use this request's codec and region, so wait
+    // for them; layers still in the window may still be read by the transport, and their pooled buffers go back
+    // when the layer is destroyed, so cancel them and wait until the transport has let go of their bytes (Wait is
+    // bounded by the link's failure detection).
+    absl::Cleanup release = [&] {
+      for (const auto& job : encoding) job->done.WaitForNotification();
       for (const LayerInFlight& f : window) context_->transport->Cancel(f.transfer_id);
       for (const LayerInFlight& f : window) f.handle->Wait().IgnoreError();
     };
-    uint64_t staged = 0;
+    const uint64_t staging_limit = static_cast<uint64_t>(context_->options->staging_bytes_per_request);
+    uint64_t staged = 0;     // bytes of layers sent and not yet acknowledged
+    uint64_t encoded = 0;    // bytes of layers being encoded (their planned size)
+    size_t started = 0;
     for (size_t sent = 0; sent < plan_.layers.size(); ++sent) {
-      KVT_ASSIGN_OR_RETURN(const uint32_t layer, NextLayer());
+      // Keep up to kEncodeAhead layers encoding (one GPU slot or a share of the codec threads each), so the encoder
+      // runs ahead of the wire instead of one layer at a time behind it (docs/DAEMON.md, "Encode ahead"), within
+      // the request's staging bytes.
+      while (started < plan_.layers.size() && encoding.size() < kEncodeAhead &&
+             (encoding.empty() || staged + encoded <= staging_limit)) {
+        std::optional<uint32_t> layer;
+        if (encoding.empty()) {
+          KVT_ASSIGN_OR_RETURN(layer, NextLayer());  // nothing to send meanwhile: wait for an offer
+        } else {
+          layer = TryNextLayer();
+          if (!layer.has_value()) break;
+        }
+        encoding.push_back(StartEncode(*layer));
+        encoded += LayerBytes(*layer);
+        ++started;
+      }
+      std::shared_ptr<EncodeJob> job = encoding.front();
+      job->done.WaitForNotification();
+      encoding.pop_front();
+      encoded -= LayerBytes(job->layer);
+      KVT_RETURN_IF_ERROR(job->result.status());
       LayerInFlight flight;
-      flight.layer = layer;
-      flight.transfer_id = first_transfer_id_ + layer;
-      const absl::Time encode_start = absl::Now();
-      KVT_RETURN_IF_ERROR(Encode(layer, &flight.pages));
-      const absl::Time encode_end = absl::Now();
+      flight.layer = job->layer;
+      flight.transfer_id = first_transfer_id_ + job->layer;
+      flight.pages = *std::move(job->result);
       std::vector<transport::OutboundStream> streams;
       uint64_t anchor_bytes = 0;
       for (size_t i = 0; i < flight.pages.num_pages(); ++i) {
@@ -284,17 +337,24 @@ class PrefillSide::OutboundRequest {
       }
       flight.handle = *std::move(handle);
       flight.sent_at = absl::Now();
-      RecordStage(*context_, *record_, Stage::kEncode, encode_start, encode_end, flight.bytes);
+      RecordStage(*context_, *record_, Stage::kEncode, job->start, job->end, flight.bytes);
       context_->metrics->BytesSent(Lane::kAnchor, anchor_bytes);
       context_->metrics->BytesSent(Lane::kResidual, flight.bytes - anchor_bytes);
       staged += flight.bytes;
       window.push_back(std::move(flight));
-      while (staged > static_cast<uint64_t>(context_->options->staging_bytes_per_request) && window.size() > 1) {
+      while (staged + encoded > staging_limit && window.size() > 1) {
         KVT_RETURN_IF_ERROR(WaitOldest(window, &staged, /*staging_full=*/true));
       }
     }
     while (!window.empty()) KVT_RETURN_IF_ERROR(WaitOldest(window, &staged, /*staging_full=*/false));
     return absl::OkStatus();
+  }
+
+  // The planned wire bytes of `layer`.
+  uint64_t LayerBytes(uint32_t layer) const {
+    uint64_t bytes = 0;
+    for (const PlannedPage& p : plan_.layers[layer]) bytes += p.total_bytes();
+    return bytes;
   }
 
   DaemonContext* const context_;

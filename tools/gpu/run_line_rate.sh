@@ -3,33 +3,38 @@
 # both daemons on one machine over UCX tcp on loopback, each run profiled stage by stage on both daemons; with an
 # unlimited rate the data plane alone is measured in the same run (the demo's data-plane reference).
 #
-#   tools/gpu/run_line_rate.sh prepare   # here: bazel build -c opt kvtd and kvtctl, copy them, the shared libraries
-#                                        # they need and UCX's transport modules into .gpu-lr/ (git-ignored)
+#   tools/gpu/run_line_rate.sh prepare   # here: bazel build -c opt kvtd, kvtctl and the GPU codec's tests, copy them,
+#                                        # the shared libraries they need and UCX's transport modules into
+#                                        # .gpu-lr-stage/, and pack that into .gpu-lr/payload.tgz (both git-ignored;
+#                                        # packed, because the device tool carries at most 64 MiB)
 #   tools/gpu/run_line_rate.sh device    # there, from the repo root; JSON, SVG and logs under $OUT
 #
 # With the device tool: run "tools/gpu/run_line_rate.sh prepare" here, then
 #   run(kind="nvidia-h200-x4", carry=[".gpu-lr"], command="bash tools/gpu/run_line_rate.sh device")
 # KVT_LR_TOKENS (default 8192; several, comma-separated, run one after the other), KVT_LR_RATES (default
 # 10,25,50,0), KVT_LR_SCHEMES (default int8,int4,lynx), KVT_LR_PATHS (default "gpu host"), KVT_LR_ARGS (more demo
-# flags). kvtd and kvtctl of an earlier build copied by hand to .gpu-lr/base/ run first, in the same lease, so
-# before and after compare. tools/gpu/line_rate_summary.py prints the tables from the JSON files.
+# flags), KVT_LR_TESTS=1 (run the GPU codec's tests first). kvtd and kvtctl of an earlier build copied by hand to
+# .gpu-lr-stage/base/ run first, in the same lease, so before and after compare. tools/gpu/line_rate_summary.py
+# prints the tables from the JSON files.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/carry_libs.sh
 DIR=.gpu-lr
 
 prepare() {
-  bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl
-  local out
+  bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl //codec/gpu:codec_cuda_test
+  local out stage=.gpu-lr-stage
   out="$(bazel info -c opt bazel-bin 2>/dev/null)"
-  rm -rf "$DIR/bin" "$DIR/lib"
-  mkdir -p "$DIR/bin" "$DIR/lib/ucx"
-  cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$DIR/bin/"
-  chmod u+w "$DIR"/bin/*
-  strip "$DIR"/bin/*
-  carry_ucx "$DIR" "$DIR"/bin/*
-  cp -f tools/gpu/line_rate_summary.py "$DIR/"
-  echo "prepared: $(ls "$DIR/bin" | tr '\n' ' ')+ $(ls "$DIR/lib" | wc -l) libraries, $(du -sh "$DIR" | cut -f1)"
+  rm -rf "$stage/bin" "$stage/lib" "$stage/tests" "$DIR"
+  mkdir -p "$stage/bin" "$stage/lib/ucx" "$stage/tests" "$DIR"
+  cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$stage/bin/"
+  cp -f "$out/codec/gpu/codec_cuda_test" "$stage/tests/"
+  chmod u+w "$stage"/bin/* "$stage"/tests/*
+  strip "$stage"/bin/* "$stage"/tests/*
+  carry_ucx "$stage" "$stage"/bin/*
+  cp -f tools/gpu/line_rate_summary.py "$stage/"
+  tar -C "$stage" -czf "$DIR/payload.tgz" .
+  echo "prepared: $(ls "$stage/bin" | tr '\n' ' ')$( [ -d "$stage/base" ] && echo "+ base ")+ $(ls "$stage/lib" | wc -l) libraries: $(du -sh "$DIR/payload.tgz" | cut -f1) packed"
 }
 
 # demo BUILD_DIR NAME PATH TOKENS: one sweep into $out/NAME-PATH-TOKENS.{json,svg,err}.
@@ -51,23 +56,30 @@ demo() {
 device() {
   out="${OUT:-$DIR/out}"
   mkdir -p "$out"
-  export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export UCX_MODULE_DIR="$PWD/$DIR/lib/ucx"
+  local root=/tmp/kvt-line-rate
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xzf "$DIR/payload.tgz"
+  export LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UCX_MODULE_DIR="$root/lib/ucx"
   export UCX_MEM_EVENTS=no
-  check_libs tools/gpu/run_line_rate.sh "$DIR"/bin/*
+  check_libs tools/gpu/run_line_rate.sh "$root"/bin/*
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 || true
     echo "cores: $(nproc)"; grep -m1 "model name" /proc/cpuinfo || true; } | tee "$out/machine.txt"
   local rc=0 builds=(bin)
-  [ -x "$DIR/base/kvtd" ] && builds=(base bin)
+  [ -x "$root/base/kvtd" ] && builds=(base bin)
+  if [ "${KVT_LR_TESTS:-0}" = 1 ]; then
+    echo "== codec_cuda_test"
+    "$root/tests/codec_cuda_test" >"$out/codec_cuda_test.log" 2>&1 || { rc=1; echo "FAILED: codec_cuda_test"; }
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/codec_cuda_test.log" || true
+  fi
   IFS=, read -r -a token_list <<<"${KVT_LR_TOKENS:-8192}"
   for tokens in "${token_list[@]}"; do
     for path in ${KVT_LR_PATHS:-gpu host}; do
       for b in "${builds[@]}"; do
-        demo "$PWD/$DIR/$b" "$b" "$path" "$tokens" || rc=1
+        demo "$root/$b" "$b" "$path" "$tokens" || rc=1
       done
     done
   done
-  python3 "$DIR/line_rate_summary.py" "$out"/*.json | tee "$out/summary.txt" || rc=1
+  python3 "$root/line_rate_summary.py" "$out"/*.json | tee "$out/summary.txt" || rc=1
   return $rc
 }
 
