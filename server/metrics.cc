@@ -1,6 +1,14 @@
 #include "server/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -142,7 +150,30 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
   }
 }
 
-DaemonMetrics::~DaemonMetrics() { exposer_.reset(); }
+DaemonMetrics::~DaemonMetrics() {
+  if (exposer_ == nullptr) return;
+  // civetweb's listener polls its socket with a 2 s timeout and looks at its stop flag only between polls, so
+  // stopping it took up to 2 s of every daemon's exit. Knocking on the port (a connection that is closed at
+  // once) ends the poll early; the knocks stop when the server is gone.
+  std::atomic<bool> stopped{false};
+  std::thread knock([this, &stopped] {
+    while (!stopped.load()) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port_));
+        addr.sin_addr.s_addr = inet_addr(knock_host_.c_str());
+        connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true);
+  knock.join();
+}
 
 absl::StatusOr<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(const MetricsOptions& options) {
   std::unique_ptr<DaemonMetrics> metrics(new DaemonMetrics());
@@ -167,6 +198,13 @@ absl::StatusOr<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(const Metri
         absl::StrCat("metrics server on ", options.listen, " started but reports no listening port"));
   }
   metrics->port_ = ports.front();
+  // Where the destructor knocks: the listen host, or loopback for a wildcard (or a name, which it cannot resolve
+  // without a lookup; the knock is only a speed-up, a miss costs the 2 s it saved).
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  in_addr parsed{};
+  metrics->knock_host_ = (host.empty() || host == "0.0.0.0" || inet_pton(AF_INET, host.c_str(), &parsed) != 1)
+                             ? "127.0.0.1"
+                             : host;
   return metrics;
 }
 

@@ -147,6 +147,7 @@ class DaemonMetrics {
   // Set once by Create, after construction; declared last so that it stops serving before the rest dies.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
+  std::string knock_host_;  // an IPv4 address the destructor connects to, to end the listener's poll
 };
 
 }  // namespace kvt::server
