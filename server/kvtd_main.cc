@@ -39,6 +39,9 @@ ABSL_FLAG(int, ucx_workers, 0,
           "the cores, 1 to 8)");
 ABSL_FLAG(uint32_t, chunk_kib, 512, "data-plane chunk size in KiB (bounds how long an anchor waits)");
 ABSL_FLAG(int, codec_threads, 0, "threads encoding and decoding pages (0 = one per core)");
+ABSL_FLAG(int64_t, staging_mib, 4096,
+          "MiB of one request's encoded layers held while on the wire (cover a whole request, or later layers' anchors "
+          "wait for earlier layers' residuals)");
 ABSL_FLAG(int64_t, host_buffer_pool_mib, 4096,
           "MiB of host buffers (pinned for GPU regions) kept between requests for encoded layers and inboxes");
 ABSL_FLAG(uint32_t, page_tokens, 256, "tokens per codec page");
@@ -95,6 +98,8 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError("--host_buffer_pool_mib must be >= 0");
   }
   o.host_buffer_pool_bytes = absl::GetFlag(FLAGS_host_buffer_pool_mib) << 20;
+  if (absl::GetFlag(FLAGS_staging_mib) < 1) return absl::InvalidArgumentError("--staging_mib must be >= 1");
+  o.staging_bytes_per_request = absl::GetFlag(FLAGS_staging_mib) << 20;
   o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   o.max_requests = absl::GetFlag(FLAGS_max_requests);
   return o;

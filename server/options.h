@@ -58,7 +58,8 @@ struct DaemonOptions {
   // Encoded bytes of one request held while on the wire: past this, encoding waits for the oldest layer's
   // acknowledgement. It should cover a whole request, or the last layers' anchors queue behind earlier layers'
   // residuals and time-to-anchor approaches time-to-full.
-  int64_t staging_bytes_per_request = int64_t{1} << 30;
+  // 4 GiB covers a 32k-token request of a Llama-8B-shaped model in int8 or lynx (2.4 GB).
+  int64_t staging_bytes_per_request = int64_t{4} << 30;
   // Host buffers kept between requests for encoded layers and the decode side's layer inboxes (pinned ones for
   // GPU regions): what a daemon holds on to so that a request does not pay for allocating, faulting in and
   // pinning its memory (docs/DAEMON.md, "Buffers").
