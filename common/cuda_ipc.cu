@@ -84,6 +84,13 @@ absl::StatusOr<std::unique_ptr<IpcMapping>> IpcMapping::Open(const std::string& 
                                                    handle_bytes.size()));
   }
   if (size_bytes == 0) return absl::InvalidArgumentError("size_bytes must be positive");
+  if (offset_bytes % kCudaIpcOffsetAlignment != 0) {
+    // The kernels read and write the region's blocks with 16-byte vectors; a misaligned region would fault, and a
+    // fault poisons the daemon's CUDA context for every GPU region.
+    return absl::InvalidArgumentError(absl::StrCat("offset_bytes ", offset_bytes, " is not a multiple of ",
+                                                   kCudaIpcOffsetAlignment,
+                                                   " (register the KV cache tensor itself, not a view into it)"));
+  }
   if (offset_bytes > std::numeric_limits<uint64_t>::max() - size_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("offset_bytes ", offset_bytes, " + size_bytes ", size_bytes,
                                                    " overflows"));

@@ -16,6 +16,9 @@ namespace kvt {
 
 // Size of a cudaIpcMemHandle_t.
 inline constexpr size_t kCudaIpcHandleBytes = 64;
+// What a region's offset inside its allocation must be a multiple of (IpcMapping::Open): the kernels' vector width.
+// Caching allocators hand out 512-byte aligned blocks.
+inline constexpr uint64_t kCudaIpcOffsetAlignment = 16;
 
 // The IPC handle of the allocation that starts at `device_ptr` (from cudaMalloc) on `device`, as bytes.
 absl::StatusOr<std::string> ExportCudaIpcHandle(void* device_ptr, int device);
@@ -27,8 +30,8 @@ absl::Status UseCudaDevice(int device);
 class IpcMapping {
  public:
   // Maps the allocation `handle` names and exposes its bytes [offset_bytes, offset_bytes + size_bytes).
-  // INVALID_ARGUMENT for a handle that is not kCudaIpcHandleBytes long, size 0, or a range that overflows or does
-  // not fit in the allocation; FAILED_PRECONDITION when this process has no such device (or no GPU at all); the
+  // INVALID_ARGUMENT for a handle that is not kCudaIpcHandleBytes long, size 0, an offset that is not a multiple of
+  // kCudaIpcOffsetAlignment, or a range that overflows or does not fit in the allocation; FAILED_PRECONDITION when this process has no such device (or no GPU at all); the
   // runtime's error for a handle it cannot open (e.g. one exported by this same process, which CUDA does not
   // allow).
   static absl::StatusOr<std::unique_ptr<IpcMapping>> Open(const std::string& handle, uint64_t size_bytes, int device,

@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/gpu_region_codec.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace kvt::server {
@@ -66,6 +67,7 @@ absl::Status Daemon::Init() {
   peers_ = std::make_unique<PeerDirectory>(std::move(self), security_.get(), transport_.get());
   liveness_ = std::make_unique<PeerLiveness>(peers_.get(), security_.get());
   workers_ = std::make_unique<WorkerPool>(options_.codec_threads, options_.transport.starvation_bound);
+  device_workers_ = std::make_unique<WorkerPool>(kMaxGpuSlots, options_.transport.starvation_bound);
   buffers_ = HostBufferPool::Create({.max_kept_bytes = static_cast<size_t>(options_.host_buffer_pool_bytes)});
   // Lynx's quantizer tables for the default alpha, built in the background now rather than by the first request.
   // A build takes tens of ms; the first lynx request used to wait ~100 ms (H100 host) to ~200 ms (2 cores), its
@@ -85,6 +87,7 @@ absl::Status Daemon::Init() {
   context_.peers = peers_.get();
   context_.liveness = liveness_.get();
   context_.workers = workers_.get();
+  context_.device_workers = device_workers_.get();
   context_.buffers = buffers_.get();
   context_.book = book_.get();
   context_.metrics = metrics_.get();
@@ -183,7 +186,8 @@ Daemon::~Daemon() {
   if (sync_thread_.joinable()) sync_thread_.join();
   prefill_.reset();
   decode_.reset();
-  workers_.reset();  // runs queued decodes (which skip finished requests) and joins
+  device_workers_.reset();  // runs queued GPU decodes (which skip finished requests) and joins
+  workers_.reset();
   if (client_server_ != nullptr) unlink(options_.client_socket.c_str());
   client_server_.reset();
   peer_server_.reset();

@@ -66,6 +66,7 @@ class Daemon {
   std::unique_ptr<PeerDirectory> peers_;
   std::unique_ptr<PeerLiveness> liveness_;
   std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<WorkerPool> device_workers_;
   std::shared_ptr<HostBufferPool> buffers_;
   std::unique_ptr<RequestBook> book_;
   std::unique_ptr<RegionRegistry> regions_;

@@ -24,6 +24,9 @@ struct DaemonContext {
   // The prefill daemons the decode side receives from, pinged on the control plane.
   PeerLiveness* liveness = nullptr;
   WorkerPool* workers = nullptr;
+  // The tasks that hold a GPU slot while they run (GPU encodes of layers, GPU decode batches): as many threads as a
+  // device has slots, so that waiting for a slot never takes a codec thread.
+  WorkerPool* device_workers = nullptr;
   // Host buffers for encoded layers and layer inboxes, kept between requests.
   HostBufferPool* buffers = nullptr;
   RequestBook* book = nullptr;

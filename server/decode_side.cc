@@ -15,6 +15,10 @@ constexpr absl::Duration kPumpTick = absl::Milliseconds(20);
 }  // namespace
 
 DecodeSide::DecodeSide(DaemonContext* context) : context_(context) {
+  {
+    kvt::MutexLock lock(&alive_->mu);
+    alive_->side = this;
+  }
   pump_ = std::thread([this] { Pump(); });
 }
 
@@ -27,6 +31,8 @@ DecodeSide::~DecodeSide() {
   for (auto& r : live) r->Fail(absl::CancelledError("the daemon is shutting down"), /*notify_peer=*/true);
   stopping_ = true;
   pump_.join();
+  kvt::MutexLock lock(&alive_->mu);
+  alive_->side = nullptr;
 }
 
 absl::Status DecodeSide::Expect(const ExpectArgs& args) {
@@ -40,7 +46,10 @@ absl::Status DecodeSide::Expect(const ExpectArgs& args) {
   record->cancel = [weak](const absl::Status& why, bool notify_peer) {
     if (auto r = weak.lock()) r->Fail(why, notify_peer);
   };
-  request->on_finished = [this](const InboundRequest& r) { Forget(r); };
+  request->on_finished = [alive = alive_](const InboundRequest& r) {
+    kvt::MutexLock lock(&alive->mu);
+    if (alive->side != nullptr) alive->side->Forget(r);
+  };
   kvt::MutexLock lock(&mu_);
   auto it = requests_.find(args.request_id);
   if (it != requests_.end() && !it->second->finished()) {
@@ -73,13 +82,10 @@ absl::StatusOr<uint64_t> DecodeSide::Open(const OpenArgs& args, absl::Time wait_
     KVT_RETURN_IF_ERROR(request->Accept(args, first));
     for (uint32_t l = 0; l < layers; ++l) routes_[first + l] = Route{request, l};
   }
-  for (uint32_t l = 0; l < request->num_layers(); ++l) {
-    // One link group per request: a prefill daemon that dies fails every layer, started or not.
-    absl::Status s = request->ExpectLayer(l, /*link_group=*/first);
-    if (!s.ok()) {
-      request->Fail(s, /*notify_peer=*/false);
-      return s;
-    }
+  // Outside the lock: the inboxes may be allocated and pinned now, and the pump must not wait for that.
+  if (absl::Status s = request->ExpectLayers(/*link_group=*/first); !s.ok()) {
+    request->Fail(s, /*notify_peer=*/false);
+    return s;
   }
   return first;
 }

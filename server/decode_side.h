@@ -50,11 +50,20 @@ class DecodeSide {
     uint32_t layer = 0;
   };
 
+  // What a request's end calls back into: this side while it lives. A request whose last decode returns after the
+  // side is gone (its end is published when its decodes finish, maybe on a pool the daemon stops later) finds
+  // nothing to tell.
+  struct Alive {
+    kvt::Mutex mu;
+    DecodeSide* side ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
   void Pump();
   void CheckDeadlines();
   void Forget(const InboundRequest& request);
 
   DaemonContext* const context_;
+  const std::shared_ptr<Alive> alive_ = std::make_shared<Alive>();
 
   kvt::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<InboundRequest>> requests_ ABSL_GUARDED_BY(mu_);

@@ -212,6 +212,7 @@ class GpuRegionCodec final : public RegionCodec {
     return EncodedLayer(std::move(streams), std::move(buffer));
   }
 
+  bool on_device() const override { return true; }
   HostMemory inbox_memory() const override { return HostMemory::kPinned; }
   size_t max_decode_batch() const override { return kMaxGpuDecodeBatch; }
 

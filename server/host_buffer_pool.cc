@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,7 +54,17 @@ class Allocation final : public HostBuffer {
 
 class Pool final : public HostBufferPool, public std::enable_shared_from_this<Pool> {
  public:
-  explicit Pool(const HostBufferPoolOptions& options) : options_(options) {}
+  explicit Pool(const HostBufferPoolOptions& options) : options_(options) {
+    reaper_ = std::thread([this] { Reap(); });
+  }
+  // Runs when the last buffer and the owner's reference are gone; frees what is kept and what waits for the reaper.
+  ~Pool() override {
+    {
+      kvt::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    reaper_.join();
+  }
 
   std::shared_ptr<HostBuffer> Acquire(size_t bytes, HostMemory memory) override {
     bytes = std::max<size_t>(1, (bytes + kGranule - 1) / kGranule * kGranule);
@@ -65,7 +76,7 @@ class Pool final : public HostBufferPool, public std::enable_shared_from_this<Po
       auto best = free.end();
       for (auto it = free.begin(); it != free.end(); ++it) {
         const size_t size = (*it)->size();
-        if (size >= bytes && size <= 2 * bytes && (best == free.end() || size < (*best)->size())) best = it;
+        if (size >= bytes && 2 * size <= 3 * bytes && (best == free.end() || size < (*best)->size())) best = it;
       }
       if (best != free.end()) {
         taken = std::move(*best);
@@ -102,24 +113,43 @@ class Pool final : public HostBufferPool, public std::enable_shared_from_this<Po
   static int Index(HostMemory m) { return m == HostMemory::kPinned ? 1 : 0; }
 
   // Keeps `a` for reuse if it fits under the cap (dropping the largest kept ones of either kind would not help a
-  // steady state, which asks for the same sizes again), else frees it, outside the lock.
+  // steady state, which asks for the same sizes again), else hands it to the reaper: freeing pinned memory waits
+  // for the device, and the last reference to a buffer may be dropped on a hot thread or under someone's lock
+  // (the data plane's table, a request's mutex).
   void Release(std::unique_ptr<Allocation> a, HostMemory kind) {
-    {
-      kvt::MutexLock lock(&mu_);
-      stats_.leased_bytes -= a->size();
-      if (stats_.kept_bytes + a->size() <= options_.max_kept_bytes) {
-        stats_.kept_bytes += a->size();
-        free_[Index(kind)].push_back(std::move(a));
-        return;
-      }
+    kvt::MutexLock lock(&mu_);
+    stats_.leased_bytes -= a->size();
+    if (stats_.kept_bytes + a->size() <= options_.max_kept_bytes) {
+      stats_.kept_bytes += a->size();
+      free_[Index(kind)].push_back(std::move(a));
+    } else {
+      to_free_.push_back(std::move(a));
     }
-    a.reset();
+  }
+
+  void Reap() {
+    while (true) {
+      std::vector<std::unique_ptr<Allocation>> batch;
+      {
+        kvt::MutexLock lock(&mu_);
+        mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !to_free_.empty(); });
+        batch.swap(to_free_);
+        if (batch.empty() && stopping_) {
+          for (auto& f : free_) f.clear();  // the pool is going: what it kept goes too
+          return;
+        }
+      }
+      batch.clear();  // frees, outside the lock
+    }
   }
 
   const HostBufferPoolOptions options_;
   mutable kvt::Mutex mu_;
   std::vector<std::unique_ptr<Allocation>> free_[2] ABSL_GUARDED_BY(mu_);  // [pageable, pinned]
+  std::vector<std::unique_ptr<Allocation>> to_free_ ABSL_GUARDED_BY(mu_);   // for the reaper
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   HostBufferPoolStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread reaper_;
 };
 
 }  // namespace

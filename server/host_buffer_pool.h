@@ -6,7 +6,8 @@
 //
 // Page-locked (pinned) buffers are what the GPU copies from and into; where pinning fails (no GPU) a pinned
 // request gets pageable memory, which the caller can tell from Buffer::pinned(). Thread-safe; a Buffer may be
-// released on any thread, also after the pool's owner let go of it (the pool lives until its last buffer).
+// released on any thread, also after the pool's owner let go of it (the pool lives until its last buffer), and
+// releasing never frees memory on the releasing thread (a reaper thread of the pool does).
 //
 //   auto pool = HostBufferPool::Create({.max_kept_bytes = 4ull << 30});
 //   std::shared_ptr<HostBuffer> b = pool->Acquire(bytes, HostMemory::kPinned);  // b->data(), b->size() >= bytes
@@ -49,7 +50,7 @@ class HostBufferPool {
   virtual ~HostBufferPool() = default;
 
   // A buffer of at least `bytes` (> 0) of `memory`, reused when a kept one of the same kind holds at least that
-  // and at most twice as much, else newly allocated (sizes rounded up to 2 MiB, so that a request's layers share
+  // and at most 1.5 times as much, else newly allocated (sizes rounded up to 2 MiB, so that a request's layers share
   // buffers). Never fails for lack of a GPU: pinned falls back to pageable. The buffer goes back to the pool when
   // the last reference is dropped.
   virtual std::shared_ptr<HostBuffer> Acquire(size_t bytes, HostMemory memory) = 0;

@@ -55,6 +55,7 @@ class HostRegionCodec final : public RegionCodec {
     return EncodedLayer(std::move(streams), std::move(buffer));
   }
 
+  bool on_device() const override { return false; }
   HostMemory inbox_memory() const override { return HostMemory::kPageable; }
   size_t max_decode_batch() const override { return 1; }
 

@@ -50,6 +50,19 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
         dst.head_begin, dst.head_begin + dst.num_kv_heads, TotalHeads(dst), src.head_begin,
         src.head_begin + src.num_kv_heads, TotalHeads(src)));
   }
+  // Bound the plan before building it: a page size the announcement does not bear out (page_tokens 1 of millions of
+  // tokens) must not make this daemon allocate a page list the peer never sent. A plan has, per layer and kind,
+  // one page per page_tokens and at most two tail pages.
+  if (open.page_tokens < static_cast<uint32_t>(std::max(open.chunk_tokens, 1))) {
+    return absl::InvalidArgumentError(absl::StrFormat("page_tokens %d is below one %d-token chunk", open.page_tokens,
+                                                      open.chunk_tokens));
+  }
+  const uint64_t min_pages = uint64_t{2} * src.num_layers * (open.num_tokens / open.page_tokens);
+  if (min_pages > open.pages.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the source announced %d pages, but %d layers of %d tokens in %d-token pages need at least %d",
+        open.pages.size(), src.num_layers, open.num_tokens, open.page_tokens, min_pages));
+  }
   KVT_ASSIGN_OR_RETURN(TransferPlan plan, MakeTransferPlan(open.scheme, open.chunk_tokens, src.num_layers,
                                                            open.num_tokens, open.page_tokens,
                                                            src.num_kv_heads * src.head_dim));
@@ -91,18 +104,15 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   codec_options.source_head_begin = src.head_begin;
   codec_options.source_heads = src.num_kv_heads;
   std::unique_ptr<RegionCodec> codec = MakeRegionCodec(*region_, codec_options);
-  // Every layer's inbox now: the data plane needs each stream's destination before its first chunk. With a warm
-  // pool this takes buffers kept from earlier requests (docs/DAEMON.md, "Buffers").
   std::vector<LayerState> layers(plan.layers.size());
   for (size_t l = 0; l < plan.layers.size(); ++l) {
-    KVT_ASSIGN_OR_RETURN(layers[l].inbox,
-                         LayerInbox::Create(plan.layers[l], *context_->buffers, codec->inbox_memory()));
-    for (PlannedPage& p : plan.layers[l]) {
+    for (const PlannedPage& p : plan.layers[l]) {
       PageState state;
-      state.plan = std::move(p);
+      state.plan = p;
       layers[l].pages.push_back(std::move(state));
     }
   }
+  planned_ = std::move(plan.layers);
   scheme_ = open.scheme;
   max_batch_ = codec->max_decode_batch();
   codec_ = std::move(codec);
@@ -120,16 +130,33 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   return absl::OkStatus();
 }
 
-absl::Status InboundRequest::ExpectLayer(uint32_t layer, uint64_t link_group) {
-  std::shared_ptr<LayerInbox> inbox;
-  {
-    kvt::MutexLock lock(&mu_);
-    if (layer >= layers_.size() || layers_[layer].inbox == nullptr) {
-      return absl::FailedPreconditionError(absl::StrFormat("layer %d has no inbox", layer));
-    }
-    inbox = layers_[layer].inbox;
+absl::Status InboundRequest::ExpectLayers(uint64_t link_group) {
+  // Every layer's inbox first, without any lock held (a cold pool allocates and pins): the data plane needs each
+  // stream's destination before its first chunk. With a warm pool these are buffers kept from earlier requests
+  // (docs/DAEMON.md, "Buffers").
+  std::vector<std::shared_ptr<LayerInbox>> inboxes;
+  for (const std::vector<PlannedPage>& pages : planned_) {
+    KVT_ASSIGN_OR_RETURN(std::shared_ptr<LayerInbox> inbox,
+                         LayerInbox::Create(pages, *context_->buffers, codec_->inbox_memory()));
+    inboxes.push_back(std::move(inbox));
   }
-  return context_->transport->Expect(first_transfer_id_ + layer, inbox->Bounds(), link_group, inbox);
+  // Under the lock, so that a failure meanwhile (which cancels the layers' transfers) cannot miss a transfer
+  // announced after it: the order is request, then the data plane's table, never the reverse.
+  kvt::MutexLock lock(&mu_);
+  if (finished_ || !status_.ok()) {
+    return status_.ok() ? absl::CancelledError(absl::StrCat("request ", args_.request_id, " ended while opening"))
+                        : status_;
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].inbox = inboxes[l];
+    KVT_RETURN_IF_ERROR(context_->transport->Expect(first_transfer_id_ + l, inboxes[l]->Bounds(), link_group,
+                                                    inboxes[l]));
+  }
+  return absl::OkStatus();
+}
+
+WorkerPool* InboundRequest::DecodeWorkers() const {
+  return codec_->on_device() && context_->device_workers != nullptr ? context_->device_workers : context_->workers;
 }
 
 void InboundRequest::OnChunk(uint32_t layer, const transport::ReceivedChunk& chunk) {
@@ -154,25 +181,29 @@ void InboundRequest::OnChunk(uint32_t layer, const transport::ReceivedChunk& chu
     page.stages_available = available;
     if (page.stages_available <= page.stages_decoded) return;
     std::shared_ptr<InboundRequest> self = shared_from_this();
+    priority = page.stages_decoded == 0 ? TaskPriority::kHigh : TaskPriority::kLow;
     if (max_batch_ == 1) {
       if (page.decode_scheduled) return;
       page.decode_scheduled = true;
-      priority = page.stages_decoded == 0 ? TaskPriority::kHigh : TaskPriority::kLow;
       task = [self, layer, p = h.page] { self->DecodePageTask(layer, p); };
     } else {
       const uint32_t kind = page.plan.spec.kind;
-      if (ls.drain_scheduled[kind]) return;
-      ls.drain_scheduled[kind] = true;
-      priority = page.stages_decoded == 0 ? TaskPriority::kHigh : TaskPriority::kLow;
-      task = [self, layer, kind] { self->DrainTask(layer, kind); };
+      // One drain at a time per layer and kind, plus a high-priority one when a first decode lands behind a
+      // low-priority drain still queued (that one would make it wait behind every other high task).
+      const bool needed = ls.drains[kind] == 0 || (priority == TaskPriority::kHigh && !ls.high_drain_queued[kind]);
+      if (!needed) return;
+      ++ls.drains[kind];
+      if (priority == TaskPriority::kHigh) ls.high_drain_queued[kind] = true;
+      task = [self, layer, kind, priority] { self->DrainTask(layer, kind, priority); };
     }
     ++active_tasks_;
   }
-  context_->workers->Submit(std::move(task), priority);
+  DecodeWorkers()->Submit(std::move(task), priority);
 }
 
 void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
   int stages = 0;
+  bool publish = false;
   absl::Span<const uint8_t> container;
   std::shared_ptr<LayerInbox> inbox;  // kept while the decode reads it
   PageSpec spec;
@@ -183,15 +214,19 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
     PageState& page = layers_[layer].pages[page_index];
     if (finished_ || !status_.ok() || page.stages_available <= page.stages_decoded) {
       page.decode_scheduled = false;
-      TaskEndedLocked();
-      return;
+      publish = TaskEndedLocked();
+    } else {
+      stages = page.stages_available;
+      inbox = layers_[layer].inbox;
+      container = inbox->container(page_index);
+      spec = page.plan.spec;
+      full = stages == static_cast<int>(page.plan.stream_bytes.size());
+      decodable_since = page.decodable_since;
     }
-    stages = page.stages_available;
-    inbox = layers_[layer].inbox;
-    container = inbox->container(page_index);
-    spec = page.plan.spec;
-    full = stages == static_cast<int>(page.plan.stream_bytes.size());
-    decodable_since = page.decodable_since;
+  }
+  if (stages == 0) {
+    if (publish) PublishEnd();
+    return;
   }
   const absl::Time start = absl::Now();
   // The data plane writes only streams >= `stages` of this container meanwhile; these bytes are stable.
@@ -201,13 +236,15 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
   RecordStage(*context_, *record_, Stage::kDecodeQueue, decodable_since, start);
   RecordStage(*context_, *record_, full ? Stage::kDecodeFull : Stage::kDecodeAnchor, start, end, container.size());
   if (!s.ok()) {
+    // Fail first, while this task still counts: the failure is published when it ends, below.
+    Fail(absl::Status(s.code(), absl::StrFormat("layer %d page %d: %s", layer, page_index, s.message())),
+         /*notify_peer=*/true);
     {
       kvt::MutexLock lock(&mu_);
       layers_[layer].pages[page_index].decode_scheduled = false;
-      TaskEndedLocked();
+      publish = TaskEndedLocked();
     }
-    Fail(absl::Status(s.code(), absl::StrFormat("layer %d page %d: %s", layer, page_index, s.message())),
-         /*notify_peer=*/true);
+    if (publish) PublishEnd();
     return;
   }
   bool done = false;
@@ -218,35 +255,41 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
     PageState& page = layers_[layer].pages[page_index];
     // More landed meanwhile (the residual): decode it as a task of its own, queued behind anchors.
     again = !done && !finished_ && status_.ok() && page.stages_available > page.stages_decoded;
+    // Deciding to end and clearing the flag in one critical section: a stream that lands in between would
+    // otherwise see the flag still set, schedule nothing, and never be decoded.
     if (!again) {
       page.decode_scheduled = false;
-      TaskEndedLocked();
+      publish = TaskEndedLocked();
     }
   }
-  if (done) Finish(absl::OkStatus());
+  if (done) Finish(absl::OkStatus());  // publishes now if no other decode runs, else when the last one ends
+  if (publish) PublishEnd();
   if (again) {
     std::shared_ptr<InboundRequest> self = shared_from_this();
-    context_->workers->Submit([self, layer, page_index] { self->DecodePageTask(layer, page_index); },
-                              TaskPriority::kLow);
+    DecodeWorkers()->Submit([self, layer, page_index] { self->DecodePageTask(layer, page_index); },
+                            TaskPriority::kLow);
   }
 }
 
-void InboundRequest::DrainTask(uint32_t layer, uint32_t kind) {
+void InboundRequest::DrainTask(uint32_t layer, uint32_t kind, TaskPriority queued_as) {
   std::vector<uint32_t> batch;
   std::vector<PageSpec> specs;
   std::vector<absl::Span<const uint8_t>> containers;
   std::shared_ptr<LayerInbox> inbox;
   int stages = 0;
   bool fresh = false;
+  bool publish = false;
   absl::Time oldest = absl::InfiniteFuture();
   uint64_t bytes = 0;
   {
     kvt::MutexLock lock(&mu_);
     LayerState& ls = layers_[layer];
+    if (queued_as == TaskPriority::kHigh) ls.high_drain_queued[kind] = false;  // started: no longer queued
     if (!finished_ && status_.ok()) {
       // Pages still without their anchor go first: they are what the engine waits on.
       fresh = std::any_of(ls.pages.begin(), ls.pages.end(), [kind](const PageState& page) {
-        return page.plan.spec.kind == kind && page.stages_decoded == 0 && page.stages_available > 0;
+        return page.plan.spec.kind == kind && !page.decode_scheduled && page.stages_decoded == 0 &&
+               page.stages_available > 0;
       });
       inbox = ls.inbox;
       for (uint32_t i = 0; i < ls.pages.size() && batch.size() < max_batch_; ++i) {
@@ -267,10 +310,13 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind) {
       }
     }
     if (batch.empty()) {
-      ls.drain_scheduled[kind] = false;
-      TaskEndedLocked();
-      return;
+      --ls.drains[kind];
+      publish = TaskEndedLocked();
     }
+  }
+  if (batch.empty()) {
+    if (publish) PublishEnd();
+    return;
   }
   const bool full = stages == scheme_.num_streams();
   const absl::Time start = absl::Now();
@@ -282,6 +328,12 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind) {
   if (s.ok()) {
     const absl::Duration per_page = (end - start) / static_cast<int64_t>(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) context_->metrics->DecodeLatency(per_page);
+  } else {
+    // Fail first, while this task still counts: the failure is published when it ends, below. The codec numbers
+    // the batch's containers from 0; the pages it names are these, in order.
+    Fail(absl::Status(s.code(), absl::StrFormat("layer %d kind %d, a batch of pages [%s]: %s", layer, kind,
+                                                absl::StrJoin(batch, ","), s.message())),
+         /*notify_peer=*/true);
   }
   bool done = false;
   bool more = false;
@@ -295,28 +347,28 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind) {
     }
     if (s.ok() && !done && !finished_ && status_.ok()) {
       for (const PageState& page : ls.pages) {
-        if (page.plan.spec.kind != kind || page.stages_available <= page.stages_decoded) continue;
+        if (page.plan.spec.kind != kind || page.decode_scheduled || page.stages_available <= page.stages_decoded) {
+          continue;
+        }
         more = true;
         if (page.stages_decoded == 0) priority = TaskPriority::kHigh;
       }
     }
-    if (!more) {
-      ls.drain_scheduled[kind] = false;
-      TaskEndedLocked();
+    if (more && priority == TaskPriority::kHigh && ls.high_drain_queued[kind]) more = false;  // one is queued
+    if (more) {
+      if (priority == TaskPriority::kHigh) ls.high_drain_queued[kind] = true;
+    } else {
+      --ls.drains[kind];
+      publish = TaskEndedLocked();
     }
-  }
-  if (!s.ok()) {
-    // The codec numbers the batch's containers from 0; the pages it names are these, in order.
-    Fail(absl::Status(s.code(), absl::StrFormat("layer %d kind %d, a batch of pages [%s]: %s", layer, kind,
-                                                absl::StrJoin(batch, ","), s.message())),
-         /*notify_peer=*/true);
-    return;
   }
   if (done) Finish(absl::OkStatus());
   if (more) {
-    // The next batch as a task of its own, so that its priority (anchors first) is decided again.
+    // The next batch as a task of its own, so that its priority (first decodes first) is decided again.
     std::shared_ptr<InboundRequest> self = shared_from_this();
-    context_->workers->Submit([self, layer, kind] { self->DrainTask(layer, kind); }, priority);
+    DecodeWorkers()->Submit([self, layer, kind, priority] { self->DrainTask(layer, kind, priority); }, priority);
+  } else if (publish) {
+    PublishEnd();
   }
 }
 
@@ -343,9 +395,12 @@ bool InboundRequest::PageDecodedLocked(uint32_t layer, uint32_t page_index, int 
   return done;
 }
 
-void InboundRequest::TaskEndedLocked() {
+bool InboundRequest::TaskEndedLocked() {
   --active_tasks_;
-  if (finished_ && active_tasks_ == 0) region_ = RegionLease();
+  if (!finished_ || active_tasks_ > 0 || published_) return false;
+  region_ = RegionLease();
+  published_ = true;
+  return true;
 }
 
 void InboundRequest::Fail(const absl::Status& status, bool notify_peer) {
@@ -410,6 +465,7 @@ void InboundRequest::StopTransfers(std::string peer, absl::Status why, size_t la
 }
 
 void InboundRequest::Finish(const absl::Status& status) {
+  bool publish = false;
   {
     kvt::MutexLock lock(&mu_);
     if (finished_) return;
@@ -417,10 +473,23 @@ void InboundRequest::Finish(const absl::Status& status) {
     if (status_.ok()) status_ = status;
     // The inboxes go back to the pool as soon as running decodes and the data plane's pending reads let go.
     for (LayerState& l : layers_) l.inbox.reset();
-    // Running decodes finish their pages first; the last one lets the region go.
-    if (active_tasks_ == 0) region_ = RegionLease();
     if (watching_source_) context_->liveness->Unwatch(source_address_);
     watching_source_ = false;
+    // Running decodes finish their pages first; the last one publishes the end and lets the region go.
+    if (active_tasks_ == 0 && !published_) {
+      region_ = RegionLease();
+      published_ = true;
+      publish = true;
+    }
+  }
+  if (publish) PublishEnd();
+}
+
+void InboundRequest::PublishEnd() {
+  absl::Status status;
+  {
+    kvt::MutexLock lock(&mu_);
+    status = status_;
   }
   FinishRecord(*context_, *record_, status);
   if (on_finished) on_finished(*this);

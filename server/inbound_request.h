@@ -6,9 +6,9 @@
 // FULL_READY; then DONE, or FAILED with the status.
 //
 // Invariant: a page's values in the engine's blocks only ever move to more stages (a decode of fewer stages never
-// overwrites one of more), a stream is read only once it has landed whole, and once the request finished nothing
-// new is written into its region (a decode already running completes; the region is released when the last one
-// returns). Thread-safe.
+// overwrites one of more), a stream is read only once it has landed whole, and nothing is written into the
+// engine's blocks after DONE or FAILED is published: a request that ends while decodes run publishes its end
+// when the last of them returns (and releases its region then). Thread-safe.
 #ifndef KVT_SERVER_INBOUND_REQUEST_H_
 #define KVT_SERVER_INBOUND_REQUEST_H_
 
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,12 +67,15 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
   uint64_t first_transfer_id() const { return first_transfer_id_; }
   size_t num_layers() const { return layers_.size(); }
 
-  // Checks the source's announcement against this request, builds the page states and each layer's inbox.
-  // Called once, under the decode side's lock (so that two opens cannot race).
+  // Checks the source's announcement against this request and builds the page states. Called once, under the
+  // decode side's lock (so that two opens cannot race); allocates nothing large.
   absl::Status Accept(const OpenArgs& open, uint64_t first_transfer_id);
 
-  // Announces layer `layer`'s transfer to the data plane, its streams landing in the layer's inbox.
-  absl::Status ExpectLayer(uint32_t layer, uint64_t link_group);
+  // Makes each layer's inbox (pooled memory, which may have to be allocated and pinned: call it outside the decode
+  // side's lock), then announces every layer's transfer to the data plane with its streams landing in the inbox.
+  // One link group for the request: a prefill daemon that dies fails every layer, started or not. The request's
+  // status if it ended meanwhile.
+  absl::Status ExpectLayers(uint64_t link_group);
 
   // A verified chunk of layer `layer` (the data plane checked it lies inside its stream and wrote it into the
   // inbox).
@@ -105,19 +109,30 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
     std::shared_ptr<LayerInbox> inbox;  // dropped once every page is at full precision, or the request ended
     size_t pages_anchor = 0;
     size_t pages_full = 0;
-    // Batch codecs: whether a drain task decodes this layer's decodable pages of kind K (0) or V (1).
-    std::array<bool, 2> drain_scheduled{};
+    // Batch codecs, per kind (K 0, V 1): drain tasks queued or running for this layer, and whether one queued
+    // and not yet started has high priority (a page's first decode that lands behind a queued low-priority drain
+    // gets a high one of its own).
+    std::array<int, 2> drains{};
+    std::array<bool, 2> high_drain_queued{};
   };
 
   // Host codecs: decodes one page, again while more of it landed meanwhile.
   void DecodePageTask(uint32_t layer, uint32_t page_index);
-  // Batch codecs: decodes layer `layer`'s landed pages of `kind`, a batch a round (pages still without their anchor
-  // first), until none is left.
-  void DrainTask(uint32_t layer, uint32_t kind);
+  // Batch codecs: decodes a batch of layer `layer`'s landed pages of `kind` (pages still without their anchor
+  // first), then queues itself again while more is left, with the priority of what is left. `priority`: the one
+  // it was queued with.
+  void DrainTask(uint32_t layer, uint32_t kind, TaskPriority priority);
+  // The pool a drain or page task runs on: the device's workers for codecs that hold a GPU slot, so that codec
+  // threads never wait for one.
+  WorkerPool* DecodeWorkers() const;
   // Records that page `page_index` of `layer` now holds `stages` decoded stages: the layer's events, the inbox let
   // go once the layer is at full precision. Returns whether that completed the request.
   bool PageDecodedLocked(uint32_t layer, uint32_t page_index, int stages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TaskEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A decode task ended. Returns whether the request's end is now to be published (it finished and this was the
+  // last task): the caller then calls PublishEnd, after unlocking.
+  bool TaskEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_MUST_USE_RESULT;
+  // DONE or FAILED in the request's events, and the decode side told; once, when no decode runs any more.
+  void PublishEnd();
   // Tells the peer why (if `peer` is set), then cancels the layers' data-plane transfers, on the worker pool.
   void StopTransfers(std::string peer, absl::Status why, size_t layers);
   void Finish(const absl::Status& status);
@@ -132,12 +147,14 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool published_ ABSL_GUARDED_BY(mu_) = false;  // the end is (being) published
   int active_tasks_ ABSL_GUARDED_BY(mu_) = 0;
   bool watching_source_ ABSL_GUARDED_BY(mu_) = false;
   // Set once by Accept (under mu_), read-only afterwards.
   codec::Scheme scheme_;
   std::unique_ptr<RegionCodec> codec_;
   size_t max_batch_ = 1;
+  std::vector<std::vector<PlannedPage>> planned_;  // per layer, for ExpectLayers' inboxes
   std::string source_address_;
   uint64_t first_transfer_id_ = 0;
   absl::Time opened_at_;

@@ -222,7 +222,10 @@ class PrefillSide::OutboundRequest {
   std::shared_ptr<EncodeJob> StartEncode(uint32_t layer) {
     auto job = std::make_shared<EncodeJob>();
     job->layer = layer;
-    context_->workers->Submit([this, job] {
+    // A GPU encode holds a slot while it runs (and may wait for one): on the device workers, never a codec thread.
+    WorkerPool* pool = codec_->on_device() && context_->device_workers != nullptr ? context_->device_workers
+                                                                                  : context_->workers;
+    pool->Submit([this, job] {
       const std::vector<PlannedPage>& planned = plan_.layers[job->layer];
       job->start = absl::Now();
       job->result = codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens);
@@ -292,8 +295,9 @@ class PrefillSide::OutboundRequest {
       // Keep up to kEncodeAhead layers encoding (one GPU slot or a share of the codec threads each), so the encoder
       // runs ahead of the wire instead of one layer at a time behind it (docs/DAEMON.md, "Encode ahead"), within
       // the request's staging bytes.
+      // (Layers of a plan all have the same size: LayerBytes(0) is the next one's.)
       while (started < plan_.layers.size() && encoding.size() < kEncodeAhead &&
-             (encoding.empty() || staged + encoded <= staging_limit)) {
+             (encoding.empty() || staged + encoded + LayerBytes(0) <= staging_limit)) {
         std::optional<uint32_t> layer;
         if (encoding.empty()) {
           KVT_ASSIGN_OR_RETURN(layer, NextLayer());  // nothing to send meanwhile: wait for an offer
@@ -306,7 +310,11 @@ class PrefillSide::OutboundRequest {
         ++started;
       }
       std::shared_ptr<EncodeJob> job = encoding.front();
-      job->done.WaitForNotification();
+      if (!job->done.WaitForNotificationWithTimeout(deadline_ - absl::Now())) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "request %s: deadline of %s passed while layer %d was being encoded", args_.request_id,
+            absl::FormatDuration(args_.deadline), job->layer));
+      }
       encoding.pop_front();
       encoded -= LayerBytes(job->layer);
       KVT_RETURN_IF_ERROR(job->result.status());

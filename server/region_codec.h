@@ -36,6 +36,9 @@ class RegionCodec {
                                                    absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
                                                    int chunk_tokens) = 0;
 
+  // Whether encodes and decodes hold a GPU slot (and wait for one when all are busy): such calls run on the
+  // daemon's device workers, so that codec threads never wait for a slot.
+  virtual bool on_device() const = 0;
   // The memory a decode inbox should be (pinned where the GPU uploads from it).
   virtual HostMemory inbox_memory() const = 0;
   // The most pages one DecodePages call takes: 1 (the caller runs pages in parallel on its workers) or more (one

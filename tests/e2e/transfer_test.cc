@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/kvt/v1/peer.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/daemon.h"
@@ -327,6 +329,37 @@ TEST_F(TransferTest, BadRequestsGetCanonicalCodesAndNamedFields) {
             absl::StatusCode::kOutOfRange);
   // A live request pins its region.
   EXPECT_EQ(decode_client_->UnregisterRegion("dst").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A peer that announces tiny pages of a long request (page_tokens 1) would make the decode daemon build a plan of
+// millions of pages it never announced: refused with INVALID_ARGUMENT before anything is built, and the request
+// it named fails with that code rather than hanging.
+TEST_F(TransferTest, AnOpenWhosePagesCannotCoverItsTokensIsRefusedBeforeAPlanIsBuilt) {
+  const auto layout = DenseLayout(kLayers, kBlocks, kBlockTokens, kHeads, kHeadDim);
+  MakeRegions(layout, layout);
+  const std::vector<uint32_t> blocks = Shuffled(kBlocks, 0, 3);
+  const uint64_t tokens = uint64_t{kBlocks} * kBlockTokens;
+  ASSERT_TRUE(decode_client_->Expect(Expectation("tiny-pages", blocks, tokens)).ok());
+  auto channel = grpc::CreateChannel(decode_->peer_address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::KvtPeer::NewStub(channel);
+  v1::OpenTransferRequest open;
+  open.set_request_id("tiny-pages");
+  open.mutable_scheme()->set_name("int8");
+  *open.mutable_source_layout() = src_.proto();
+  open.set_num_tokens(tokens);
+  open.set_page_tokens(1);
+  open.set_chunk_tokens(1);
+  open.set_source_daemon_id("hostile");
+  open.set_deadline_ms(5000);
+  v1::PageSpan* page = open.add_pages();
+  page->set_tokens(1);
+  page->add_stream_bytes(200);
+  v1::OpenTransferResponse response;
+  grpc::ClientContext call;
+  call.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  const grpc::Status st = stub->OpenTransfer(&call, open, &response);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("need at least"));
 }
 
 TEST_F(TransferTest, UnreachableDecodeDaemonFailsTheOfferWithUnavailable) {
