@@ -84,7 +84,7 @@ class TokenizerData:
 @dataclasses.dataclass
 class GgufModel:
     config: ModelConfig
-    weights: ModelWeights
+    weights: Optional[ModelWeights]  # None when read with with_weights=False
     tokenizer: TokenizerData
     name: str
 
@@ -128,13 +128,22 @@ def read_config(reader: Any) -> ModelConfig:
     )
 
 
-def read_gguf(path: str | os.PathLike) -> GgufModel:
-    """Reads and dequantizes every tensor (any type `gguf.quants` knows: Q4_1, Q8_0, F32, ...) to float32.
-    Raises FileNotFoundError or ValueError (unsupported architecture, missing tensor)."""
+def read_gguf(path: str | os.PathLike, with_weights: bool = True) -> GgufModel:
+    """Reads the config, the tokenizer metadata and (with_weights) every tensor dequantized to float32 (any
+    type `gguf.quants` knows: Q4_1, Q8_0, F32, ...). Raises FileNotFoundError or ValueError (unsupported
+    architecture, missing tensor)."""
     import gguf  # imported here so that modules that only need the dataclasses do not need the package
 
     reader = gguf.GGUFReader(os.fspath(path))
     cfg = read_config(reader)
+    weights = _read_weights(reader, cfg, path) if with_weights else None
+    return GgufModel(config=cfg, weights=weights, tokenizer=_read_tokenizer(reader),
+                     name=str(_field(reader, "general.name", "")))
+
+
+def _read_weights(reader: Any, cfg: ModelConfig, path: str | os.PathLike) -> ModelWeights:
+    import gguf
+
     arrays: dict[str, np.ndarray] = {}
     for t in reader.tensors:
         a = gguf.quants.dequantize(t.data, t.tensor_type)
@@ -161,13 +170,15 @@ def read_gguf(path: str | os.PathLike) -> GgufModel:
         ))
     embed = get("token_embd.weight")
     lm_head = get("output.weight") if "output.weight" in arrays else embed
-    weights = ModelWeights(embed=embed, layers=layers, final_norm=get("output_norm.weight"), lm_head=lm_head)
+    return ModelWeights(embed=embed, layers=layers, final_norm=get("output_norm.weight"), lm_head=lm_head)
 
+
+def _read_tokenizer(reader: Any) -> TokenizerData:
     def opt_int(key: str) -> Optional[int]:
         v = _field(reader, key)
         return None if v is None else int(v)
 
-    tok = TokenizerData(
+    return TokenizerData(
         model=str(_field(reader, "tokenizer.ggml.model", "")),
         pre=str(_field(reader, "tokenizer.ggml.pre", "default")),
         tokens=list(_field(reader, "tokenizer.ggml.tokens", [])),
@@ -178,4 +189,3 @@ def read_gguf(path: str | os.PathLike) -> GgufModel:
         add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         chat_template=str(_field(reader, "tokenizer.chat_template", "")),
     )
-    return GgufModel(config=cfg, weights=weights, tokenizer=tok, name=str(_field(reader, "general.name", "")))

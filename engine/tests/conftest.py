@@ -43,6 +43,16 @@ def tiny() -> tuple[ModelConfig, ModelWeights]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kvt-cache-dir", default=None, help="the folder ./kvt engine fetch fills (~/.cache/kvt)")
+    parser.addoption("--kvtd", default=None, help="the kvtd binary for end-to-end tests (default: on PATH)")
+
+
+@pytest.fixture(scope="session")
+def kvtd_path(request: pytest.FixtureRequest) -> str:
+    kvt = pytest.importorskip("kvt", reason="the kvt client package (client/python) is not importable")
+    try:
+        return kvt.find_kvtd(request.config.getoption("--kvtd"))
+    except kvt.KvtError as e:
+        pytest.skip(f"no kvtd: {e}")
 
 
 @pytest.fixture(scope="session")
