@@ -1,0 +1,106 @@
+"""CUDA KV caches registered through CUDA IPC (the daemons' GPU path). Skipped without torch and a CUDA device;
+run them on a GPU machine with a kvtd built with CUDA."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import kvt
+from kvt.kv_cache import release_cuda_ipc
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# block_tokens 32 divides the codec's 32-token chunk, as the GPU path requires.
+LAYOUT = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=2, head_dim=64)
+
+
+def fill(cache: kvt.KvCache, seed: int) -> None:
+    generator = torch.Generator(device=cache.device).manual_seed(seed)
+    for layer in range(cache.layout.num_layers):
+        for view in (cache.k(layer), cache.v(layer)):
+            view.copy_(torch.randn(view.shape, generator=generator, device=cache.device))
+
+
+def test_cuda_views_are_tensors_on_the_device() -> None:
+    with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as cache:
+        k = cache.k(1)
+        assert k.is_cuda and k.dtype is torch.bfloat16 and tuple(k.shape) == LAYOUT.tensor_shape
+        k.fill_(1.0)
+        assert k.data_ptr() - cache.k(0).data_ptr() == LAYOUT.layer_stride_bytes
+        assert cache.v(1).data_ptr() - k.data_ptr() == LAYOUT.kv_stride_bytes
+        assert not cache.v(1).any() and not cache.k(0).any()
+        with pytest.raises(kvt.FailedPrecondition, match="numpy"):
+            cache.k_numpy(0)
+
+
+def test_ipc_handle_offsets_count_the_tensors_place_in_its_allocation() -> None:
+    base = torch.zeros(4 << 20, dtype=torch.uint8, device="cuda:0")
+    handle, offset, _ = kvt.cuda_ipc_handle(base)
+    inner_handle, inner_offset, _ = kvt.cuda_ipc_handle(base[1 << 20:])
+    assert len(handle) == 64 and inner_handle == handle
+    assert inner_offset == offset + (1 << 20)
+
+
+def transfer(start_daemon: Callable[..., kvt.Daemon], src: kvt.KvCache,
+             register_dst: Callable[[kvt.Client], None], scheme: str) -> None:
+    """Registers `src` as "src" on a prefill daemon and, through `register_dst`, "dst" on a decode daemon, then
+    moves every block of src into the same blocks of dst."""
+    prefill, decode = start_daemon("prefill"), start_daemon("decode")
+    with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc:
+        try:
+            src.register(pc, "src")
+            register_dst(dc)
+        except kvt.FailedPrecondition as e:
+            pytest.skip(f"this kvtd has no GPU path: {e}")
+        tokens = LAYOUT.num_blocks * LAYOUT.block_tokens
+        dc.expect("g", "dst", range(LAYOUT.num_blocks), tokens)
+        pc.offer("g", "src", range(LAYOUT.num_blocks), tokens, range(LAYOUT.num_layers), scheme=scheme,
+                 decode_daemon=decode.peer_address)
+        events = list(dc.watch("g", timeout=60.0))
+        assert events[-1].kind is kvt.EventKind.DONE, events
+        src.close()  # unregisters, then hands the memory back to torch
+        dc.unregister_region("dst")
+
+
+def test_a_bf16_transfer_between_cuda_caches_is_lossless(start_daemon: Callable[..., kvt.Daemon]) -> None:
+    with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT, device="cuda:0") as dst:
+        fill(src, seed=1)
+        expected = [src.k(l).cpu() for l in range(LAYOUT.num_layers)]
+        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "bf16")
+        for layer in range(LAYOUT.num_layers):
+            assert torch.equal(dst.k(layer).cpu(), expected[layer])
+
+
+def test_a_lynx_transfer_from_cuda_into_a_host_cache_is_close(start_daemon: Callable[..., kvt.Daemon]) -> None:
+    with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT) as dst:
+        fill(src, seed=2)
+        expected = [src.v(l).float().cpu().numpy() for l in range(LAYOUT.num_layers)]
+        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "lynx")
+        for layer in range(LAYOUT.num_layers):
+            got = dst.v(layer).float().numpy()
+            assert np.abs(got - expected[layer]).max() <= 0.05 * np.abs(expected[layer]).max()
+
+
+def test_a_region_inside_a_larger_allocation_is_written_at_its_offset(
+        start_daemon: Callable[..., kvt.Daemon]) -> None:
+    # What a caching allocator hands out: the region starts 1 MiB into the allocation its IPC handle names.
+    lead = 1 << 20
+    allocation = torch.zeros(lead + LAYOUT.size_bytes, dtype=torch.uint8, device="cuda:0")
+    region = allocation[lead:]
+    handle, offset, counter = kvt.cuda_ipc_handle(region)
+    assert offset >= lead
+    with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src:
+        fill(src, seed=3)
+        expected = [src.k(layer).clone() for layer in range(LAYOUT.num_layers)]
+        transfer(start_daemon, src, lambda client: client.register_gpu_region(
+            "dst", LAYOUT, ipc_handle=handle, size_bytes=LAYOUT.size_bytes, device=0, offset_bytes=offset),
+            "bf16")
+    release_cuda_ipc(counter)  # the daemon unregistered "dst"
+    for layer in range(LAYOUT.num_layers):
+        start = LAYOUT.tensor_offset(layer, 0)
+        k = region[start:start + LAYOUT.tensor_bytes].view(torch.bfloat16).view(LAYOUT.tensor_shape)
+        assert torch.equal(k, expected[layer])
+    assert not allocation[:lead].any()  # nothing before the region was touched
