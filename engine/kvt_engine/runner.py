@@ -63,6 +63,7 @@ class RunOptions:
     kvtd_flags: tuple[str, ...] = ()
     threads: int = 0
     work_dir: Optional[str] = None
+    max_seconds: float = 0.0  # stop starting prompts after this long (0: no limit); the result says so
 
 
 def _ms(t: Optional[float], t0: float) -> Optional[float]:
@@ -125,7 +126,14 @@ class EngineRun:
                 dump_dir.mkdir(parents=True, exist_ok=True)
             kvtctl = _find_kvtctl(kvtd, o.kvtctl)
             records = []
+            loop_start = time.monotonic()
+            stopped_early = False
             for pi, prompt in enumerate(prompts):
+                if o.max_seconds and pi and time.monotonic() - loop_start > o.max_seconds:
+                    stopped_early = True
+                    log.warning("time budget of %.0f s spent: %d of %d prompts run", o.max_seconds, pi,
+                                len(prompts))
+                    break
                 with_ppl = o.ppl_prompts < 0 or pi < o.ppl_prompts
                 want_dump = (dump_dir is not None and (o.dump_prompts < 0 or pi < o.dump_prompts))
                 need_anchor = with_ppl and o.anchor_ppl and kvtctl is not None and any(
@@ -157,7 +165,8 @@ class EngineRun:
                 "config": {
                     "model": gm.name, "model_path": o.model_path, "device": o.device,
                     "prompt_tokens": o.prompt_tokens, "kv_tokens": o.prompt_tokens - 1, "new_tokens": o.new_tokens,
-                    "schemes": list(o.schemes), "rate_gbps": o.rate_gbps, "prompts": len(prompts),
+                    "schemes": list(o.schemes), "rate_gbps": o.rate_gbps, "prompts": len(records),
+                    "prompts_asked": len(prompts), "stopped_early": stopped_early,
                     "heldout_tokens": o.heldout_tokens, "draft_cap": o.draft_cap, "decode_dtype": o.decode_dtype,
                     "prefill_dtype": prefill_dtype, "block_tokens": o.block_tokens,
                     "sampling": dataclasses.asdict(o.sampling), "layers": cfg.num_layers,
@@ -182,7 +191,7 @@ class EngineRun:
         p: PrefillResult = self._prefill.receive(o.deadline_s + 60)
         return job_record(scheme, d, p, t0)
 
-    def _anchor_ppl(self, kvtctl: str, dump: str, prompt: Prompt, work: Path) -> Optional[float]:
+    def _anchor_ppl(self, kvtctl: str, dump: str, prompt: Prompt, work: Path) -> Optional[dict[str, Any]]:
         prefix = str(work / "roundtrip")
         cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--in", dump, "--out-prefix", prefix]
         r = subprocess.run(cmd, capture_output=True, text=True)

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -57,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
     a = p.parse_args(argv)
     gm = read_gguf(model_files.find_model(a.model))
     tok, cfg = Tokenizer(gm.tokenizer), gm.config
-    prompts = make_prompts(tok, a.prompts, a.prompt_tokens, 0, root=a.docs and __import__("pathlib").Path(a.docs))
+    prompts = make_prompts(tok, a.prompts, a.prompt_tokens, 0, root=Path(a.docs) if a.docs else None)
     positions = a.prompt_tokens + a.new_tokens + 16
     blocks = positions // 16 + 2
     cache = PagedKvCache.allocate(cfg.num_layers, blocks, 16, cfg.num_kv_heads, cfg.head_dim, device=a.device)
