@@ -106,6 +106,7 @@ class Llama:
         if start + n > self.max_positions:
             raise ValueError(f"position {start + n} beyond the model's {self.max_positions}")
         x = self.embed.index_select(0, ids)
+        block_table = block_table.to(self.device)  # once: a host table would cost a copy per layer
         slots = cache.slots(block_table, start, n)
         for i in range(self.cfg.num_layers):
             x = self._layer(i, x, start, cache, block_table, slots, on_layer_kv)
