@@ -1,6 +1,8 @@
 """Every RPC of kvt.Client against one real kvtd: what it accepts, what it refuses and with which exception."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any, Callable, Iterator, Tuple
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 import kvt
-from conftest import cancel_in_flight
+from conftest import DaemonSet, cancel_in_flight
 
 LAYOUT = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=16, num_kv_heads=2, head_dim=64)
 
@@ -289,3 +291,31 @@ def test_wait_for_layer_takes_only_anchor_or_full(client: kvt.Client, region: kv
         client.wait_for_layer(ids("s"), 0, stage="half", timeout=1.0)
     with pytest.raises(kvt.InvalidArgument, match="timeout"):
         client.wait_for_layer(ids("s"), 0, timeout=0)
+
+
+def test_a_hung_daemon_makes_calls_deadline_exceeded(start_daemon: Callable[..., kvt.Daemon]) -> None:
+    daemon = start_daemon("both")
+    with kvt.Client(daemon.socket, call_timeout=0.3) as client:
+        os.kill(daemon.pid, signal.SIGSTOP)  # connected, but nobody answers
+        try:
+            start = time.monotonic()
+            with pytest.raises(kvt.DeadlineExceeded, match="Stats: "):
+                client.stats()
+            assert 0.25 <= time.monotonic() - start < 5
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert client.stats().daemon_id == "both"
+
+
+def test_requests_past_the_daemons_limit_are_resource_exhausted(module_daemons: DaemonSet,
+                                                                ids: Callable[[str], str]) -> None:
+    limited = module_daemons.start("both", name="limited", extra=["--max_requests=2"])
+    with kvt.Client(limited.socket) as client, kvt.KvCache.allocate(LAYOUT) as cache:
+        cache.register(client, ids("kv"))
+        client.expect(ids("1"), ids("kv"), [0], 16)
+        client.expect(ids("2"), ids("kv"), [1], 16)
+        with pytest.raises(kvt.ResourceExhausted):
+            client.expect(ids("3"), ids("kv"), [2], 16)
+        client.cancel(ids("1"))
+        client.expect(ids("3"), ids("kv"), [2], 16)  # a finished request frees its place
+        cancel_in_flight(client)
