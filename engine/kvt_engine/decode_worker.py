@@ -157,13 +157,18 @@ class DecodeWorker(EngineWorker):
             raise RuntimeError("one request at a time")
         positions = job.num_tokens + max(job.new_tokens, job.draft_cap) + 2 + job.slack_tokens
         table = self.blocks.take(self.cache.blocks_for(positions))
-        self._job, self._table = job, table
         kv_blocks = table[:self.cache.blocks_for(job.num_tokens)].tolist()
-        self._t0 = time.monotonic()
-        self.client.expect(job.request_id, self.opts.region_id, kv_blocks, job.num_tokens, deadline=job.deadline_s)
+        t0 = time.monotonic()
+        try:
+            self.client.expect(job.request_id, self.opts.region_id, kv_blocks, job.num_tokens,
+                               deadline=job.deadline_s)
+        except BaseException:
+            self.blocks.give_back(table)
+            raise
+        self._job, self._table, self._t0 = job, table, t0
         self._watcher = _Watcher(self.client, job.request_id, self.cfg.num_layers, job.deadline_s)
         self._watcher.start()
-        return self._t0
+        return t0
 
     def generate(self) -> DecodeResult:
         """Generates job.new_tokens tokens (see the module docstring), then the untimed checks."""
@@ -172,6 +177,13 @@ class DecodeWorker(EngineWorker):
             raise RuntimeError("expect() first")
         try:
             return self._generate(job, table, w)
+        except BaseException:
+            # Ends the transfer on both daemons (the watcher then sees FAILED) before the blocks are reused.
+            try:
+                self.client.cancel(job.request_id)
+            except Exception as e:  # noqa: BLE001 - already finished, or the daemon is gone
+                log.warning("cancel %s: %s", job.request_id, e)
+            raise
         finally:
             w.join(job.deadline_s)
             self.blocks.give_back(table)

@@ -62,5 +62,12 @@ class PrefillWorker(EngineWorker):
             if job.dump_path:
                 np.save(job.dump_path, self.cache.dump_dense(table, n))
             return PrefillResult(started, offered, computed, done, events)
+        except BaseException:
+            if offered:  # the daemons know the request: end it on both sides, so the decode side stops waiting
+                try:
+                    self.client.cancel(job.request_id)
+                except Exception as e:  # noqa: BLE001 - already finished, or the daemon is gone
+                    log.warning("cancel %s: %s", job.request_id, e)
+            raise
         finally:
             self.blocks.give_back(table)
