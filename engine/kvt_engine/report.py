@@ -52,9 +52,9 @@ def table(result: dict[str, Any]) -> str:
 
 
 def timeline(result: dict[str, Any], width: int = 72) -> str:
-    """One row per scheme of the first prompt: '.' waiting for KV, 'd' drafting on anchor KV, '_' idle at
-    the draft cap, 'V' the verification pass, '=' decoding on final KV; 'A' every layer anchor-ready, 'F'
-    every layer full-ready (on their own row)."""
+    """One row per scheme of the first prompt: '.' waiting for KV, 'd' drafting on anchor KV, '_' drafts done
+    (the cap or --new-tokens reached) and waiting for full precision, 'V' the verification pass, '=' decoding on
+    final KV; 'A' every layer anchor-ready, 'F' every layer full-ready (on their own row)."""
     rec = result["prompts"][0]["schemes"]
     end = max(max(r["final_ms"][-1] or 0, r["full_ready_ms"] or 0) for r in rec.values()) * 1.02 or 1.0
     scale = width / end
@@ -86,6 +86,6 @@ def timeline(result: dict[str, Any], width: int = 72) -> str:
                 marks[c] = ch
         out.append(f"{s:<8} |{''.join(row)}|")
         out.append(f"{'':<8} |{''.join(marks)}|")
-    out.append("'.' waiting for KV  'd' drafts on anchor KV  '_' waiting at the draft cap  'V' verification  "
+    out.append("'.' waiting for KV  'd' drafts on anchor KV  '_' drafts done, waiting for full  'V' verification  "
                "'=' decoding  A/F every layer anchor/full-ready")
     return "\n".join(out)
