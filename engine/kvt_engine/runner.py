@@ -70,6 +70,16 @@ def _ms(t: Optional[float], t0: float) -> Optional[float]:
     return None if t is None else round(1e3 * (t - t0), 3)
 
 
+def chunk_kib_for(rate_gbps: float) -> int:
+    """kvtd's data-plane chunk for a link rate: at most ~5 ms of the link (16..512 KiB). An anchor that becomes
+    ready waits for the chunk on the wire, and while anchors queue the scheduler still promotes one residual
+    chunk per second (transport/lane_scheduler.h): at 5 Mbit/s the default 512 KiB chunk is 0.84 s of link,
+    which would hand the residual almost half of it while the prefill is still producing anchors."""
+    if rate_gbps <= 0:
+        return 512
+    return max(16, min(512, int(rate_gbps * 1e9 / 8 * 0.005 / 1024)))
+
+
 def _find_kvtctl(kvtd: str, given: Optional[str]) -> Optional[str]:
     for cand in [given, str(Path(kvtd).with_name("kvtctl"))]:
         if cand and os.access(cand, os.X_OK):
@@ -100,6 +110,8 @@ class EngineRun:
             work.mkdir(parents=True, exist_ok=True)
             kvtd = kvt.find_kvtd(o.kvtd)
             flags = list(o.kvtd_flags)
+            if not any(f.startswith("--chunk_kib") for f in flags):
+                flags.append(f"--chunk_kib={chunk_kib_for(o.rate_gbps)}")
             decode_d = stack.enter_context(kvt.Daemon.start(kvtd, role="decode", work_dir=str(work),
                                                             extra_flags=flags))
             prefill_d = stack.enter_context(kvt.Daemon.start(kvtd, role="prefill", work_dir=str(work),
@@ -168,7 +180,7 @@ class EngineRun:
                     "schemes": list(o.schemes), "rate_gbps": o.rate_gbps, "prompts": len(records),
                     "prompts_asked": len(prompts), "stopped_early": stopped_early,
                     "heldout_tokens": o.heldout_tokens, "draft_cap": o.draft_cap, "decode_dtype": o.decode_dtype,
-                    "prefill_dtype": prefill_dtype, "block_tokens": o.block_tokens,
+                    "prefill_dtype": prefill_dtype, "block_tokens": o.block_tokens, "kvtd_flags": flags,
                     "sampling": dataclasses.asdict(o.sampling), "layers": cfg.num_layers,
                     "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "cores": os.cpu_count(),
                 },
@@ -299,9 +311,9 @@ def summarize(records: list[dict[str, Any]], schemes: list[str]) -> dict[str, An
         row["progressive"] = progressive
         if progressive:
             row["acceptance"] = round(row["accepted"] / row["drafted"], 4) if row["drafted"] else None
-            flags = [r.get("identical_to_full") for r in rs]
-            row["identical_to_full"] = all(f is True for f in flags) if all(f is not None for f in flags) else None
-            row["identical_prompts"] = sum(1 for f in flags if f is True)
+            ident = [r.get("identical_to_full") for r in rs]
+            row["identical_to_full"] = all(f is True for f in ident) if all(f is not None for f in ident) else None
+            row["identical_prompts"] = sum(1 for f in ident if f is True)
         agree = [r["agreement_with_bf16"] for r in rs if "agreement_with_bf16" in r]
         if agree:
             row["agreement_with_bf16"] = round(sum(agree) / len(agree), 4)
