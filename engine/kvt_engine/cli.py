@@ -94,6 +94,10 @@ def run_main(argv: Sequence[str]) -> int:
     else:
         print(table(result))
         print()
+        print(table1(result))
+        print()
+        print(criteria(result))
+        print()
         print(timeline(result))
     return 0
 
@@ -149,7 +153,7 @@ def fetch_main(argv: Sequence[str]) -> int:
 
 def report_main(argv: Sequence[str]) -> int:
     """Prints the table and timeline of a result written with --out or --json."""
-    from kvt_engine.report import table, timeline
+    from kvt_engine.report import criteria, table, table1, timeline
 
     p = argparse.ArgumentParser(prog="kvt engine report")
     p.add_argument("json_file")
@@ -157,6 +161,10 @@ def report_main(argv: Sequence[str]) -> int:
     with open(a.json_file) as f:
         result = json.load(f)
     print(table(result))
+    print()
+    print(table1(result))
+    print()
+    print(criteria(result))
     print()
     print(timeline(result))
     return 0
