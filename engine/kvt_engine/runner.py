@@ -152,7 +152,7 @@ class EngineRun:
                     is_progressive(s) for s in o.schemes)
                 dump = None
                 if want_dump:
-                    dump = str(dump_dir / f"kv_{pi:02d}_{Path(prompt.name).name.split('.')[0]}.npy")
+                    dump = str(dump_dir / f"kv_{pi:02d}_{_stem(prompt.name)}.npy")
                 elif need_anchor:
                     dump = str(work / f"kv_{pi:02d}.npy")
                 per_scheme = {}
@@ -191,7 +191,7 @@ class EngineRun:
     def _job(self, prompt: Prompt, scheme: str, new_tokens: int, heldout: Optional[list[int]],
              dump: Optional[str], check_full: bool) -> dict[str, Any]:
         o = self.opts
-        rid = f"{Path(prompt.name).name.split('.')[0]}-{scheme}-{uuid.uuid4().hex[:8]}"
+        rid = f"{_stem(prompt.name)}-{scheme}-{uuid.uuid4().hex[:8]}"
         djob = DecodeJob(request_id=rid, num_tokens=len(prompt.ids) - 1, last_prompt_token=prompt.ids[-1],
                          scheme=scheme, new_tokens=new_tokens, draft_cap=o.draft_cap, sampling=o.sampling,
                          # Sampled outputs are compared by distribution (tests/test_speculative.py), not token by
@@ -219,6 +219,11 @@ class EngineRun:
             for f in work.glob("roundtrip.*.npy"):
                 f.unlink()
         return {"nll": nll, "count": n, "ppl": math.exp(nll / n)}
+
+
+def _stem(doc: str) -> str:
+    """'whatsnew/2.0.rst.txt' -> 'whatsnew-2.0' (file names, request ids)."""
+    return doc.removesuffix(".rst.txt").replace("/", "-")
 
 
 def _brief(r: dict[str, Any]) -> str:
