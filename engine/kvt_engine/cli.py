@@ -23,6 +23,17 @@ from kvt_engine.generation import SamplingOptions
 log = logging.getLogger("kvt_engine")
 
 
+def print_text(result: dict) -> None:
+    """What `./kvt engine` prints without --json: the table, the rows beside Lynx Table 1, issue 34's criteria
+    (when lynx, int4 and int8 ran) and the first prompt's timeline."""
+    from kvt_engine.report import criteria, table, table1, timeline
+
+    for part in (table(result), table1(result), criteria(result), timeline(result)):
+        if part:
+            print(part)
+            print()
+
+
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvt engine", description="prefill and decode workers beside two kvtd, "
                                 "per scheme: TTFT, TT32T, drafts, agreement and perplexity")
@@ -65,7 +76,6 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def run_main(argv: Sequence[str]) -> int:
-    from kvt_engine.report import table, timeline
     from kvt_engine.runner import EngineRun, RunOptions
 
     a = _run_parser().parse_args(argv)
@@ -92,13 +102,7 @@ def run_main(argv: Sequence[str]) -> int:
     if a.json:
         print(doc)
     else:
-        print(table(result))
-        print()
-        print(table1(result))
-        print()
-        print(criteria(result))
-        print()
-        print(timeline(result))
+        print_text(result)
     return 0
 
 
@@ -153,20 +157,11 @@ def fetch_main(argv: Sequence[str]) -> int:
 
 def report_main(argv: Sequence[str]) -> int:
     """Prints the table and timeline of a result written with --out or --json."""
-    from kvt_engine.report import criteria, table, table1, timeline
-
     p = argparse.ArgumentParser(prog="kvt engine report")
     p.add_argument("json_file")
     a = p.parse_args(argv)
     with open(a.json_file) as f:
-        result = json.load(f)
-    print(table(result))
-    print()
-    print(table1(result))
-    print()
-    print(criteria(result))
-    print()
-    print(timeline(result))
+        print_text(json.load(f))
     return 0
 
 

@@ -231,7 +231,7 @@ def _brief(r: dict[str, Any]) -> str:
     if r.get("tt32t_ms") is not None:
         s += f", tt32t {r['tt32t_ms']:.0f} ms"
     if r["progressive"]:
-        s += f", drafts {r['accepted']}/{r['drafted']}, identical_to_full {r['identical_to_full']}"
+        s += f", drafts {r['accepted']}/{r['drafted']}, identical_to_full {r.get('identical_to_full', 'n/a')}"
     return s
 
 
