@@ -108,7 +108,8 @@ def table1(result: dict[str, Any]) -> str:
         if mine_bf16 and mine_bf16["tt32t_ms"] and r["tt32t_ms"]:
             rel_tt32t = r["tt32t_ms"] / mine_bf16["tt32t_ms"]
         lines.append(f"{s:<6} | {ttft:>20.1f} {tt32t:>8.1f} {acc:>8} | {_f(r['ttft_ms'], 0):>13} "
-                     f"{_f(r['tt32t_ms'], 0):>9} {_f(r['heldout_ppl'], 2):>7} {_f(r.get('agreement_with_bf16'), 3):>6} | "
+                     f"{_f(r['tt32t_ms'], 0):>9} {_f(r['heldout_ppl'], 2):>7} "
+                     f"{_f(r.get('agreement_with_bf16'), 3):>6} | "
                      f"{ttft / 4.4:>15.2f} {_f(rel_ttft, 2):>5} | {tt32t / 5.9:>16.2f} {_f(rel_tt32t, 2):>5}")
     return "\n".join(lines)
 

@@ -64,7 +64,8 @@ prepare() {
 
 stage() {
   [[ -f "$DIR/part1/model.part1" ]] || { echo "no $DIR/part1/model.part1: carry .gpu-engine/part1" >&2; exit 1; }
-  echo "part 1 of the model is here ($(du -h "$DIR/part1/model.part1" | cut -f1)); now run: tools/gpu/run_engine.sh device"
+  echo "part 1 of the model is here ($(du -h "$DIR/part1/model.part1" | cut -f1))."
+  echo "now, at once: tools/gpu/run_engine.sh device (carry .gpu-engine/part2)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 }
 
@@ -72,7 +73,8 @@ device() {
   local out="${OUT:-$DIR/out}" work=/tmp/kvt-engine
   mkdir -p "$out" "$work"
   if [[ ! -f "$DIR/part1/model.part1" ]]; then
-    echo "error: $DIR/part1/model.part1 is missing: this machine did not run 'stage' (it was given back in between)." >&2
+    echo "error: $DIR/part1/model.part1 is missing: this machine did not run 'stage'" \
+      "(it was given back in between)." >&2
     echo "make the two calls again, the second at once after the first (see the top of this script)." >&2
     exit 3
   fi
@@ -90,7 +92,9 @@ device() {
   {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
     echo "cores: $(nproc)"
-    python3 -c 'import torch, grpc, google.protobuf as pb, tokenizers, gguf, kvt; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "grpc", grpc.__version__, "protobuf", pb.__version__, "tokenizers", tokenizers.__version__)'
+    python3 -c 'import torch, grpc, google.protobuf as pb, tokenizers, gguf, kvt
+print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "grpc", grpc.__version__,
+      "protobuf", pb.__version__, "tokenizers", tokenizers.__version__)' || echo "error: an import failed (above)"
   } 2>&1 | tee "$out/device.txt"
   local py=(python3 -m kvt_engine.cli) dev="${KVT_ENGINE_DEVICE:-cuda:0}" rc=0
   # 1. The sweep: 20+ prompts of 8000 tokens (+ 64 generated or 128 held-out ones stay inside SmolLM2's 8192-token
