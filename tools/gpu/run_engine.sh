@@ -103,7 +103,7 @@ print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "grpc", grp
   # shellcheck disable=SC2086
   "${py[@]}" --model "$work/model.gguf" --kvtd "$work/bin/kvtd" --kvtctl "$work/bin/kvtctl" --docs "$work/_sources" \
     --device "$dev" --prompt-tokens 8000 --new-tokens 64 --schemes bf16,int8,int4,lynx --rate-gbps "$RATE_GBPS" \
-    --prompts 24 --heldout-tokens 128 --ppl-prompts 4 --dump-kv "$work/dumps" --dump-prompts 3 --max-seconds 240 \
+    --prompts 24 --heldout-tokens 128 --ppl-prompts 4 --dump-kv "$work/dumps" --dump-prompts 3 --max-seconds 300 \
     --out "$out/engine.json" -v ${KVT_ENGINE_ARGS:-} > "$out/engine.txt" 2> "$work/engine.log" || rc=1
   tail -n 60 "$work/engine.log" > "$out/engine-log-tail.txt"
   cat "$out/engine.txt" "$out/engine-log-tail.txt"
