@@ -209,7 +209,7 @@ def test_offer_without_expect_fails_at_its_deadline(pair: Pair, ids: Callable[[s
         src.register(pair.prefill_client, ids("src"))
         pair.prefill_client.offer(ids("lonely"), ids("src"), [0], 16, [0], decode_daemon=pair.decode.peer_address,
                                   deadline=0.5)
-        with pytest.raises(kvt.DeadlineExceeded, match="no Expect"):
+        with pytest.raises(kvt.DeadlineExceeded):  # "no Expect ... in time", or its OpenTransfer call timing out
             pair.prefill_client.wait_for_layer(ids("lonely"), 0, timeout=10.0)
 
 
