@@ -1,0 +1,96 @@
+"""Drafting on perturbed ("anchor") KV and verifying on the exact KV reproduces, token for token, plain
+decoding on the exact KV; injected drafts are accepted up to the first wrong one, which is corrected."""
+from __future__ import annotations
+
+import torch
+
+from kvt_engine.generation import SamplingOptions, SequenceDecoder
+from kvt_engine.model import Llama
+from kvt_engine.paged_cache import PagedKvCache
+
+PROMPT = [5, 17, 42, 8, 64, 3, 29, 77, 11, 50, 21, 9]
+
+
+def _setup(tiny, dtype=torch.float64):
+    cfg, w = tiny
+    model = Llama(cfg, w, dtype=dtype)
+    cache = PagedKvCache.allocate(cfg.num_layers, 16, 4, cfg.num_kv_heads, cfg.head_dim)
+    table = torch.randperm(16, generator=torch.Generator().manual_seed(5))
+    model.prefill(PROMPT[:-1], cache, table)
+    return model, cache, table
+
+
+def _monolithic(tiny, n: int) -> list[int]:
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    for _ in range(n):
+        dec.step()
+    return dec.token_ids
+
+
+def _perturb_prompt_kv(cache: PagedKvCache, table: torch.Tensor, length: int, scale: float, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    saved = []
+    for layer in range(cache.num_layers):
+        k, v = cache.gather(layer, table, length)
+        saved.append((k.clone(), v.clone()))
+        cache.write(layer, table, 0, k.float() + scale * torch.randn(k.shape, generator=g),
+                    v.float() + scale * torch.randn(v.shape, generator=g))
+    return saved
+
+
+def _restore(cache: PagedKvCache, table: torch.Tensor, saved) -> None:
+    for layer, (k, v) in enumerate(saved):
+        cache.write(layer, table, 0, k, v)
+
+
+def test_drafts_on_perturbed_kv_then_verification_equal_plain_decoding(tiny):
+    n = 12
+    want = _monolithic(tiny, n)
+    for scale, seed in [(0.05, 0), (0.5, 1), (3.0, 2)]:  # from mostly accepted to mostly rejected
+        model, cache, table = _setup(tiny)
+        saved = _perturb_prompt_kv(cache, table, len(PROMPT) - 1, scale, seed)
+        dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+        for _ in range(7):
+            dec.draft()
+        _restore(cache, table, saved)  # "FULL_READY": the exact values overwrite the anchor ones in place
+        dec.verify()
+        while len(dec.tokens) < n:
+            dec.step()
+        assert dec.token_ids[:n] == want, (scale, dec.verifications)
+
+
+def test_injected_drafts_are_accepted_up_to_the_first_wrong_one(tiny):
+    want = _monolithic(tiny, 8)
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    wrong = (want[2] + 1) % 97
+    dec.inject_drafts([want[0], want[1], wrong, want[3]])
+    verdict = dec.verify()
+    assert (verdict.accepted, verdict.next_token) == (2, want[2])
+    assert [t.was_draft for t in dec.tokens] == [True, True, False]
+    while len(dec.tokens) < 8:
+        dec.step()
+    assert dec.token_ids == want
+
+
+def test_all_drafts_right_gives_a_bonus_token_and_verification_can_repeat(tiny):
+    want = _monolithic(tiny, 9)
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    dec.inject_drafts(want[:3])
+    assert dec.verify().accepted == 3
+    dec.inject_drafts(want[4:6])
+    assert dec.verify().accepted == 2
+    dec.step()
+    assert dec.token_ids == want[:len(dec.tokens)] and len(dec.tokens) == 8
+
+
+def test_sampling_mode_verifies_its_own_drafts(tiny):
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1],
+                          sampling=SamplingOptions(greedy=False, temperature=1.0, seed=3))
+    for _ in range(4):
+        dec.draft()
+    v = dec.verify()  # same KV for drafts and target: p == q, so every draft is accepted
+    assert v.accepted == 4 and len(dec.tokens) == 5
