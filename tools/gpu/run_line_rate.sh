@@ -14,7 +14,7 @@
 # KVT_LR_RUNS ("gpu:8192 host:8192 gpu:32768:int8,lynx": path, tokens and schemes of each sweep, in order), or
 # KVT_LR_TOKENS (default 8192; several, comma-separated) x KVT_LR_PATHS (default "gpu host"), KVT_LR_RATES (default
 # 10,25,50,0), KVT_LR_SCHEMES (default int8,int4,lynx), KVT_LR_ARGS (more demo
-# flags), KVT_LR_TESTS=1 (prepare and run the GPU codec's tests too). kvtd and kvtctl of an earlier build copied by hand to
+# flags), KVT_LR_DEMO_TIMEOUT (seconds a sweep may take), KVT_LR_TESTS=1 (prepare and run the GPU codec's tests too). kvtd and kvtctl of an earlier build copied by hand to
 # .gpu-lr-stage/base/ run first, in the same lease, so before and after compare. tools/gpu/line_rate_summary.py
 # prints the tables from the JSON files.
 set -euo pipefail
@@ -45,8 +45,12 @@ demo() {
   local tag="$name-$path-$tokens" gpu_flag=""
   [ "$path" = gpu ] && gpu_flag="--gpu=0"
   echo "== $(date +%T) $tag: kvtctl demo $gpu_flag --tokens=$tokens --rate-gbps=${KVT_LR_RATES:-10,25,50,0}"
+  # KVT_LR_DEMO_TIMEOUT: seconds one sweep may take (0 = no limit), so that a long last sweep cannot keep the
+  # others' results from coming back.
+  local limit=()
+  [ "${KVT_LR_DEMO_TIMEOUT:-0}" -gt 0 ] && limit=(timeout "${KVT_LR_DEMO_TIMEOUT}")
   # shellcheck disable=SC2086
-  "$bin/kvtctl" demo --kvtd="$bin/kvtd" $gpu_flag --tokens="$tokens" --warmup-tokens="$tokens" \
+  "${limit[@]}" "$bin/kvtctl" demo --kvtd="$bin/kvtd" $gpu_flag --tokens="$tokens" --warmup-tokens="$tokens" \
     --rate-gbps="${KVT_LR_RATES:-10,25,50,0}" --schemes="${KVT_LR_SCHEMES:-int8,int4,lynx}" --eval-layers=2 \
     --verify --json --svg="$out/$tag.svg" ${KVT_LR_ARGS:-} >"$out/$tag.json" 2>"$out/$tag.err" || {
     echo "FAILED: $tag"
