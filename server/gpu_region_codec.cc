@@ -177,7 +177,7 @@ class GpuRegionCodec final : public RegionCodec {
     }
     WorkerPool* workers = options_.workers;
     const codec::gpu::PageLoop seal_loop = [workers](size_t n, const std::function<void(size_t)>& fn) {
-      workers->ParallelFor(n, fn);
+      workers->ParallelFor(n, fn, kMaxGpuPageHelpers);
     };
     std::vector<std::vector<absl::Span<const uint8_t>>> streams(pages.size());
     size_t at = 0;
@@ -246,7 +246,7 @@ class GpuRegionCodec final : public RegionCodec {
                                              urgent));
     WorkerPool* workers = options_.workers;
     const codec::gpu::PageLoop check_loop = [workers](size_t count, const std::function<void(size_t)>& fn) {
-      workers->ParallelFor(count, fn);
+      workers->ParallelFor(count, fn, kMaxGpuPageHelpers);
     };
     return codec::gpu::DecodeHostContainersCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
                                                     View(region_, first.layer, first.kind), ids,

@@ -18,6 +18,9 @@ namespace kvt::server {
 inline constexpr int kMaxGpuSlots = 8;
 // The most pages one GPU decode batch takes: a layer's K or V of up to 16k tokens at 256-token pages.
 inline constexpr size_t kMaxGpuDecodeBatch = 64;
+// Codec threads that help seal an encoded group or check a decode batch (a page's CRCs take ~20 us): enough to
+// finish a layer in a fraction of a millisecond, few enough not to take the cores the data plane's threads run on.
+inline constexpr size_t kMaxGpuPageHelpers = 8;
 
 // Whether the GPU path can carry `plan` for a region of `layout`: every page starts on an engine block boundary
 // (the kernels read and write whole blocks) and the scheme has a kernel (spike reserving has none yet). The

@@ -50,7 +50,7 @@ class HostBufferPool {
   virtual ~HostBufferPool() = default;
 
   // A buffer of at least `bytes` (> 0) of `memory`, reused when a kept one of the same kind holds at least that
-  // and at most 1.5 times as much, else newly allocated (sizes rounded up to 2 MiB, so that a request's layers share
+  // and at most 4 times as much (the smallest such), else newly allocated (sizes rounded up to 2 MiB, so that a request's layers share
   // buffers). Never fails for lack of a GPU: pinned falls back to pageable. The buffer goes back to the pool when
   // the last reference is dropped.
   virtual std::shared_ptr<HostBuffer> Acquire(size_t bytes, HostMemory memory) = 0;

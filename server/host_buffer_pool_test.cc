@@ -29,7 +29,7 @@ TEST(HostBufferPool, AReleasedBufferServesTheNextRequestOfASimilarSize) {
   std::shared_ptr<HostBuffer> again = pool->Acquire(4 * kMiB, HostMemory::kPageable);
   EXPECT_EQ(again->data(), first);
   EXPECT_EQ(pool->stats().reused, 1u);
-  // Far smaller than a kept buffer (more than 1.5 times as large): a new one, not half a buffer wasted.
+  // Far smaller than a kept buffer (more than 4 times as large): a new one, not most of a buffer wasted.
   std::shared_ptr<HostBuffer> small = pool->Acquire(1, HostMemory::kPageable);
   EXPECT_NE(small->data(), first);
   EXPECT_EQ(pool->stats().reused, 1u);

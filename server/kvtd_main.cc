@@ -36,7 +36,7 @@ ABSL_FLAG(std::string, ucx_tls, "tcp", "UCX transports for the data plane (UCX_T
 ABSL_FLAG(std::string, ucx_net_devices, "", "UCX network devices (\"\" = all)");
 ABSL_FLAG(int, ucx_workers, 0,
           "UCX workers (each with a progress thread) a peer link stripes its chunks over, 1..16 (0 = a quarter of "
-          "the cores, 1 to 8)");
+          "the cores, 1 to 4)");
 ABSL_FLAG(uint32_t, chunk_kib, 512, "data-plane chunk size in KiB (bounds how long an anchor waits)");
 ABSL_FLAG(int, codec_threads, 0, "threads encoding and decoding pages (0 = one per core)");
 ABSL_FLAG(int64_t, staging_mib, 4096,

@@ -22,10 +22,11 @@
 namespace kvt::server {
 namespace {
 
-// Layers of one request encoding at once: enough that the encoder runs well ahead of a fast link (one layer at a
-// time left the GPU path encode-bound at ~7 GB/s on an H200; docs/BENCHMARKS.md, "Line rate"), few enough that
-// concurrent requests share the GPU slots and codec threads.
-constexpr size_t kEncodeAhead = 4;
+// Layers of one request encoding at once: enough that the encoder runs ahead of a fast link (one layer at a time
+// left the GPU path encode-bound at ~7 GB/s on an H200; four at once encoded 602 MB in 54 ms instead of 84-99, but
+// their burst of codec work coincided with lynx's anchors losing ~30 ms against their link time at 10 Gbit/s;
+// docs/BENCHMARKS.md, "Line rate"), few enough that concurrent requests share the GPU slots and codec threads.
+constexpr size_t kEncodeAhead = 2;
 
 absl::Status CheckReadyLayers(const std::vector<uint32_t>& ready_layers, uint32_t num_layers) {
   for (uint32_t l : ready_layers) {

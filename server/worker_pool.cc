@@ -1,5 +1,6 @@
 #include "server/worker_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
@@ -48,7 +49,7 @@ void WorkerPool::Run() {
   }
 }
 
-void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn, size_t max_helpers) {
   if (n == 0) return;
   // Shared by the helpers; the caller waits for `done` to reach n before `state` can go.
   struct State {
@@ -68,7 +69,7 @@ void WorkerPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
       state->done += finished;
     }
   };
-  const size_t helpers = std::min(n - 1, threads_.size());
+  const size_t helpers = std::min({n - 1, threads_.size(), max_helpers});
   for (size_t h = 0; h < helpers; ++h) Submit(work);
   work();
   // Helpers that start after every index is taken touch only `state`, never `fn`.

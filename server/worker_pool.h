@@ -39,8 +39,10 @@ class WorkerPool {
 
   // Runs fn(0) .. fn(n - 1) on the workers (high priority) and the calling thread; returns when all have
   // returned. Indices are handed out in increasing order, so early indices finish first (what a pipelined sender
-  // wants). May be called from a worker.
-  void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+  // wants). At most `max_helpers` workers join the caller: short per-index work (a page's CRC) gains nothing from
+  // waking every worker, and a burst of wake-ups takes cores from the data plane's threads. May be called from a
+  // worker.
+  void ParallelFor(size_t n, const std::function<void(size_t)>& fn, size_t max_helpers = ~size_t{0});
 
   int size() const { return static_cast<int>(threads_.size()); }
   // Tasks queued and not yet started.

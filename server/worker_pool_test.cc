@@ -64,6 +64,10 @@ TEST(WorkerPool, ParallelForRunsEveryIndexOnceAlsoFromInsideAWorker) {
   pool.ParallelFor(6, [&](size_t) { pool.ParallelFor(50, [&](size_t) { inner.fetch_add(1); }); });
   EXPECT_EQ(inner.load(), 300);
   pool.ParallelFor(0, [&](size_t) { ADD_FAILURE() << "no index to run"; });
+  // With at most one helper, every index still runs once.
+  std::vector<std::atomic<int>> capped(300);
+  pool.ParallelFor(capped.size(), [&](size_t i) { capped[i].fetch_add(1); }, /*max_helpers=*/1);
+  for (size_t i = 0; i < capped.size(); ++i) ASSERT_EQ(capped[i].load(), 1) << i;
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 namespace kvt::transport {
 
-int DefaultUcxWorkers(int cores) { return std::clamp(cores / 4, 1, 8); }
+int DefaultUcxWorkers(int cores) { return std::clamp(cores / 4, 1, 4); }
 
 absl::StatusOr<Options> ValidateOptions(Options o) {
   const int64_t wire_chunk = int64_t{o.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);

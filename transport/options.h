@@ -58,10 +58,10 @@ struct Options {
   const Clock* clock = nullptr;
 };
 
-// The UCX workers a transport uses when not told (kvtd --ucx_workers=0): a quarter of `cores`, 1 to 8. One worker's
-// copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX workers"): four moved
-// 9-12 GB/s over tcp on a 64-core H200 host, below a 100 Gbit/s link, so hosts of 32 cores and more get 8. The rest
-// of the cores go to the engine, checksum and codec threads.
+// The UCX workers a transport uses when not told (kvtd --ucx_workers=0): a quarter of `cores`, 1 to 4. One worker's
+// copies bound a link to about one core's copy rate (docs/BENCHMARKS.md, "Striping over UCX workers"). Eight were
+// tried on a 64-core H200 host and moved less over tcp on loopback than four (48-56 against 73-99 Gbit/s;
+// docs/BENCHMARKS.md, "Line rate"). The rest of the cores go to the engine, checksum and codec threads.
 int DefaultUcxWorkers(int cores);
 
 // Checks the options and fills defaults (burst, clock). INVALID_ARGUMENT names the bad field.

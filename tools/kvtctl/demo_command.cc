@@ -243,7 +243,7 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("schemes", &schemes, "comma-separated schemes (int8 is the baseline of the ratios)");
   flags.Int("eval-layers", &o.eval_layers, "layers the attention vNMSE is measured on");
   flags.String("ucx-tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
-  flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..8)");
+  flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..4)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
   flags.Int("gpu", &o.gpu, "CUDA device for the KV caches (-1 = host shared memory)");
   flags.Bool("verify", &o.verify, "check the decode blocks bit for bit against the codec's own decode");
