@@ -32,12 +32,23 @@ absl::Status CheckHostPort(const std::string& value, const char* field) {
   return absl::OkStatus();
 }
 
-// The side a Watch or Cancel means: the one asked for, else decode if it knows the request, else prefill.
-std::shared_ptr<RequestRecord> FindRecord(RequestBook* book, v1::Side side, const std::string& id) {
-  if (side == v1::SIDE_PREFILL) return book->Find(Side::kPrefill, id);
-  if (side == v1::SIDE_DECODE) return book->Find(Side::kDecode, id);
-  std::shared_ptr<RequestRecord> r = book->Find(Side::kDecode, id);
-  return r != nullptr ? r : book->Find(Side::kPrefill, id);
+// The request a Watch or Profile names, on the side it means: the one asked for, else decode if it knows the
+// request, else prefill. INVALID_ARGUMENT for a malformed id, NOT_FOUND for one neither side knows.
+absl::StatusOr<std::shared_ptr<RequestRecord>> FindRecord(RequestBook* book, v1::Side side, const std::string& id) {
+  KVT_RETURN_IF_ERROR(ValidateId(id, "request_id", kMaxRequestIdBytes));
+  std::shared_ptr<RequestRecord> r;
+  if (side == v1::SIDE_PREFILL) {
+    r = book->Find(Side::kPrefill, id);
+  } else if (side == v1::SIDE_DECODE) {
+    r = book->Find(Side::kDecode, id);
+  } else {
+    r = book->Find(Side::kDecode, id);
+    if (r == nullptr) r = book->Find(Side::kPrefill, id);
+  }
+  if (r == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no request \"", id, "\" on this daemon (live or recently finished)"));
+  }
+  return r;
 }
 
 }  // namespace
@@ -129,13 +140,10 @@ grpc::Status ClientService::Expect(grpc::ServerContext*, const v1::ExpectRequest
 
 grpc::Status ClientService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* request,
                                   grpc::ServerWriter<v1::TransferEvent>* writer) {
-  absl::Status valid = ValidateId(request->request_id(), "request_id", kMaxRequestIdBytes);
-  if (!valid.ok()) return ToGrpcStatus(valid);
-  std::shared_ptr<RequestRecord> record = FindRecord(context_->book, request->side(), request->request_id());
-  if (record == nullptr) {
-    return ToGrpcStatus(absl::NotFoundError(
-        absl::StrCat("no request \"", request->request_id(), "\" on this daemon (live or recently finished)")));
-  }
+  absl::StatusOr<std::shared_ptr<RequestRecord>> found =
+      FindRecord(context_->book, request->side(), request->request_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  const std::shared_ptr<RequestRecord> record = *std::move(found);
   size_t next = 0;
   while (true) {
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
@@ -209,13 +217,10 @@ grpc::Status ClientService::Stats(grpc::ServerContext*, const v1::StatsRequest* 
 
 grpc::Status ClientService::Profile(grpc::ServerContext*, const v1::ProfileRequest* request,
                                     v1::ProfileResponse* response) {
-  absl::Status valid = ValidateId(request->request_id(), "request_id", kMaxRequestIdBytes);
-  if (!valid.ok()) return ToGrpcStatus(valid);
-  std::shared_ptr<RequestRecord> record = FindRecord(context_->book, request->side(), request->request_id());
-  if (record == nullptr) {
-    return ToGrpcStatus(absl::NotFoundError(
-        absl::StrCat("no request \"", request->request_id(), "\" on this daemon (live or recently finished)")));
-  }
+  absl::StatusOr<std::shared_ptr<RequestRecord>> found =
+      FindRecord(context_->book, request->side(), request->request_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  const std::shared_ptr<RequestRecord> record = *std::move(found);
   response->set_request_id(record->request_id);
   response->set_side(record->side == Side::kPrefill ? v1::SIDE_PREFILL : v1::SIDE_DECODE);
   response->set_finished(record->events.finished());

@@ -179,10 +179,7 @@ class DecodeWorker(EngineWorker):
             return self._generate(job, table, w)
         except BaseException:
             # Ends the transfer on both daemons (the watcher then sees FAILED) before the blocks are reused.
-            try:
-                self.client.cancel(job.request_id)
-            except Exception as e:  # noqa: BLE001 - already finished, or the daemon is gone
-                log.warning("cancel %s: %s", job.request_id, e)
+            self.cancel_quietly(job.request_id)
             raise
         finally:
             w.join(job.deadline_s)

@@ -67,6 +67,14 @@ class EngineWorker:
                  time.monotonic() - t0, opts.compute_dtype, opts.device, opts.num_blocks, opts.block_tokens,
                  layout.size_bytes / 2**20)
 
+    def cancel_quietly(self, request_id: str) -> None:
+        """Ends `request_id` on both daemons after a failure here, so the other side stops waiting; a request that
+        already finished, or a daemon that is gone, is logged and otherwise ignored."""
+        try:
+            self.client.cancel(request_id)
+        except Exception as e:  # noqa: BLE001 - already finished, or the daemon is gone
+            log.warning("cancel %s: %s", request_id, e)
+
     def info(self) -> dict[str, Any]:
         return {"pid": __import__("os").getpid(), "device": str(self.device), "dtype": self.opts.compute_dtype}
 

@@ -64,10 +64,7 @@ class PrefillWorker(EngineWorker):
             return PrefillResult(started, offered, computed, done, events)
         except BaseException:
             if offered:  # the daemons know the request: end it on both sides, so the decode side stops waiting
-                try:
-                    self.client.cancel(job.request_id)
-                except Exception as e:  # noqa: BLE001 - already finished, or the daemon is gone
-                    log.warning("cancel %s: %s", job.request_id, e)
+                self.cancel_quietly(job.request_id)
             raise
         finally:
             self.blocks.give_back(table)
