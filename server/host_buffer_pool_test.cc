@@ -47,7 +47,9 @@ TEST(HostBufferPool, KindsAreKeptApartAndPinnedFallsBackToPageableWithoutAGpu) {
   // A pageable request never gets a pinned buffer's memory, nor the reverse (unless pinning fell back).
   std::shared_ptr<HostBuffer> pageable = pool->Acquire(kMiB, HostMemory::kPageable);
   EXPECT_FALSE(pageable->pinned());
-  if (really_pinned) EXPECT_NE(pageable->data(), p);
+  if (really_pinned) {
+    EXPECT_NE(pageable->data(), p);
+  }
 }
 
 TEST(HostBufferPool, BuffersBeyondTheCapAreFreedNotKept) {

@@ -54,7 +54,9 @@ TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
     // (With ticks, a share may still be null: the kernel's idle counter can step back, and then it is unknown.)
     EXPECT_EQ(r["host_cpu_steal"].is_number(), r["host_cpu_busy"].is_number()) << name;
     for (const char* share : {"host_cpu_steal", "host_cpu_busy"}) {
-      if (!ticked) EXPECT_TRUE(r[share].is_null()) << name << " " << share;
+      if (!ticked) {
+        EXPECT_TRUE(r[share].is_null()) << name << " " << share;
+      }
       if (r[share].is_number()) {
         EXPECT_TRUE(ticked) << name << " " << share;
         EXPECT_GE(r[share].get<double>(), 0.0) << name << " " << share;
@@ -138,7 +140,9 @@ TEST(DemoTest, ARateSweepRunsEverySchemeAtEveryRateAndMeasuresTheDataPlaneAlone)
   // One verdict per rate with both int8 and lynx; only a rated link is judged.
   ASSERT_EQ(doc["verdicts"].size(), 2u);
   for (const auto& v : doc["verdicts"]) {
-    if (v["rate_gbps"].get<double>() == 0) EXPECT_FALSE(v["judged"].get<bool>());
+    if (v["rate_gbps"].get<double>() == 0) {
+      EXPECT_FALSE(v["judged"].get<bool>());
+    }
   }
 }
 

@@ -11,6 +11,10 @@ set -euo pipefail
 suite="$1"
 shift
 py="${KVT_PYTHON:-/usr/bin/python3}"
+if [[ -z "${KVT_PYTHON:-}" ]]; then
+  echo "note: KVT_PYTHON is not set, so this runs Debian's /usr/bin/python3; './kvt test' passes its venv (with the" \
+    "engine's gguf and tokenizers), or add --test_env=KVT_PYTHON=\$HOME/.cache/kvt/venv/bin/python" >&2
+fi
 runfiles="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 checkout="${TEST_TMPDIR}/checkout"
 rm -rf "${checkout}"
