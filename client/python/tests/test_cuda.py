@@ -45,9 +45,12 @@ def test_ipc_handle_offsets_count_the_tensors_place_in_its_allocation() -> None:
 
 
 def transfer(start_daemon: Callable[..., kvt.Daemon], src: kvt.KvCache,
-             register_dst: Callable[[kvt.Client], None], scheme: str) -> None:
+             register_dst: Callable[[kvt.Client], None], scheme: str,
+             dst: kvt.KvCache | None = None) -> None:
     """Registers `src` as "src" on a prefill daemon and, through `register_dst`, "dst" on a decode daemon, then
-    moves every block of src into the same blocks of dst."""
+    moves every block of src into the same blocks of dst, and unregisters both while their clients are open:
+    through `dst` when it is a KvCache (which must know it is unregistered, or its close would try again through
+    a closed client), else through the decode daemon's client."""
     prefill, decode = start_daemon("prefill"), start_daemon("decode")
     with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc:
         try:
@@ -62,14 +65,17 @@ def transfer(start_daemon: Callable[..., kvt.Daemon], src: kvt.KvCache,
         events = list(dc.watch("g", timeout=60.0))
         assert events[-1].kind is kvt.EventKind.DONE, events
         src.close()  # unregisters, then hands the memory back to torch
-        dc.unregister_region("dst")
+        if dst is not None:
+            dst.unregister()
+        else:
+            dc.unregister_region("dst")
 
 
 def test_a_bf16_transfer_between_cuda_caches_is_lossless(start_daemon: Callable[..., kvt.Daemon]) -> None:
     with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT, device="cuda:0") as dst:
         fill(src, seed=1)
         expected = [src.k(l).cpu() for l in range(LAYOUT.num_layers)]
-        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "bf16")
+        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "bf16", dst=dst)
         for layer in range(LAYOUT.num_layers):
             assert torch.equal(dst.k(layer).cpu(), expected[layer])
 
@@ -78,7 +84,7 @@ def test_a_lynx_transfer_from_cuda_into_a_host_cache_is_close(start_daemon: Call
     with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT) as dst:
         fill(src, seed=2)
         expected = [src.v(l).float().cpu().numpy() for l in range(LAYOUT.num_layers)]
-        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "lynx")
+        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "lynx", dst=dst)
         for layer in range(LAYOUT.num_layers):
             got = dst.v(layer).float().numpy()
             assert np.abs(got - expected[layer]).max() <= 0.05 * np.abs(expected[layer]).max()
