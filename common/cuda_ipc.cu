@@ -51,8 +51,10 @@ absl::StatusOr<std::string> ExportCudaIpcHandle(void* device_ptr, int device) {
   absl::Status s = UseCudaDevice(device);
   if (!s.ok()) return s;
   cudaIpcMemHandle_t handle;
-  s = FromCuda(cudaIpcGetMemHandle(&handle, device_ptr), "cudaIpcGetMemHandle");
-  if (!s.ok()) return s;
+  // A new Status rather than an assignment: nvcc's front end warns (#2810-D) on assigning a [[nodiscard]] type.
+  if (absl::Status got = FromCuda(cudaIpcGetMemHandle(&handle, device_ptr), "cudaIpcGetMemHandle"); !got.ok()) {
+    return got;
+  }
   static_assert(sizeof(handle) == kCudaIpcHandleBytes, "cudaIpcMemHandle_t changed size");
   return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
 }
@@ -100,8 +102,11 @@ absl::StatusOr<std::unique_ptr<IpcMapping>> IpcMapping::Open(const std::string& 
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
   void* ptr = nullptr;
-  s = FromCuda(cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
-  if (!s.ok()) return s;
+  if (absl::Status opened =
+          FromCuda(cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+      !opened.ok()) {
+    return opened;
+  }
   auto mapping = std::unique_ptr<IpcMapping>(new IpcMapping(ptr, offset_bytes, size_bytes, device));
   if (const std::optional<uint64_t> allocation = AllocationBytes(ptr);
       allocation.has_value() && offset_bytes + size_bytes > *allocation) {

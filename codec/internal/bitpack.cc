@@ -1,5 +1,12 @@
 #include "codec/internal/bitpack.h"
 
+// GCC 12's own AVX-512 headers trip -Wmaybe-uninitialized on _mm512_cvtepi16_epi8 (its _mm256_undefined_si256()
+// initialises a variable with itself, on purpose): a false positive inside the compiler's header. Silenced for
+// this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,6 +1,14 @@
 // AVX-512 searches of the exact-extremes rule (lynx_extremes.h): 64 prefixes (or 128 nibbles) of a chunk's rows
 // per vector, a chunk's rows folded into "seen once" / "seen again" masks and the last matching row. Channels past
 // the last full vector run the portable loops. Compiled for the target with function attributes.
+
+// GCC 12's own AVX-512 header trips -Wmaybe-uninitialized on every inlined _mm512_castsi512_si256 (its
+// _mm256_undefined_pd() initialises a variable with itself, on purpose): a false positive inside the compiler's
+// header that printed ~18 warnings into every first build. Silenced for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <immintrin.h>
 
 #include <cstddef>
