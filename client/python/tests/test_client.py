@@ -293,10 +293,29 @@ def test_wait_for_layer_takes_only_anchor_or_full(client: kvt.Client, region: kv
         client.wait_for_layer(ids("s"), 0, timeout=0)
 
 
+def stop_process(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOPs `pid` and returns once every one of its threads is stopped: kill() only queues the signal, and a
+    thread already running may answer one more call before it stops."""
+    os.kill(pid, signal.SIGSTOP)
+    give_up = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that exited meanwhile
+                pass
+        if states and all(s in ("T", "t") for s in states):
+            return
+        assert time.monotonic() < give_up, f"process {pid} did not stop within {timeout} s: thread states {states}"
+        time.sleep(0.001)
+
+
 def test_a_hung_daemon_makes_calls_deadline_exceeded(start_daemon: Callable[..., kvt.Daemon]) -> None:
     daemon = start_daemon("both")
     with kvt.Client(daemon.socket, call_timeout=0.3) as client:
-        os.kill(daemon.pid, signal.SIGSTOP)  # connected, but nobody answers
+        stop_process(daemon.pid)  # connected, but nobody answers
         try:
             start = time.monotonic()
             with pytest.raises(kvt.DeadlineExceeded, match="Stats: "):
