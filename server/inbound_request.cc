@@ -104,15 +104,15 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   codec_options.source_head_begin = src.head_begin;
   codec_options.source_heads = src.num_kv_heads;
   std::unique_ptr<RegionCodec> codec = MakeRegionCodec(*region_, codec_options);
-  std::vector<LayerState> layers(plan.layers.size());
-  for (size_t l = 0; l < plan.layers.size(); ++l) {
-    for (const PlannedPage& p : plan.layers[l]) {
+  planned_ = std::move(plan.layers);
+  std::vector<LayerState> layers(planned_.size());
+  for (size_t l = 0; l < planned_.size(); ++l) {
+    for (const PlannedPage& p : planned_[l]) {
       PageState state;
-      state.plan = p;
-      layers[l].pages.push_back(std::move(state));
+      state.plan = &p;
+      layers[l].pages.push_back(state);
     }
   }
-  planned_ = std::move(plan.layers);
   scheme_ = open.scheme;
   max_batch_ = codec->max_decode_batch();
   codec_ = std::move(codec);
@@ -174,7 +174,7 @@ void InboundRequest::OnChunk(uint32_t layer, const transport::ReceivedChunk& chu
     PageState& page = ls.pages[h.page];
     page.streams_complete |= 1u << h.stage;
     int available = 0;
-    while (available < static_cast<int>(page.plan.stream_bytes.size()) && (page.streams_complete >> available & 1u)) {
+    while (available < static_cast<int>(page.plan->stream_bytes.size()) && (page.streams_complete >> available & 1u)) {
       ++available;
     }
     if (available > page.stages_available) page.decodable_since = now;
@@ -187,7 +187,7 @@ void InboundRequest::OnChunk(uint32_t layer, const transport::ReceivedChunk& chu
       page.decode_scheduled = true;
       task = [self, layer, p = h.page] { self->DecodePageTask(layer, p); };
     } else {
-      const uint32_t kind = page.plan.spec.kind;
+      const uint32_t kind = page.plan->spec.kind;
       // One drain at a time per layer and kind, plus a high-priority one when a first decode lands behind a
       // low-priority drain still queued (that one would make it wait behind every other high task).
       const bool needed = ls.drains[kind] == 0 || (priority == TaskPriority::kHigh && !ls.high_drain_queued[kind]);
@@ -219,8 +219,8 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
       stages = page.stages_available;
       inbox = layers_[layer].inbox;
       container = inbox->container(page_index);
-      spec = page.plan.spec;
-      full = stages == static_cast<int>(page.plan.stream_bytes.size());
+      spec = page.plan->spec;
+      full = stages == static_cast<int>(page.plan->stream_bytes.size());
       decodable_since = page.decodable_since;
     }
   }
@@ -288,23 +288,23 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind, TaskPriority queue
     if (!finished_ && status_.ok()) {
       // Pages still without their anchor go first: they are what the engine waits on.
       fresh = std::any_of(ls.pages.begin(), ls.pages.end(), [kind](const PageState& page) {
-        return page.plan.spec.kind == kind && !page.decode_scheduled && page.stages_decoded == 0 &&
+        return page.plan->spec.kind == kind && !page.decode_scheduled && page.stages_decoded == 0 &&
                page.stages_available > 0;
       });
       inbox = ls.inbox;
       for (uint32_t i = 0; i < ls.pages.size() && batch.size() < max_batch_; ++i) {
         PageState& page = ls.pages[i];
-        if (page.plan.spec.kind != kind || page.decode_scheduled || page.stages_available <= page.stages_decoded ||
+        if (page.plan->spec.kind != kind || page.decode_scheduled || page.stages_available <= page.stages_decoded ||
             (page.stages_decoded == 0) != fresh) {
           continue;
         }
         if (stages == 0) stages = page.stages_available;
         // One page length a launch (a request's last page may be shorter) and one stage count.
-        if (page.stages_available != stages || (!specs.empty() && page.plan.spec.tokens != specs[0].tokens)) continue;
+        if (page.stages_available != stages || (!specs.empty() && page.plan->spec.tokens != specs[0].tokens)) continue;
         page.decode_scheduled = true;
         oldest = std::min(oldest, page.decodable_since);
         batch.push_back(i);
-        specs.push_back(page.plan.spec);
+        specs.push_back(page.plan->spec);
         containers.push_back(inbox->container(i));
         bytes += containers.back().size();
       }
@@ -347,7 +347,7 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind, TaskPriority queue
     }
     if (s.ok() && !done && !finished_ && status_.ok()) {
       for (const PageState& page : ls.pages) {
-        if (page.plan.spec.kind != kind || page.decode_scheduled || page.stages_available <= page.stages_decoded) {
+        if (page.plan->spec.kind != kind || page.decode_scheduled || page.stages_available <= page.stages_decoded) {
           continue;
         }
         more = true;
@@ -375,7 +375,7 @@ void InboundRequest::DrainTask(uint32_t layer, uint32_t kind, TaskPriority queue
 bool InboundRequest::PageDecodedLocked(uint32_t layer, uint32_t page_index, int stages) {
   LayerState& ls = layers_[layer];
   PageState& page = ls.pages[page_index];
-  const int full = static_cast<int>(page.plan.stream_bytes.size());
+  const int full = static_cast<int>(page.plan->stream_bytes.size());
   bool done = false;
   if (page.stages_decoded == 0 && ++ls.pages_anchor == ls.pages.size()) {
     record_->events.Add(EventKind::kAnchorReady, layer);

@@ -97,7 +97,7 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
 
  private:
   struct PageState {
-    PlannedPage plan;
+    const PlannedPage* plan = nullptr;  // into planned_
     uint32_t streams_complete = 0;  // bit s: stream s landed whole
     int stages_available = 0;       // leading complete streams
     int stages_decoded = 0;         // what the engine's blocks hold
@@ -154,7 +154,7 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
   codec::Scheme scheme_;
   std::unique_ptr<RegionCodec> codec_;
   size_t max_batch_ = 1;
-  std::vector<std::vector<PlannedPage>> planned_;  // per layer, for ExpectLayers' inboxes
+  std::vector<std::vector<PlannedPage>> planned_;  // per layer: the pages' plans, for their states and the inboxes
   std::string source_address_;
   uint64_t first_transfer_id_ = 0;
   absl::Time opened_at_;
