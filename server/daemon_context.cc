@@ -18,6 +18,10 @@ void FinishRecord(DaemonContext& context, RequestRecord& record, const absl::Sta
   context.book->Retire(record);
 }
 
+WorkerPool* CodecWorkers(const DaemonContext& context, bool on_device) {
+  return on_device && context.device_workers != nullptr ? context.device_workers : context.workers;
+}
+
 void RecordStage(DaemonContext& context, RequestRecord& record, Stage stage, absl::Time begin, absl::Time end,
                  uint64_t bytes, bool metrics) {
   record.profile.Add(stage, begin, end, bytes);

@@ -39,6 +39,10 @@ struct DaemonContext {
 // logs a failure, appends DONE or FAILED to its events and moves it to the book's finished list.
 void FinishRecord(DaemonContext& context, RequestRecord& record, const absl::Status& status);
 
+// The pool a codec task runs on: the device workers for a codec that holds a GPU slot while it runs (`on_device`),
+// so that codec threads never wait for one; the codec workers otherwise.
+WorkerPool* CodecWorkers(const DaemonContext& context, bool on_device);
+
 // Records one run of a pipeline stage of `record` over [begin, end] that moved `bytes`: in its profile, and in the
 // daemon's stage metrics unless `metrics` is false (per-chunk arrivals go to the profile only).
 void RecordStage(DaemonContext& context, RequestRecord& record, Stage stage, absl::Time begin, absl::Time end,

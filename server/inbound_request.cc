@@ -155,9 +155,7 @@ absl::Status InboundRequest::ExpectLayers(uint64_t link_group) {
   return absl::OkStatus();
 }
 
-WorkerPool* InboundRequest::DecodeWorkers() const {
-  return codec_->on_device() && context_->device_workers != nullptr ? context_->device_workers : context_->workers;
-}
+WorkerPool* InboundRequest::DecodeWorkers() const { return CodecWorkers(*context_, codec_->on_device()); }
 
 void InboundRequest::OnChunk(uint32_t layer, const transport::ReceivedChunk& chunk) {
   const transport::ChunkHeader& h = chunk.header();

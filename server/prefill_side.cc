@@ -224,9 +224,7 @@ class PrefillSide::OutboundRequest {
     auto job = std::make_shared<EncodeJob>();
     job->layer = layer;
     // A GPU encode holds a slot while it runs (and may wait for one): on the device workers, never a codec thread.
-    WorkerPool* pool = codec_->on_device() && context_->device_workers != nullptr ? context_->device_workers
-                                                                                  : context_->workers;
-    pool->Submit([this, job] {
+    CodecWorkers(*context_, codec_->on_device())->Submit([this, job] {
       const std::vector<PlannedPage>& planned = plan_.layers[job->layer];
       job->start = absl::Now();
       job->result = codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens);
