@@ -86,17 +86,15 @@ class Pool final : public HostBufferPool, public std::enable_shared_from_this<Po
         taken = std::move(*best);
         free.erase(best);
         stats_.kept_bytes -= taken->size();
+        stats_.leased_bytes += taken->size();
         ++stats_.reused;
       }
     }
     if (taken == nullptr) {
-      taken = Allocation::Make(bytes, memory);
+      taken = Allocation::Make(bytes, memory);  // outside the lock: pinning waits for the device
       if (taken == nullptr) return nullptr;
       kvt::MutexLock lock(&mu_);
       stats_.allocated_bytes += taken->size();
-    }
-    {
-      kvt::MutexLock lock(&mu_);
       stats_.leased_bytes += taken->size();
     }
     // The deleter holds the pool, so a buffer can come back after its owner dropped the pool.
