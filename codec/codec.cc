@@ -92,8 +92,8 @@ absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const Codec
 
   ContainerLayout layout = PageLayoutFor(scheme, options, page.tokens, page.channels);
   if (out.size() < layout.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the container needs ", layout.total_bytes, " bytes, ",
-                                                   out.size(), " were given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the container needs ", layout.total_bytes, " bytes, ", out.size(), " were given"));
   }
   std::array<uint8_t*, kMaxStreams> streams{};
   for (int i = 0; i < scheme.num_streams(); ++i) {

@@ -31,9 +31,9 @@ class IpcMapping {
  public:
   // Maps the allocation `handle` names and exposes its bytes [offset_bytes, offset_bytes + size_bytes).
   // INVALID_ARGUMENT for a handle that is not kCudaIpcHandleBytes long, size 0, an offset that is not a multiple of
-  // kCudaIpcOffsetAlignment, or a range that overflows or does not fit in the allocation; FAILED_PRECONDITION when this process has no such device (or no GPU at all); the
-  // runtime's error for a handle it cannot open (e.g. one exported by this same process, which CUDA does not
-  // allow).
+  // kCudaIpcOffsetAlignment, or a range that overflows or does not fit in the allocation; FAILED_PRECONDITION when this
+  // process has no such device (or no GPU at all); the runtime's error for a handle it cannot open (e.g. one exported
+  // by this same process, which CUDA does not allow).
   static absl::StatusOr<std::unique_ptr<IpcMapping>> Open(const std::string& handle, uint64_t size_bytes, int device,
                                                           uint64_t offset_bytes = 0);
   ~IpcMapping();

@@ -16,11 +16,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/statusor.h"
 #include "absl/random/random.h"
-#include "common/mutex.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "codec/scheme.h"
+#include "common/mutex.h"
 #include "server/daemon_context.h"
 #include "server/inbound_request.h"
 

@@ -157,9 +157,8 @@ class GpuRegionCodec final : public RegionCodec {
  public:
   GpuRegionCodec(const Region& region, const RegionCodecOptions& options) : region_(region), options_(options) {}
 
-  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids,
-                                           absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
-                                           int chunk_tokens) override {
+  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const PlannedPage> pages,
+                                           const codec::Scheme& scheme, int chunk_tokens) override {
     KVT_RETURN_IF_ERROR(UseCudaDevice(region_.device()));
     codec::CodecOptions options;
     options.chunk_tokens = chunk_tokens;
@@ -187,9 +186,10 @@ class GpuRegionCodec final : public RegionCodec {
       const codec::ContainerLayout shape =
           codec::PageLayoutFor(scheme, options, static_cast<int>(tokens), view.channels());
       const int n = static_cast<int>(members.size());
-      KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(
-                                               region_.device(), [&](const auto& staging) { return staging.Fits(shape, n); },
-                                               /*urgent=*/true));
+      KVT_ASSIGN_OR_RETURN(SlotLease slot,
+                           GpuSlots::Get().Acquire(
+                               region_.device(), [&](const auto& staging) { return staging.Fits(shape, n); },
+                               /*urgent=*/true));
       std::vector<int32_t> ids;
       for (size_t i : members) {
         const std::vector<int32_t> page_ids = PageBlocks(region_.layout(), block_ids, pages[i].spec);
@@ -198,9 +198,8 @@ class GpuRegionCodec final : public RegionCodec {
       const size_t need = members.size() * pages[members[0]].total_bytes();
       codec::gpu::HostContainers out(absl::MakeSpan(buffer->data() + at, need), buffer->pinned());
       at += need;
-      KVT_RETURN_IF_ERROR(codec::gpu::EncodePagesCudaInto(slot->staging, out, scheme, options, view,
-                                                          static_cast<int>(tokens), ids, slot->stream->get(),
-                                                          seal_loop));
+      KVT_RETURN_IF_ERROR(codec::gpu::EncodePagesCudaInto(
+          slot->staging, out, scheme, options, view, static_cast<int>(tokens), ids, slot->stream->get(), seal_loop));
       if (out.num_pages() != n) {
         return absl::InternalError(absl::StrFormat("GPU encode returned %d pages for %d", out.num_pages(), n));
       }
@@ -217,8 +216,7 @@ class GpuRegionCodec final : public RegionCodec {
   size_t max_decode_batch() const override { return kMaxGpuDecodeBatch; }
 
   absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const PageSpec> pages,
-                           absl::Span<const absl::Span<const uint8_t>> containers, int stages,
-                           bool urgent) override {
+                           absl::Span<const absl::Span<const uint8_t>> containers, int stages, bool urgent) override {
     if (pages.empty() || pages.size() != containers.size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("a GPU decode batch needs one container per page (%d pages, %d containers)", pages.size(),
@@ -240,17 +238,17 @@ class GpuRegionCodec final : public RegionCodec {
     // A slot already staging this shape, if one is free (a bad header is the codec's to report).
     const absl::StatusOr<codec::ContainerLayout> shape = codec::ParseContainerHeader(containers[0]);
     const int n = static_cast<int>(pages.size());
-    KVT_ASSIGN_OR_RETURN(SlotLease slot, GpuSlots::Get().Acquire(
-                                             region_.device(),
-                                             [&](const auto& staging) { return shape.ok() && staging.FitsUpTo(*shape, n); },
-                                             urgent));
+    KVT_ASSIGN_OR_RETURN(
+        SlotLease slot,
+        GpuSlots::Get().Acquire(
+            region_.device(), [&](const auto& staging) { return shape.ok() && staging.FitsUpTo(*shape, n); }, urgent));
     WorkerPool* workers = options_.workers;
     const codec::gpu::PageLoop check_loop = [workers](size_t count, const std::function<void(size_t)>& fn) {
       workers->ParallelFor(count, fn, kMaxGpuPageHelpers);
     };
     return codec::gpu::DecodeHostContainersCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
-                                                    View(region_, first.layer, first.kind), ids,
-                                                    slot->stream->get(), check_loop);
+                                                    View(region_, first.layer, first.kind), ids, slot->stream->get(),
+                                                    check_loop);
   }
 
  private:

@@ -25,7 +25,8 @@ class Allocation final : public HostBuffer {
   static std::unique_ptr<Allocation> Make(size_t bytes, HostMemory memory) {
     auto a = std::unique_ptr<Allocation>(new Allocation());
     if (memory == HostMemory::kPinned) {
-      absl::StatusOr<std::unique_ptr<codec::gpu::PinnedHostBuffer>> pinned = codec::gpu::PinnedHostBuffer::Create(bytes);
+      absl::StatusOr<std::unique_ptr<codec::gpu::PinnedHostBuffer>> pinned =
+          codec::gpu::PinnedHostBuffer::Create(bytes);
       if (pinned.ok()) {
         a->pinned_ = *std::move(pinned);
         a->data_ = a->pinned_->data();
@@ -148,7 +149,7 @@ class Pool final : public HostBufferPool, public std::enable_shared_from_this<Po
   const HostBufferPoolOptions options_;
   mutable kvt::Mutex mu_;
   std::vector<std::unique_ptr<Allocation>> free_[2] ABSL_GUARDED_BY(mu_);  // [pageable, pinned]
-  std::vector<std::unique_ptr<Allocation>> to_free_ ABSL_GUARDED_BY(mu_);   // for the reaper
+  std::vector<std::unique_ptr<Allocation>> to_free_ ABSL_GUARDED_BY(mu_);  // for the reaper
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   HostBufferPoolStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread reaper_;

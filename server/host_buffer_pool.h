@@ -37,11 +37,11 @@ struct HostBufferPoolOptions {
 };
 
 struct HostBufferPoolStats {
-  uint64_t acquired = 0;     // Acquire calls
-  uint64_t reused = 0;       // of them served by a kept buffer
+  uint64_t acquired = 0;         // Acquire calls
+  uint64_t reused = 0;           // of them served by a kept buffer
   uint64_t allocated_bytes = 0;  // bytes newly allocated (pinned or pageable) since the pool was made
-  size_t kept_bytes = 0;     // held for reuse now
-  size_t leased_bytes = 0;   // lent out now
+  size_t kept_bytes = 0;         // held for reuse now
+  size_t leased_bytes = 0;       // lent out now
 };
 
 class HostBufferPool {
@@ -50,9 +50,9 @@ class HostBufferPool {
   virtual ~HostBufferPool() = default;
 
   // A buffer of at least `bytes` (> 0) of `memory`, reused when a kept one of the same kind holds at least that
-  // and at most 4 times as much (the smallest such), else newly allocated (sizes rounded up to 2 MiB, so that a request's layers share
-  // buffers). Never fails for lack of a GPU: pinned falls back to pageable. The buffer goes back to the pool when
-  // the last reference is dropped.
+  // and at most 4 times as much (the smallest such), else newly allocated (sizes rounded up to 2 MiB, so that a
+  // request's layers share buffers). Never fails for lack of a GPU: pinned falls back to pageable. The buffer goes back
+  // to the pool when the last reference is dropped.
   virtual std::shared_ptr<HostBuffer> Acquire(size_t bytes, HostMemory memory) = 0;
 
   virtual HostBufferPoolStats stats() const = 0;

@@ -14,9 +14,8 @@ class HostRegionCodec final : public RegionCodec {
  public:
   HostRegionCodec(const Region& region, const RegionCodecOptions& options) : region_(region), options_(options) {}
 
-  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids,
-                                           absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
-                                           int chunk_tokens) override {
+  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const PlannedPage> pages,
+                                           const codec::Scheme& scheme, int chunk_tokens) override {
     std::vector<size_t> offset(pages.size() + 1, 0);
     for (size_t i = 0; i < pages.size(); ++i) offset[i + 1] = offset[i] + pages[i].total_bytes();
     std::shared_ptr<HostBuffer> buffer = options_.buffers->Acquire(offset.back(), HostMemory::kPageable);
@@ -42,9 +41,9 @@ class HostRegionCodec final : public RegionCodec {
         s = encoded.status();
       }
       if (!s.ok()) {
-        statuses[i] = absl::Status(s.code(), absl::StrFormat("layer %d %s page at token %d: %s", spec.layer,
-                                                             spec.kind == 0 ? "K" : "V", spec.first_token,
-                                                             s.message()));
+        statuses[i] =
+            absl::Status(s.code(), absl::StrFormat("layer %d %s page at token %d: %s", spec.layer,
+                                                   spec.kind == 0 ? "K" : "V", spec.first_token, s.message()));
         return;
       }
       for (int k = 0; k < scheme.num_streams(); ++k) {

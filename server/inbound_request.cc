@@ -39,9 +39,9 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
         absl::StrFormat("the source sends %d tokens, Expect asked for %d", open.num_tokens, args_.num_tokens));
   }
   if (src.num_layers != dst.num_layers || src.head_dim != dst.head_dim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "layouts disagree: source has %d layers of head_dim %d, this region %d layers of head_dim %d",
-        src.num_layers, src.head_dim, dst.num_layers, dst.head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("layouts disagree: source has %d layers of head_dim %d, this region %d layers of head_dim %d",
+                        src.num_layers, src.head_dim, dst.num_layers, dst.head_dim));
   }
   if (TotalHeads(src) != TotalHeads(dst) || dst.head_begin < src.head_begin ||
       dst.head_begin + dst.num_kv_heads > src.head_begin + src.num_kv_heads) {
@@ -54,18 +54,18 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   // tokens) must not make this daemon allocate a page list the peer never sent. A plan has, per layer and kind,
   // one page per page_tokens and at most two tail pages.
   if (open.page_tokens < static_cast<uint32_t>(std::max(open.chunk_tokens, 1))) {
-    return absl::InvalidArgumentError(absl::StrFormat("page_tokens %d is below one %d-token chunk", open.page_tokens,
-                                                      open.chunk_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("page_tokens %d is below one %d-token chunk", open.page_tokens, open.chunk_tokens));
   }
   const uint64_t min_pages = uint64_t{2} * src.num_layers * (open.num_tokens / open.page_tokens);
   if (min_pages > open.pages.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the source announced %d pages, but %d layers of %d tokens in %d-token pages need at least %d",
-        open.pages.size(), src.num_layers, open.num_tokens, open.page_tokens, min_pages));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the source announced %d pages, but %d layers of %d tokens in %d-token pages need at least %d",
+                        open.pages.size(), src.num_layers, open.num_tokens, open.page_tokens, min_pages));
   }
-  KVT_ASSIGN_OR_RETURN(TransferPlan plan, MakeTransferPlan(open.scheme, open.chunk_tokens, src.num_layers,
-                                                           open.num_tokens, open.page_tokens,
-                                                           src.num_kv_heads * src.head_dim));
+  KVT_ASSIGN_OR_RETURN(TransferPlan plan,
+                       MakeTransferPlan(open.scheme, open.chunk_tokens, src.num_layers, open.num_tokens,
+                                        open.page_tokens, src.num_kv_heads * src.head_dim));
   if (plan.page_tokens != open.page_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat("page_tokens %d is not a whole number of %d-token chunks",
                                                       open.page_tokens, open.chunk_tokens));
@@ -149,8 +149,8 @@ absl::Status InboundRequest::ExpectLayers(uint64_t link_group) {
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].inbox = inboxes[l];
-    KVT_RETURN_IF_ERROR(context_->transport->Expect(first_transfer_id_ + l, inboxes[l]->Bounds(), link_group,
-                                                    inboxes[l]));
+    KVT_RETURN_IF_ERROR(
+        context_->transport->Expect(first_transfer_id_ + l, inboxes[l]->Bounds(), link_group, inboxes[l]));
   }
   return absl::OkStatus();
 }
@@ -264,8 +264,7 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
   if (publish) PublishEnd();
   if (again) {
     std::shared_ptr<InboundRequest> self = shared_from_this();
-    DecodeWorkers()->Submit([self, layer, page_index] { self->DecodePageTask(layer, page_index); },
-                            TaskPriority::kLow);
+    DecodeWorkers()->Submit([self, layer, page_index] { self->DecodePageTask(layer, page_index); }, TaskPriority::kLow);
   }
 }
 

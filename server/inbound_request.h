@@ -98,11 +98,11 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
  private:
   struct PageState {
     const PlannedPage* plan = nullptr;  // into planned_
-    uint32_t streams_complete = 0;  // bit s: stream s landed whole
-    int stages_available = 0;       // leading complete streams
-    int stages_decoded = 0;         // what the engine's blocks hold
-    bool decode_scheduled = false;  // a decode of this page is queued or running
-    absl::Time decodable_since;     // when stages_available last grew
+    uint32_t streams_complete = 0;      // bit s: stream s landed whole
+    int stages_available = 0;           // leading complete streams
+    int stages_decoded = 0;             // what the engine's blocks hold
+    bool decode_scheduled = false;      // a decode of this page is queued or running
+    absl::Time decodable_since;         // when stages_available last grew
   };
   struct LayerState {
     std::vector<PageState> pages;

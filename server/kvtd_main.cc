@@ -90,8 +90,7 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--ucx_workers must be in [0, ", kvt::transport::kMaxUcxWorkers, "]"));
   }
   o.transport.ucx_workers =
-      workers > 0 ? workers
-                  : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
+      workers > 0 ? workers : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
   o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   if (absl::GetFlag(FLAGS_host_buffer_pool_mib) < 0) {

@@ -16,9 +16,8 @@ absl::StatusOr<std::shared_ptr<LayerInbox>> LayerInbox::Create(absl::Span<const 
   }
   std::shared_ptr<HostBuffer> buffer = pool.Acquire(offset.back(), memory);
   if (buffer == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("no host memory for a %d-byte layer inbox; lower the load or --host_buffer_pool_mib",
-                        offset.back()));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "no host memory for a %d-byte layer inbox; lower the load or --host_buffer_pool_mib", offset.back()));
   }
   return std::shared_ptr<LayerInbox>(new LayerInbox(std::move(buffer), std::move(offset), std::move(stream_bytes)));
 }
@@ -28,8 +27,7 @@ std::vector<transport::StreamBounds> LayerInbox::Bounds() const {
   for (size_t p = 0; p < num_pages(); ++p) {
     uint64_t at = offset_[p];
     for (size_t s = 0; s < stream_bytes_[p].size(); ++s) {
-      bounds.push_back({static_cast<uint32_t>(p), static_cast<uint8_t>(s), stream_bytes_[p][s],
-                        buffer_->data() + at});
+      bounds.push_back({static_cast<uint32_t>(p), static_cast<uint8_t>(s), stream_bytes_[p][s], buffer_->data() + at});
       at += stream_bytes_[p][s];
     }
   }

@@ -43,7 +43,7 @@ class LayerInbox {
       : buffer_(std::move(buffer)), offset_(std::move(offset)), stream_bytes_(std::move(stream_bytes)) {}
 
   const std::shared_ptr<HostBuffer> buffer_;
-  const std::vector<size_t> offset_;  // page p's container is [offset_[p], offset_[p + 1])
+  const std::vector<size_t> offset_;                       // page p's container is [offset_[p], offset_[p + 1])
   const std::vector<std::vector<uint64_t>> stream_bytes_;  // per page, per stage
 };
 

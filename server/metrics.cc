@@ -202,9 +202,8 @@ absl::StatusOr<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Create(const Metri
   // without a lookup; the knock is only a speed-up, a miss costs the 2 s it saved).
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   in_addr parsed{};
-  metrics->knock_host_ = (host.empty() || host == "0.0.0.0" || inet_pton(AF_INET, host.c_str(), &parsed) != 1)
-                             ? "127.0.0.1"
-                             : host;
+  metrics->knock_host_ =
+      (host.empty() || host == "0.0.0.0" || inet_pton(AF_INET, host.c_str(), &parsed) != 1) ? "127.0.0.1" : host;
   return metrics;
 }
 

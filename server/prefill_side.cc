@@ -15,8 +15,8 @@
 #include "proto/kvt/v1/peer.grpc.pb.h"
 #include "server/encoded_layer.h"
 #include "server/gpu_region_codec.h"
-#include "server/region_codec.h"
 #include "server/proto_convert.h"
+#include "server/region_codec.h"
 #include "server/transfer_plan.h"
 
 namespace kvt::server {
@@ -287,8 +287,8 @@ class PrefillSide::OutboundRequest {
       for (const LayerInFlight& f : window) f.handle->Wait().IgnoreError();
     };
     const uint64_t staging_limit = static_cast<uint64_t>(context_->options->staging_bytes_per_request);
-    uint64_t staged = 0;     // bytes of layers sent and not yet acknowledged
-    uint64_t encoded = 0;    // bytes of layers being encoded (their planned size)
+    uint64_t staged = 0;   // bytes of layers sent and not yet acknowledged
+    uint64_t encoded = 0;  // bytes of layers being encoded (their planned size)
     size_t started = 0;
     for (size_t sent = 0; sent < plan_.layers.size(); ++sent) {
       // Keep up to kEncodeAhead layers encoding (one GPU slot or a share of the codec threads each), so the encoder
@@ -310,9 +310,9 @@ class PrefillSide::OutboundRequest {
       }
       std::shared_ptr<EncodeJob> job = encoding.front();
       if (!job->done.WaitForNotificationWithTimeout(deadline_ - absl::Now())) {
-        return absl::DeadlineExceededError(absl::StrFormat(
-            "request %s: deadline of %s passed while layer %d was being encoded", args_.request_id,
-            absl::FormatDuration(args_.deadline), job->layer));
+        return absl::DeadlineExceededError(
+            absl::StrFormat("request %s: deadline of %s passed while layer %d was being encoded", args_.request_id,
+                            absl::FormatDuration(args_.deadline), job->layer));
       }
       encoding.pop_front();
       encoded -= LayerBytes(job->layer);

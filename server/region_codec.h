@@ -50,12 +50,11 @@ class RegionCodec {
   // `urgent`: none of the pages' stages is in the blocks yet, which is what the engine waits for first; the codec
   // may let such a batch ahead of others (the GPU keeps slots for them).
   virtual absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const PageSpec> pages,
-                                   absl::Span<const absl::Span<const uint8_t>> containers, int stages,
-                                   bool urgent) = 0;
+                                   absl::Span<const absl::Span<const uint8_t>> containers, int stages, bool urgent) = 0;
 };
 
 struct RegionCodecOptions {
-  WorkerPool* workers = nullptr;     // the codec threads (encodes, checks)
+  WorkerPool* workers = nullptr;      // the codec threads (encodes, checks)
   HostBufferPool* buffers = nullptr;  // encoded layers
   // Decodes: the heads the pages hold, [source_head_begin, source_head_begin + source_heads) of the model; the
   // region's own heads (a sub-range of them) are written. 0 heads: the region's own.

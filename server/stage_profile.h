@@ -24,12 +24,12 @@ enum class Stage : int {
   kStagingWait,  // the request's thread waiting for room in its staging bytes (the oldest layer's acknowledgement)
   kSend,         // a layer from Send to the receiver's acknowledgement: lanes, pacing, wire, checks there
   // Decode side.
-  kRendezvous,       // Expect until the prefill daemon opened the transfer
-  kArriveAnchor,     // anchor-lane chunks landing (spans: the first to the last; busy: none)
-  kArriveResidual,   // residual-lane chunks landing
-  kDecodeQueue,      // a page decodable (its streams landed) until its decode started: workers or GPU busy
-  kDecodeAnchor,     // decoding pages from their anchor alone into the engine's blocks
-  kDecodeFull,       // decoding pages at full precision into the engine's blocks
+  kRendezvous,      // Expect until the prefill daemon opened the transfer
+  kArriveAnchor,    // anchor-lane chunks landing (spans: the first to the last; busy: none)
+  kArriveResidual,  // residual-lane chunks landing
+  kDecodeQueue,     // a page decodable (its streams landed) until its decode started: workers or GPU busy
+  kDecodeAnchor,    // decoding pages from their anchor alone into the engine's blocks
+  kDecodeFull,      // decoding pages at full precision into the engine's blocks
   kCount,
 };
 inline constexpr int kStageCount = static_cast<int>(Stage::kCount);

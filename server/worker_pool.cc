@@ -36,8 +36,7 @@ void WorkerPool::Run() {
     std::function<void()> task;
     {
       kvt::MutexLock lock(&mu_);
-      mu_.Await(
-          [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !high_.empty() || !low_.empty(); });
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !high_.empty() || !low_.empty(); });
       if (high_.empty() && low_.empty()) return;  // stopping, and everything queued has run
       // High first, unless the oldest low task has waited past the bound.
       const bool starved = !low_.empty() && absl::Now() - low_.front().since >= starvation_bound_;

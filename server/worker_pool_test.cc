@@ -66,7 +66,8 @@ TEST(WorkerPool, ParallelForRunsEveryIndexOnceAlsoFromInsideAWorker) {
   pool.ParallelFor(0, [&](size_t) { ADD_FAILURE() << "no index to run"; });
   // With at most one helper, every index still runs once.
   std::vector<std::atomic<int>> capped(300);
-  pool.ParallelFor(capped.size(), [&](size_t i) { capped[i].fetch_add(1); }, /*max_helpers=*/1);
+  pool.ParallelFor(
+      capped.size(), [&](size_t i) { capped[i].fetch_add(1); }, /*max_helpers=*/1);
   for (size_t i = 0; i < capped.size(); ++i) ASSERT_EQ(capped[i].load(), 1) << i;
 }
 

@@ -605,9 +605,8 @@ TEST_P(TransportTest, StreamsWithADestinationLandInPlaceAndTheirChunksPointThere
   uint8_t* base = memory->data();
   uint8_t* anchor_at = base + kGuard;
   uint8_t* residual_at = anchor_at + anchor.size() + kGuard;
-  const std::vector<StreamBounds> bounds = {{3, 0, anchor.size(), anchor_at},
-                                            {3, 1, residual.size(), residual_at},
-                                            {4, 0, unplaced.size(), nullptr}};
+  const std::vector<StreamBounds> bounds = {
+      {3, 0, anchor.size(), anchor_at}, {3, 1, residual.size(), residual_at}, {4, 0, unplaced.size(), nullptr}};
   std::weak_ptr<std::vector<uint8_t>> alive = memory;
   ASSERT_TRUE(receiver_->Expect(77, bounds, /*link_group=*/0, memory).ok());
   auto handle = sender_->Send(peer_, 77, {{3, 0, anchor}, {3, 1, residual}, {4, 0, unplaced}});

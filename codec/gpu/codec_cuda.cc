@@ -414,8 +414,8 @@ absl::Status DeviceEncodedPages::UploadContainers(absl::Span<const absl::Span<co
                                        meta_bytes_, rows, stream));
     for (int i = 0; i < stages; ++i) {
       const size_t at = layout_.stream_offset[i] + (i == 0 ? layout_.header_bytes + meta_bytes_ : 0);
-      KVT_RETURN_IF_ERROR(CopyToDevice2D(base_ + codes_offset_[i] + first * codes_stride_[i], codes_stride_[i],
-                                         c + at, pitch, codes_bytes_[i], rows, stream));
+      KVT_RETURN_IF_ERROR(CopyToDevice2D(base_ + codes_offset_[i] + first * codes_stride_[i], codes_stride_[i], c + at,
+                                         pitch, codes_bytes_[i], rows, stream));
     }
     first = end;
   }
@@ -617,10 +617,9 @@ absl::Status EncodeWithStagingInto(PageStaging& staging, HostContainers& out, co
 
 // DecodePagesCudaWith's work (and DecodeHostContainersCudaWith's, with `direct`: the pages uploaded straight from
 // the caller's memory, checked on `check_loop`).
-absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers,
-                               int stages, const CodecOptions& options, const PagedKvView& dst,
-                               absl::Span<const int32_t> block_ids, CudaStream stream, bool direct = false,
-                               const PageLoop& check_loop = nullptr) {
+absl::Status DecodeWithStaging(PageStaging& staging, absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                               const CodecOptions& options, const PagedKvView& dst, absl::Span<const int32_t> block_ids,
+                               CudaStream stream, bool direct = false, const PageLoop& check_loop = nullptr) {
   KVT_RETURN_IF_ERROR(options.Validate());
   if (containers.empty()) return absl::InvalidArgumentError("no containers to decode");
   KVT_ASSIGN_OR_RETURN(ContainerLayout layout, ParseContainerHeader(containers[0]));

@@ -141,9 +141,9 @@ class DeviceEncodedPages {
   // back to back (each starting where the one before ends) go as one strided DMA per stream, which is true DMA
   // when the memory is pinned. The checks run on `check_loop` (null: in order here). Does not synchronize:
   // the containers' bytes of streams [0, stages) must stay unchanged until `stream` is.
-  absl::Status UploadContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
-                                CudaStream stream, const std::function<void(size_t, const std::function<void(size_t)>&)>&
-                                                       check_loop = nullptr);
+  absl::Status UploadContainers(
+      absl::Span<const absl::Span<const uint8_t>> containers, int stages, CudaStream stream,
+      const std::function<void(size_t, const std::function<void(size_t)>&)>& check_loop = nullptr);
 
  private:
   DeviceEncodedPages() = default;

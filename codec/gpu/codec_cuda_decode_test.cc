@@ -1,10 +1,8 @@
 // The CUDA decode kernels against the CPU decode: paged decodes (NHD/HND x bf16/fp16/fp32, every stage count,
 // both anchor rules) rounded to the output dtype, kept staging, GPU-encoded pages, and errors as Status codes.
 // Every test skips (GTEST_SKIP) when no CUDA device is present.
-#include <atomic>
-#include "codec/gpu/codec_cuda.h"
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -15,13 +13,14 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "codec/gpu/codec_cuda.h"
+#include "codec/gpu/codec_cuda_test_util.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
 #include "codec/internal/float_formats.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
-#include "codec/gpu/codec_cuda_test_util.h"
 
 namespace kvt::codec::gpu {
 namespace {

@@ -74,7 +74,9 @@ TEST(DemoTest, DemoJsonReportsEverySchemeWithConsistentBytesTimesAndFidelity) {
     EXPECT_EQ(prefill["send"]["bytes"].get<double>(), r["wire_bytes"].get<double>()) << name;
     EXPECT_GT(decode["arrive_anchor"]["bytes"].get<double>(), 0) << name;
     EXPECT_LE(decode["arrive_anchor"]["first_ms"].get<double>(), decode["arrive_anchor"]["last_ms"].get<double>());
-    EXPECT_GT(decode["decode_full"]["runs"].get<int>() + decode.value("decode_anchor", nlohmann::json{{"runs", 0}})["runs"].get<int>(), 0)
+    EXPECT_GT(decode["decode_full"]["runs"].get<int>() +
+                  decode.value("decode_anchor", nlohmann::json{{"runs", 0}})["runs"].get<int>(),
+              0)
         << name;
   }
   EXPECT_EQ(run["lynx"]["stages"]["decode"]["arrive_residual"]["bytes"].get<double>() +

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/kvt/v1/peer.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/kvt/v1/peer.grpc.pb.h"
 #include "server/daemon.h"
 #include "tests/e2e/daemon_pair.h"
 

@@ -276,8 +276,7 @@ int RunProfile(const std::vector<std::string>& args, const CommandIo& io) {
   }
   const std::optional<v1::Side> side = ParseSide(side_name);
   if (!side) {
-    return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"),
-                      flags.Usage());
+    return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"), flags.Usage());
   }
   absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(socket);
   if (!client.ok()) return Failure(io, cmd, client.status());

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tools/kvtctl/daemon_process.h"
@@ -73,8 +73,8 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
       o.gpu >= 0 ? absl::StrCat("GPU ", o.gpu, " memory (CUDA IPC, CUDA kernels)") : std::string("shared memory"),
       absl::StrJoin(rates, ", "));
   out << absl::StrFormat("%-7s %-11s %9s %9s %9s %9s %11s %9s %12s %11s %9s %9s %7s\n", "Gbit/s", "scheme", "wire MB",
-                         "anchor MB", "anchor ms", "full ms", "anchor/int8", "full/int8", "vNMSE anchor",
-                         "vNMSE full", "full/link", "Gbit/s e2e", "steal%");
+                         "anchor MB", "anchor ms", "full ms", "anchor/int8", "full/int8", "vNMSE anchor", "vNMSE full",
+                         "full/link", "Gbit/s e2e", "steal%");
   for (const SchemeRun& run : r.runs) {
     const SchemeRun* int8 = r.Find("int8", run.rate_gbps);
     const double base = int8 != nullptr ? int8->full_ms : 0;
@@ -91,11 +91,11 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
     }
   }
   // Where the time went: when each stage last ran (ms since the request started on its daemon) and how busy it was.
-  out << absl::StrFormat("\n%-7s %-11s %8s %8s %8s | %8s %8s %8s %8s %8s | %8s %8s %8s\n", "", "",
-                         "prefill:", "", "", "decode:", "", "", "", "", "busy ms:", "", "");
-  out << absl::StrFormat("%-7s %-11s %8s %8s %8s | %8s %8s %8s %8s %8s | %8s %8s %8s\n", "Gbit/s", "scheme",
-                         "encode", "send", "wait", "rendez.", "anchor", "residual", "dec.anch", "dec.full", "encode",
-                         "decode", "queue");
+  out << absl::StrFormat("\n%-7s %-11s %8s %8s %8s | %8s %8s %8s %8s %8s | %8s %8s %8s\n", "", "", "prefill:", "", "",
+                         "decode:", "", "", "", "", "busy ms:", "", "");
+  out << absl::StrFormat("%-7s %-11s %8s %8s %8s | %8s %8s %8s %8s %8s | %8s %8s %8s\n", "Gbit/s", "scheme", "encode",
+                         "send", "wait", "rendez.", "anchor", "residual", "dec.anch", "dec.full", "encode", "decode",
+                         "queue");
   for (const SchemeRun& run : r.runs) {
     const v1::ProfileResponse& p = run.prefill_profile;
     const v1::ProfileResponse& d = run.decode_profile;
@@ -116,10 +116,11 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
          "Stage columns (kvtctl profile): when each stage last ended, in ms since the request started on its\n"
          "daemon (wait: the prefill daemon's time waiting for staging room); busy: summed over threads.\n";
   if (r.data_plane) {
-    out << absl::StrFormat("\ndata plane alone (kvtctl bench transport, %s, %d UCX worker(s) a side, %.0f MiB): "
-                           "%.2f Gbit/s\n",
-                           r.data_plane->transport, r.data_plane->ucx_workers, r.data_plane->bytes / 1048576.0,
-                           r.data_plane->goodput_gbps);
+    out << absl::StrFormat(
+        "\ndata plane alone (kvtctl bench transport, %s, %d UCX worker(s) a side, %.0f MiB): "
+        "%.2f Gbit/s\n",
+        r.data_plane->transport, r.data_plane->ucx_workers, r.data_plane->bytes / 1048576.0,
+        r.data_plane->goodput_gbps);
     for (const SchemeRun& run : r.runs) {
       if (run.rate_gbps > 0) continue;
       out << absl::StrFormat("  %-11s end to end %.2f Gbit/s = %.2f x the data plane alone\n", run.scheme,
@@ -128,14 +129,15 @@ void PrintTable(const DemoReport& r, std::ostream& out) {
   }
   for (const Verdict& v : Verdicts(r)) {
     if (v.rate <= 0) {
-      out << absl::StrFormat("\nlynx, unlimited rate: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x "
-                             "(no targets without a link rate)\n",
-                             v.anchor, v.full);
+      out << absl::StrFormat(
+          "\nlynx, unlimited rate: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x "
+          "(no targets without a link rate)\n",
+          v.anchor, v.full);
     } else if (v.not_judged_because.empty()) {
-      out << absl::StrFormat("\nlynx at %g Gbit/s: time-to-anchor %.2f x int8 time-to-full (target <= 0.60: %s); "
-                             "time-to-full %.2f x (target <= 1.05: %s)\n",
-                             v.rate, v.anchor, v.anchor <= 0.60 ? "met" : "MISSED", v.full,
-                             v.full <= 1.05 ? "met" : "MISSED");
+      out << absl::StrFormat(
+          "\nlynx at %g Gbit/s: time-to-anchor %.2f x int8 time-to-full (target <= 0.60: %s); "
+          "time-to-full %.2f x (target <= 1.05: %s)\n",
+          v.rate, v.anchor, v.anchor <= 0.60 ? "met" : "MISSED", v.full, v.full <= 1.05 ? "met" : "MISSED");
     } else {
       out << absl::StrFormat(
           "\nlynx at %g Gbit/s: time-to-anchor %.2f x int8 time-to-full, time-to-full %.2f x: NOT JUDGED.\n"
@@ -191,7 +193,8 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
                         {"lynx_full_over_int8_full", v.full},
                         {"judged", v.rate > 0 && v.not_judged_because.empty()},
                         {"not_judged_because", v.not_judged_because}});
-    if (!v.not_judged_because.empty()) reasons.push_back(absl::StrFormat("at %g Gbit/s: %s", v.rate, v.not_judged_because));
+    if (!v.not_judged_because.empty())
+      reasons.push_back(absl::StrFormat("at %g Gbit/s: %s", v.rate, v.not_judged_because));
   }
   nlohmann::json data_plane = nullptr;
   if (r.data_plane) {
@@ -206,11 +209,21 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
   const std::string why = r.options.rates_gbps.size() == 1 && !verdicts.empty()
                               ? verdicts[0]["not_judged_because"].get<std::string>()
                               : absl::StrJoin(reasons, "; ");
-  return {{"model", r.options.model},       {"tokens", r.options.tokens},   {"layers", r.layers},
-          {"kv_heads", r.kv_heads},         {"head_dim", r.head_dim},       {"kv_bytes_bf16", r.kv_bytes_bf16},
-          {"rates_gbps", r.options.rates_gbps}, {"transport", r.transports}, {"ucx_workers", r.ucx_workers},
-          {"gpu", r.options.gpu},           {"timeline_svg", svg},          {"not_judged_because", why},
-          {"verdicts", verdicts},           {"data_plane", data_plane},     {"runs", runs}};
+  return {{"model", r.options.model},
+          {"tokens", r.options.tokens},
+          {"layers", r.layers},
+          {"kv_heads", r.kv_heads},
+          {"head_dim", r.head_dim},
+          {"kv_bytes_bf16", r.kv_bytes_bf16},
+          {"rates_gbps", r.options.rates_gbps},
+          {"transport", r.transports},
+          {"ucx_workers", r.ucx_workers},
+          {"gpu", r.options.gpu},
+          {"timeline_svg", svg},
+          {"not_judged_because", why},
+          {"verdicts", verdicts},
+          {"data_plane", data_plane},
+          {"runs", runs}};
 }
 
 // "1,10,25,50" -> rates; INVALID_ARGUMENT naming the bad element.
@@ -284,8 +297,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
       }
       panels.push_back(std::move(panel));
     }
-    const std::string title = absl::StrFormat("kvt demo: per-layer arrival at the decode daemon, %s, %d tokens",
-                                              o.model, o.tokens);
+    const std::string title =
+        absl::StrFormat("kvt demo: per-layer arrival at the decode daemon, %s, %d tokens", o.model, o.tokens);
     if (absl::Status s = WriteTimelinePanelsSvg(svg, panels, title); !s.ok()) return Failure(io, cmd, s);
   }
   if (json) {

@@ -21,13 +21,8 @@ std::string Help() {
 
 const std::vector<CommandGroup>& CommandGroups() {
   static const auto* groups = new std::vector<CommandGroup>{
-      CodecCommandGroup(),
-      DemoCommandGroup(),
-      BenchCommandGroup(),
-      StatsCommandGroup(),
-      WatchCommandGroup(),
-      TimelineCommandGroup(),
-      ProfileCommandGroup(),
+      CodecCommandGroup(), DemoCommandGroup(),     BenchCommandGroup(),   StatsCommandGroup(),
+      WatchCommandGroup(), TimelineCommandGroup(), ProfileCommandGroup(),
   };
   return *groups;
 }

@@ -242,8 +242,9 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   report.layers = o.layers == 0 ? kv.model.layers : o.layers;
   report.kv_heads = kv.model.kv_heads;
   report.head_dim = kv.model.head_dim;
-  report.ucx_workers =
-      o.ucx_workers > 0 ? o.ucx_workers : transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
+  report.ucx_workers = o.ucx_workers > 0
+                           ? o.ucx_workers
+                           : transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
   const int channels = kv.model.channels();
   const int total_tokens = std::max(o.tokens, o.warmup_tokens);
   const uint32_t blocks = static_cast<uint32_t>((total_tokens + kBlockTokens - 1) / kBlockTokens);
@@ -331,13 +332,14 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       // The prefill side counts a layer's bytes right after handing it to the transport, which can be after the
       // decode side has it all: wait for the prefill side's end too (a finished request replays its events), so
       // the byte counters read after this call hold every layer of this run and none of it spills into the next.
-      return cluster.prefill_client->Watch(id, [](const v1::TransferEvent&) {}, absl::Minutes(1), v1::SIDE_PREFILL);
+      return cluster.prefill_client->Watch(
+          id, [](const v1::TransferEvent&) {}, absl::Minutes(1), v1::SIDE_PREFILL);
     };
     // Connects the daemons (gRPC, Hello, UCX) outside the timed runs; with --warmup-tokens, also fills their
     // buffer pools.
     progress("warming up the daemon-to-daemon connection", true);
-    KVT_RETURN_IF_ERROR(transfer(absl::StrCat("demo-warmup-", r), "int8", o.warmup_tokens,
-                                 [](const v1::TransferEvent&) {}));
+    KVT_RETURN_IF_ERROR(
+        transfer(absl::StrCat("demo-warmup-", r), "int8", o.warmup_tokens, [](const v1::TransferEvent&) {}));
 
     for (size_t i = 0; i < schemes.size(); ++i) {
       const std::string name = o.schemes[i];
@@ -366,8 +368,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
         } else if (e.kind() == v1::TransferEvent::DONE) {
           run.timeline.done_ms = ms;
         }
-        progress(absl::StrFormat("[%d/%d] %-6s %s: layers at anchor %2d/%d, at full precision %2d/%d", n,
-                                 total_runs, name, rate_name, anchors, report.layers, fulls, report.layers),
+        progress(absl::StrFormat("[%d/%d] %-6s %s: layers at anchor %2d/%d, at full precision %2d/%d", n, total_runs,
+                                 name, rate_name, anchors, report.layers, fulls, report.layers),
                  true);
       }));
       if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
@@ -419,8 +421,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   }
 
   // The data plane alone, same transport and workers, after the daemons are gone (their cores free).
-  if (o.data_plane_bytes > 0 &&
-      std::find(o.rates_gbps.begin(), o.rates_gbps.end(), 0.0) != o.rates_gbps.end()) {
+  if (o.data_plane_bytes > 0 && std::find(o.rates_gbps.begin(), o.rates_gbps.end(), 0.0) != o.rates_gbps.end()) {
     progress(absl::StrFormat("measuring the data plane alone (%s, %d worker(s), %.0f MiB)", o.ucx_tls,
                              report.ucx_workers, o.data_plane_bytes / 1048576.0),
              false);

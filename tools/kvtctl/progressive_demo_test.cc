@@ -28,7 +28,8 @@ DemoReport Report(double rate_gbps, std::vector<SchemeRun> runs) {
 }
 
 TEST(DemoReport, IdealMsIsTheWireBytesAtTheLinkRate) {
-  EXPECT_DOUBLE_EQ(DemoReport::IdealMs(MakeRun("int8", 125'000'000, 1100, 0.1, 1.0)), 1000.0);  // 10^9 bits at 10^9 bit/s
+  EXPECT_DOUBLE_EQ(DemoReport::IdealMs(MakeRun("int8", 125'000'000, 1100, 0.1, 1.0)),
+                   1000.0);  // 10^9 bits at 10^9 bit/s
   EXPECT_DOUBLE_EQ(DemoReport::IdealMs(MakeRun("int8", 125'000'000, 1100, 0.1, 10.0)), 100.0);
   EXPECT_EQ(DemoReport::IdealMs(MakeRun("int8", 125'000'000, 1100, 0.1, 0)), 0);  // unlimited
 }

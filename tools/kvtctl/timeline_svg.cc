@@ -29,7 +29,7 @@ constexpr char kDoneColour[] = "#d62728";
 constexpr char kGridColour[] = "#e4e4e4";
 constexpr char kJoinColour[] = "#b0b0b0";
 constexpr char kStageColour[] = "#8c9fbf";
-constexpr double kStageRow = 11;  // height of one stage bar's row
+constexpr double kStageRow = 11;     // height of one stage bar's row
 constexpr double kPanelHeader = 26;  // a panel's heading above its groups
 
 std::string Escape(const std::string& text) {
@@ -252,8 +252,8 @@ double AppendPanel(std::string& svg, const TimelinePanel& panel, double top) {
   const TimeAxis axis = MakeAxis(panel.series);
   double groups_top = top;
   if (!panel.title.empty()) {
-    absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
-                          top + 16, Escape(panel.title));
+    absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", top + 16,
+                          Escape(panel.title));
     groups_top += kPanelHeader;
   }
   // The groups first (their height decides the grid's), then the grid before them in the document, so that the
