@@ -643,7 +643,9 @@ TEST_P(TransportTest, StreamsWithADestinationLandInPlaceAndTheirChunksPointThere
 // it is pending, and the link goes on carrying other transfers.
 TEST_P(TransportTest, ACancelledPlacedTransferLetsGoOfItsMemoryAndHarmsNoOther) {
   Options o = SmallChunks();
-  o.rate_bytes_per_second = 20e6;
+  // Slow enough (4 MiB take ~2 s) that the receiver's cancel lands mid-stream even when this thread is descheduled
+  // for a while on a loaded machine; at 20 MB/s the margin was ~200 ms and the transfer could finish first.
+  o.rate_bytes_per_second = 2e6;
   Start(o);
   const auto data = RandomBytes(4 << 20, 21);
   auto memory = std::make_shared<std::vector<uint8_t>>(data.size());
