@@ -144,22 +144,10 @@ absl::Status DecodePage(absl::Span<const uint8_t> container, int stages, const M
     return absl::InvalidArgumentError(
         absl::StrCat("output row_stride ", out.row_stride, " is less than its ", out.channels, " channels"));
   }
-  if (container.size() > layout.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("container has ", container.size() - layout.total_bytes,
-                                                   " bytes past its last stream"));
-  }
+  KVT_RETURN_IF_ERROR(CheckContainerStreams(layout, container, stages));
   std::array<const uint8_t*, kMaxStreams> streams{};
   for (int i = 0; i < stages; ++i) {
-    const size_t end = layout.stream_offset[i] + layout.stream_length[i];
-    if (container.size() < end) {
-      return absl::InvalidArgumentError(absl::StrCat("container truncated: stream ", i, " ends at byte ", end,
-                                                     " but only ", container.size(), " bytes are present"));
-    }
-    const size_t skip = i == 0 ? layout.header_bytes : 0;
-    streams[i] = container.data() + layout.stream_offset[i] + skip;
-    if (Crc32c(streams[i], layout.stream_length[i] - skip) != layout.stream_crc[i]) {
-      return absl::DataLossError(absl::StrCat("container stream ", i, " CRC32C mismatch"));
-    }
+    streams[i] = container.data() + layout.stream_offset[i] + (i == 0 ? layout.header_bytes : 0);
   }
   const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
   switch (scheme.kind) {

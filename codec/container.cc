@@ -271,4 +271,24 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
   return expected;
 }
 
+absl::Status CheckContainerStreams(const ContainerLayout& layout, absl::Span<const uint8_t> container, int stages) {
+  if (container.size() > layout.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("container has ", container.size() - layout.total_bytes,
+                                                   " bytes past its last stream"));
+  }
+  for (int i = 0; i < stages; ++i) {
+    const size_t end = layout.stream_offset[i] + layout.stream_length[i];
+    if (container.size() < end) {
+      return absl::InvalidArgumentError(absl::StrCat("container truncated: stream ", i, " ends at byte ", end,
+                                                     " but only ", container.size(), " bytes are present"));
+    }
+    const size_t skip = i == 0 ? layout.header_bytes : 0;
+    if (Crc32c(container.data() + layout.stream_offset[i] + skip, layout.stream_length[i] - skip) !=
+        layout.stream_crc[i]) {
+      return absl::DataLossError(absl::StrCat("container stream ", i, " CRC32C mismatch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kvt::codec

@@ -46,6 +46,11 @@ struct ContainerLayout {
 // DATA_LOSS if the header's own CRC fails.
 absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> bytes);
 
+// Checks that `container` (whose header parsed as `layout`) holds streams [0, stages) whole and intact: no bytes
+// past its last stream, none of them truncated (INVALID_ARGUMENT), their CRC32Cs right (DATA_LOSS). What every
+// decode path checks before it reads a stream.
+absl::Status CheckContainerStreams(const ContainerLayout& layout, absl::Span<const uint8_t> container, int stages);
+
 // The exact size of stream `i` for a page of these dims, the same formula the encoder and the header check use.
 // Returns 0 if the dims are invalid for the scheme. Stream 0's size here excludes the header.
 size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int channels, int chunk_tokens);

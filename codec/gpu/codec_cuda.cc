@@ -13,7 +13,6 @@
 #include "codec/gpu/lynx_device_tables.h"
 #include "codec/internal/bitpack.h"
 #include "codec/internal/lynx_math.h"
-#include "common/crc32c.h"
 #include "common/status_macros.h"
 
 namespace kvt::codec::gpu {
@@ -324,6 +323,8 @@ absl::StatusOr<std::vector<EncodedPage>> DeviceEncodedPages::ToContainers(CudaSt
   return pages;
 }
 
+namespace {
+
 // Checks container `p` of a batch of `layout`'s shape as DecodePage would: header, dims, length, and the CRCs of
 // streams [0, stages).
 absl::Status CheckBatchContainer(const ContainerLayout& layout, int p, absl::Span<const uint8_t> c, int stages) {
@@ -333,20 +334,8 @@ absl::Status CheckBatchContainer(const ContainerLayout& layout, int p, absl::Spa
                                                    l.channels, ") does not match the batch (", layout.scheme.Name(),
                                                    ", ", layout.tokens, " x ", layout.channels, ")"));
   }
-  if (c.size() > l.total_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("container ", p, " has ", c.size() - l.total_bytes, " bytes past its last stream"));
-  }
-  for (int i = 0; i < stages; ++i) {
-    const size_t end = l.stream_offset[i] + l.stream_length[i];
-    if (c.size() < end) {
-      return absl::InvalidArgumentError(absl::StrCat("container ", p, " truncated: stream ", i, " ends at byte ", end,
-                                                     " but only ", c.size(), " bytes are present"));
-    }
-    const size_t skip = i == 0 ? l.header_bytes : 0;
-    if (Crc32c(c.data() + l.stream_offset[i] + skip, l.stream_length[i] - skip) != l.stream_crc[i]) {
-      return absl::DataLossError(absl::StrCat("container ", p, " stream ", i, " CRC32C mismatch"));
-    }
+  if (absl::Status s = CheckContainerStreams(l, c, stages); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("batch page ", p, ": ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -358,6 +347,8 @@ absl::Status CheckStages(const Scheme& scheme, int stages) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status DeviceEncodedPages::FromContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                                                 CudaStream stream) {
