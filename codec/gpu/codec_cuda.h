@@ -61,6 +61,10 @@ struct PagedKvView {
 // Blocks a page of `tokens` tokens spans in `kv`.
 int BlocksPerPage(const PagedKvView& kv, int tokens);
 
+// How a caller runs fn(0) .. fn(n - 1), e.g. on its thread pool (the calls are independent); null: in order on
+// the calling thread.
+using PageLoop = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
+
 // Encoded pages of one scheme and shape, resident in device memory in the "staging layout": for each page, its
 // stream-0 metadata and each stream's packed codes as separate 256-byte-aligned ranges (the container's bytes,
 // minus the header, split at the metadata/codes boundary). Owns its memory. Not thread-safe.
@@ -141,9 +145,8 @@ class DeviceEncodedPages {
   // back to back (each starting where the one before ends) go as one strided DMA per stream, which is true DMA
   // when the memory is pinned. The checks run on `check_loop` (null: in order here). Does not synchronize:
   // the containers' bytes of streams [0, stages) must stay unchanged until `stream` is.
-  absl::Status UploadContainers(
-      absl::Span<const absl::Span<const uint8_t>> containers, int stages, CudaStream stream,
-      const std::function<void(size_t, const std::function<void(size_t)>&)>& check_loop = nullptr);
+  absl::Status UploadContainers(absl::Span<const absl::Span<const uint8_t>> containers, int stages, CudaStream stream,
+                                const PageLoop& check_loop = nullptr);
 
  private:
   DeviceEncodedPages() = default;
@@ -231,10 +234,6 @@ absl::StatusOr<std::vector<EncodedPage>> EncodePagesCudaWith(PageStaging& stagin
                                                              const CodecOptions& options, const PagedKvView& src,
                                                              int tokens_per_page, absl::Span<const int32_t> block_ids,
                                                              CudaStream stream = {});
-
-// How a caller runs fn(0) .. fn(n - 1), e.g. on its thread pool (the calls are independent); null: in order on
-// the calling thread.
-using PageLoop = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
 
 // EncodePagesCudaWith, but the containers land in `out` (Reset to the batch), copied there from the device by
 // strided DMA in container order and sealed (CRCs, header) by `seal_loop`: no host copy of the payload, so a data

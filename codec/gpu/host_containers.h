@@ -31,7 +31,7 @@ class HostContainers {
   // daemon's pooled pinned buffer holding a whole layer); Reset never allocates and fails with
   // RESOURCE_EXHAUSTED when the batch does not fit. pinned() says whether the caller said it is page-locked.
   HostContainers(absl::Span<uint8_t> memory, bool pinned)
-      : pinned_(pinned), external_(true), external_pinned_(pinned), base_(memory.data()), capacity_(memory.size()) {}
+      : pinned_(pinned), external_(true), base_(memory.data()), capacity_(memory.size()) {}
   HostContainers(const HostContainers&) = delete;
   HostContainers& operator=(const HostContainers&) = delete;
 
@@ -45,7 +45,7 @@ class HostContainers {
   size_t container_bytes() const { return layout_.total_bytes; }
   // Bytes allocated, whatever Reset asked for last.
   size_t capacity() const { return capacity_; }
-  bool pinned() const { return external_ ? external_pinned_ : pinned_buffer_ != nullptr; }
+  bool pinned() const { return external_ ? pinned_ : pinned_buffer_ != nullptr; }
 
   // Page `page`'s container, to be filled (its header bytes are Seal's).
   uint8_t* data(int page) { return base_ + static_cast<size_t>(page) * layout_.total_bytes; }
@@ -68,9 +68,8 @@ class HostContainers {
   const ContainerLayout& shape() const { return layout_; }
 
  private:
-  const bool pinned_;
+  const bool pinned_;              // asked to pin (own memory), or said to be pinned (the caller's)
   const bool external_ = false;  // base_ is the caller's memory
-  const bool external_pinned_ = false;
   std::unique_ptr<PinnedHostBuffer> pinned_buffer_;
   std::vector<uint8_t> pageable_;
   uint8_t* base_ = nullptr;
