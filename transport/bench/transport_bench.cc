@@ -206,8 +206,9 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
       {
         KVT_ASSIGN_OR_RETURN(LinkPair p, MakeLinkPair(options, tls, workers, 0));
         KVT_RETURN_IF_ERROR(TimedTransfer(p, next_id++, src, kWarmupBytes).status());
-        for (const absl::Span<const uint8_t> source : {src, src.subspan(0, options.chunk_bytes)}) {
-          if (source.size() != src.size() && !options.one_chunk_source) continue;
+        std::vector<absl::Span<const uint8_t>> sources = {src};
+        if (options.one_chunk_source) sources.push_back(src.subspan(0, options.chunk_bytes));
+        for (const absl::Span<const uint8_t> source : sources) {
           TransportBenchReport::Unthrottled u;
           KVT_ASSIGN_OR_RETURN(double seconds,
                                TimedTransfer(p, next_id++, source, options.unthrottled_bytes, &u.busiest_threads));
@@ -222,36 +223,34 @@ absl::StatusOr<TransportBenchReport> RunTransportBench(const TransportBenchOptio
           report.unthrottled.push_back(u);
         }
       }  // the pair is gone: its cores are free before perftest runs
-      if (!options.run_perftest) {
-        perftest = absl::FailedPreconditionError("ucx_perftest not asked for");
-      } else if (!perftest_run.has_value()) {
-        PerftestRun run;
-        run.program = options.perftest_program;
-        run.test = options.perftest_test;
-        run.tls = tls;
-        run.net_devices = options.net_devices;
-        run.message_bytes = options.chunk_bytes;
-        run.iterations = options.perftest_iterations;
-        run.error_handling = true;
-        perftest = RunUcxPerftest(run);
-        if (!perftest.ok() && perftest.status().code() == absl::StatusCode::kInternal) {
-          run.error_handling = false;  // UCX has no peer error handling here; nor has kvt's link then
+      if (options.run_perftest) {
+        if (!perftest_run.has_value()) {
+          PerftestRun run;
+          run.program = options.perftest_program;
+          run.test = options.perftest_test;
+          run.tls = tls;
+          run.net_devices = options.net_devices;
+          run.message_bytes = options.chunk_bytes;
+          run.iterations = options.perftest_iterations;
+          run.error_handling = true;
           perftest = RunUcxPerftest(run);
+          if (!perftest.ok() && perftest.status().code() == absl::StatusCode::kInternal) {
+            run.error_handling = false;  // UCX has no peer error handling here; nor has kvt's link then
+            perftest = RunUcxPerftest(run);
+          }
+          perftest_run = run;
         }
-        perftest_run = run;
-      }
-      for (size_t i = first; i < report.unthrottled.size(); ++i) {
-        TransportBenchReport::Unthrottled& u = report.unthrottled[i];
-        if (perftest_run.has_value()) {
+        for (size_t i = first; i < report.unthrottled.size(); ++i) {
+          TransportBenchReport::Unthrottled& u = report.unthrottled[i];
           u.perftest_test = perftest_run->test;
           u.perftest_error_handling = perftest_run->error_handling;
-        }
-        if (perftest.ok()) {
-          u.perftest_ran = true;
-          u.perftest_gbps = *perftest / kBytesPerGbit;
-          u.ratio = u.goodput_gbps / u.perftest_gbps;
-        } else {
-          u.perftest_note = perftest.status().ToString();
+          if (perftest.ok()) {
+            u.perftest_ran = true;
+            u.perftest_gbps = *perftest / kBytesPerGbit;
+            u.ratio = u.goodput_gbps / u.perftest_gbps;
+          } else {
+            u.perftest_note = perftest.status().ToString();
+          }
         }
       }
       // 2. Throttled at each rate.

@@ -66,7 +66,7 @@ struct TransportBenchReport {
     double ratio = 0;           // goodput / perftest
     std::string perftest_test;
     bool perftest_error_handling = false;  // ran with `-e`
-    std::string perftest_note;  // why perftest did not run, if it did not
+    std::string perftest_note;  // why perftest did not run, if it was asked for and did not
     // This process's busiest threads during the run, in CPU-seconds per second (near 1.0: saturated).
     std::vector<ThreadLoad> busiest_threads;
   };
