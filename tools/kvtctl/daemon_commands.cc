@@ -119,29 +119,46 @@ int RunStats(const std::vector<std::string>& args, const CommandIo& io) {
   return kExitOk;
 }
 
+// What the commands about one request (watch, profile) share: --socket, --side and its REQUEST_ID.
+struct RequestFlags {
+  std::string socket = ClientOptions().socket;
+  std::string side_name;
+  v1::Side side = v1::SIDE_UNSPECIFIED;
+  std::string request_id;
+
+  void Register(FlagSet& flags) {
+    flags.String("socket", &socket, "the daemon's client socket (kvtd --client_socket)");
+    flags.String("side", &side_name, "prefill | decode, for a daemon that has both sides of the request");
+  }
+  // After ParseCommandLine: the exit code of a usage error (no REQUEST_ID, a bad --side), nullopt when all is well.
+  std::optional<int> Resolve(const FlagSet& flags, const CommandIo& io, const std::string& cmd, const char* usage) {
+    if (flags.positional().empty()) return UsageError(io, cmd, "which request? give its REQUEST_ID", usage);
+    const std::optional<v1::Side> parsed = ParseSide(side_name);
+    if (!parsed) {
+      return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"),
+                        flags.Usage());
+    }
+    side = *parsed;
+    request_id = flags.positional()[0];
+    return std::nullopt;
+  }
+};
+
 // --- watch ---
 
 int RunWatch(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "watch";
-  std::string socket = ClientOptions().socket, side_name;
+  RequestFlags request;
   double timeout_s = 300;
   FlagSet flags("kvtctl watch");
-  flags.String("socket", &socket, "the daemon's client socket (kvtd --client_socket)");
-  flags.String("side", &side_name, "prefill | decode, for a daemon that has both sides of the request");
+  request.Register(flags);
   flags.Double("timeout-s", &timeout_s, "give up after this many seconds");
   if (auto exit = ParseCommandLine(flags, args, io, cmd, kWatchUsage, /*max_positional=*/1)) return *exit;
-  if (flags.positional().empty()) {
-    return UsageError(io, cmd, "which request? give its REQUEST_ID", kWatchUsage);
-  }
-  const std::optional<v1::Side> side = ParseSide(side_name);
-  if (!side) {
-    return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"),
-                      flags.Usage());
-  }
+  if (auto exit = request.Resolve(flags, io, cmd, kWatchUsage)) return *exit;
   if (!(timeout_s > 0)) return UsageError(io, cmd, "--timeout-s must be positive", flags.Usage());
-  const std::string& request_id = flags.positional()[0];
+  const std::string& request_id = request.request_id;
 
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(socket);
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(request.socket);
   if (!client.ok()) return Failure(io, cmd, client.status());
   bool failed_event = false;
   const absl::Status s = (*client)->Watch(
@@ -150,7 +167,7 @@ int RunWatch(const std::vector<std::string>& args, const CommandIo& io) {
         failed_event = failed_event || e.kind() == v1::TransferEvent::FAILED;
         io.out << FormatEvent(e) << "\n" << std::flush;
       },
-      absl::Seconds(timeout_s), *side);
+      absl::Seconds(timeout_s), request.side);
   if (s.ok()) return kExitOk;
   if (failed_event) {
     return Failure(io, cmd,
@@ -264,23 +281,16 @@ int RunTimeline(const std::vector<std::string>& args, const CommandIo& io) {
 
 int RunProfile(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "profile";
-  std::string socket = ClientOptions().socket, side_name;
+  RequestFlags request;
   bool json = false;
   FlagSet flags("kvtctl profile");
-  flags.String("socket", &socket, "the daemon's client socket (kvtd --client_socket)");
-  flags.String("side", &side_name, "prefill | decode, for a daemon that has both sides of the request");
+  request.Register(flags);
   flags.Bool("json", &json, "print one JSON document instead of the table");
   if (auto exit = ParseCommandLine(flags, args, io, cmd, kProfileUsage, /*max_positional=*/1)) return *exit;
-  if (flags.positional().empty()) {
-    return UsageError(io, cmd, "which request? give its REQUEST_ID", kProfileUsage);
-  }
-  const std::optional<v1::Side> side = ParseSide(side_name);
-  if (!side) {
-    return UsageError(io, cmd, absl::StrCat("--side must be prefill or decode, got '", side_name, "'"), flags.Usage());
-  }
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(socket);
+  if (auto exit = request.Resolve(flags, io, cmd, kProfileUsage)) return *exit;
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectToDaemon(request.socket);
   if (!client.ok()) return Failure(io, cmd, client.status());
-  absl::StatusOr<v1::ProfileResponse> profile = (*client)->Profile(flags.positional()[0], *side);
+  absl::StatusOr<v1::ProfileResponse> profile = (*client)->Profile(request.request_id, request.side);
   if (!profile.ok()) return Failure(io, cmd, profile.status());
   if (json) {
     io.out << nlohmann::json({{"request_id", profile->request_id()},

@@ -29,13 +29,7 @@ std::string Percent(const std::optional<double>& x) { return x ? absl::StrFormat
 
 std::string RateName(double rate) { return rate > 0 ? absl::StrFormat("%g", rate) : std::string("unlim."); }
 
-// A stage's figure from a profile, nullopt if it did not run.
-const v1::StageTime* FindStage(const v1::ProfileResponse& p, absl::string_view stage) {
-  for (const v1::StageTime& t : p.stages()) {
-    if (t.stage() == stage) return &t;
-  }
-  return nullptr;
-}
+// A stage's figure from a profile, "-" if it did not run.
 std::string LastMs(const v1::ProfileResponse& p, absl::string_view stage) {
   const v1::StageTime* t = FindStage(p, stage);
   return t != nullptr ? absl::StrFormat("%.1f", t->last_end_us() / 1e3) : "-";

@@ -28,6 +28,7 @@
 #include "server/transfer_plan.h"
 #include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/host_cpu.h"
+#include "tools/kvtctl/stage_table.h"
 #include "transport/bench/transport_bench.h"
 #include "transport/options.h"
 
@@ -35,18 +36,15 @@ namespace kvt::kvtctl {
 namespace {
 
 constexpr uint32_t kBlockTokens = 16;
-// kvtd's default data-plane chunk (--chunk_kib 512), which the data-plane reference uses too.
-constexpr uint32_t kKvtdChunkBytes = 512 << 10;
 
 // The stages worth drawing under a run's layers: when each ran, on either daemon (their clocks start at the
 // Offer and the Expect, a moment apart).
 std::vector<StageSpan> StageSpans(const v1::ProfileResponse& prefill, const v1::ProfileResponse& decode) {
   std::vector<StageSpan> spans;
   auto add = [&spans](const v1::ProfileResponse& p, const char* stage, const char* label) {
-    for (const v1::StageTime& t : p.stages()) {
-      if (t.stage() == stage && t.count() > 0) {
-        spans.push_back({label, t.first_start_us() / 1e3, t.last_end_us() / 1e3, t.busy_us() / 1e3});
-      }
+    const v1::StageTime* t = FindStage(p, stage);
+    if (t != nullptr && t->count() > 0) {
+      spans.push_back({label, t->first_start_us() / 1e3, t->last_end_us() / 1e3, t->busy_us() / 1e3});
     }
   };
   add(prefill, "encode", "prefill: encode");
@@ -428,7 +426,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     transport::TransportBenchOptions bench;
     bench.transports = {o.ucx_tls};
     bench.ucx_workers = {report.ucx_workers};
-    bench.chunk_bytes = kKvtdChunkBytes;
+    bench.chunk_bytes = transport::Options().chunk_bytes;  // kvtd's default chunk, as the daemons here use
     bench.unthrottled_bytes = o.data_plane_bytes;
     bench.rates_gbps = {};
     bench.one_chunk_source = false;

@@ -17,6 +17,13 @@ std::optional<double> Rate(const v1::StageTime& t) {
 
 }  // namespace
 
+const v1::StageTime* FindStage(const v1::ProfileResponse& profile, absl::string_view stage) {
+  for (const v1::StageTime& t : profile.stages()) {
+    if (t.stage() == stage) return &t;
+  }
+  return nullptr;
+}
+
 std::string FormatStageTable(const v1::ProfileResponse& p) {
   std::string out = absl::StrFormat("%-16s %8s %10s %10s %10s %10s %16s\n", "stage", "runs", "busy ms", "first ms",
                                     "last ms", "MB", "MB/s over span");

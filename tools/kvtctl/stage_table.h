@@ -8,10 +8,15 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "proto/kvt/v1/client.pb.h"
 
 namespace kvt::kvtctl {
+
+// Stage `stage`'s figures in `profile` ("encode", "decode_full", ...; server/stage_profile.h), null if the daemon
+// did not report it.
+const v1::StageTime* FindStage(const v1::ProfileResponse& profile, absl::string_view stage);
 
 // One row per stage that ran, in the daemon's order; "-" where a figure means nothing (the busy time of an
 // arrival, the rate of a stage that moved no bytes or spanned no time).
