@@ -137,6 +137,9 @@ class EngineRun:
             if dump_dir:
                 dump_dir.mkdir(parents=True, exist_ok=True)
             kvtctl = _find_kvtctl(kvtd, o.kvtctl)
+            if kvtctl is None and o.anchor_ppl and any(is_progressive(s) for s in o.schemes):
+                raise FileNotFoundError(f"the anchor-only perplexity needs kvtctl (given: {o.kvtctl}, beside kvtd: "
+                                        f"{Path(kvtd).with_name('kvtctl')}); pass --kvtctl or --no-anchor-ppl")
             records = []
             loop_start = time.monotonic()
             stopped_early = False
@@ -148,7 +151,7 @@ class EngineRun:
                     break
                 with_ppl = o.ppl_prompts < 0 or pi < o.ppl_prompts
                 want_dump = (dump_dir is not None and (o.dump_prompts < 0 or pi < o.dump_prompts))
-                need_anchor = with_ppl and o.anchor_ppl and kvtctl is not None and any(
+                need_anchor = with_ppl and o.anchor_ppl and any(
                     is_progressive(s) for s in o.schemes)
                 dump = None
                 if want_dump:
@@ -205,13 +208,12 @@ class EngineRun:
         p: PrefillResult = self._prefill.receive(o.deadline_s + 60)
         return job_record(scheme, d, p, t0)
 
-    def _anchor_ppl(self, kvtctl: str, dump: str, prompt: Prompt, work: Path) -> Optional[dict[str, Any]]:
+    def _anchor_ppl(self, kvtctl: str, dump: str, prompt: Prompt, work: Path) -> dict[str, Any]:
         prefix = str(work / "roundtrip")
         cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--in", dump, "--out-prefix", prefix]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            log.warning("kvtctl codec roundtrip failed (%d): %s", r.returncode, r.stderr[-2000:])
-            return None
+            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
         try:
             nll, n = self._decode.call("heldout_on_dense", kv_npy=prefix + ".stage0.npy",
                                        last_prompt_token=prompt.ids[-1], heldout=prompt.heldout)
