@@ -19,25 +19,27 @@ def _shuffled_table(blocks: int, seed: int = 3) -> torch.Tensor:
     return torch.randperm(blocks, generator=torch.Generator().manual_seed(seed))
 
 
-def test_prefill_then_steps_match_the_dense_reference(tiny):
+def _prefilled(tiny, length: int, seed: int, prefill: int):
+    """Random tokens, the dense reference's logits for them, and a float64 engine that prefilled the first
+    `prefill` of them into a shuffled paged cache."""
     cfg, w = tiny
-    tokens = torch.randint(0, cfg.vocab_size, (23,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = torch.randint(0, cfg.vocab_size, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
     ref = reference_logits(cfg, w, tokens)
     model = Llama(cfg, w, dtype=torch.float64)
     cache, table = _cache(cfg), _shuffled_table(16)
-    model.prefill(tokens[:17], cache, table)
+    model.prefill(tokens[:prefill], cache, table)
+    return tokens, ref, model, cache, table
+
+
+def test_prefill_then_steps_match_the_dense_reference(tiny):
+    tokens, ref, model, cache, table = _prefilled(tiny, 23, seed=1, prefill=17)
     for p in range(17, 23):
         logits = model.forward([tokens[p]], p, cache, table)[0]
         torch.testing.assert_close(logits, ref[p], rtol=0, atol=1e-9)
 
 
 def test_one_batched_pass_matches_the_dense_reference(tiny):
-    cfg, w = tiny
-    tokens = torch.randint(0, cfg.vocab_size, (30,), generator=torch.Generator().manual_seed(2)).tolist()
-    ref = reference_logits(cfg, w, tokens)
-    model = Llama(cfg, w, dtype=torch.float64)
-    cache, table = _cache(cfg), _shuffled_table(16)
-    model.prefill(tokens[:10], cache, table)
+    tokens, ref, model, cache, table = _prefilled(tiny, 30, seed=2, prefill=10)
     logits = model.forward(tokens[10:], 10, cache, table)
     torch.testing.assert_close(logits, ref[10:], rtol=0, atol=1e-9)
 
@@ -59,11 +61,13 @@ def test_prefill_reports_each_layer_after_its_kv_is_written(tiny):
     seen = []
 
     def on_layer(layer: int) -> None:
-        k, _ = cache.gather(layer, table, 12)
-        seen.append((layer, bool(k.abs().sum() > 0)))
+        written = [bool(cache.gather(l, table, 12)[0].abs().sum() > 0) for l in range(cfg.num_layers)]
+        seen.append((layer, written))
 
     model.prefill(list(range(12)), cache, table, on_layer_kv=on_layer)
-    assert seen == [(0, True), (1, True)]
+    # Layer l's KV is in place when it is reported, and the next layer's is not yet: the callback runs while
+    # the prefill goes on (what lets the daemon send layer l while later ones compute), not after it.
+    assert seen == [(0, [True, False]), (1, [True, True])]
 
 
 def test_unpermute_inverts_llama_cpp_permutation_and_keeps_attention_scores():
