@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 import time
 from typing import Optional
@@ -124,7 +123,7 @@ class _Watcher(threading.Thread):
                     self.done_at = now
                     self.done.set()
                 elif ev.kind == kvt.EventKind.FAILED:
-                    self.error = ev.error() or RuntimeError(ev.message)
+                    self.error = ev.error()
         except BaseException as e:  # noqa: BLE001 - handed to the decode loop
             self.error = e
         finally:
@@ -242,7 +241,3 @@ class DecodeWorker(EngineWorker):
             return self.model.nll([last_prompt_token] + list(heldout), n, self.cache, table)
         finally:
             self.blocks.give_back(table)
-
-
-def perplexity(nll: Optional[float], count: int) -> Optional[float]:
-    return math.exp(nll / count) if nll is not None and count else None

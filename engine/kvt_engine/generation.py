@@ -69,7 +69,6 @@ class SequenceDecoder:
         self.tokens: list[OutputToken] = []
         self.drafts: list[int] = []
         self._draft_times: list[float] = []
-        self._draft_margins: list[float] = []
         self._draft_probs: list[torch.Tensor] = []
         self.verifications: list[VerifyRecord] = []
         self._gen = torch.Generator(device="cpu")
@@ -117,7 +116,6 @@ class SequenceDecoder:
         tok, margin, probs = self._choose(logits)
         self.drafts.append(tok)
         self._draft_times.append(self.clock())
-        self._draft_margins.append(margin)
         if probs is not None:
             self._draft_probs.append(probs)
         return tok
@@ -131,7 +129,6 @@ class SequenceDecoder:
         for t in tokens:
             self.drafts.append(int(t))
             self._draft_times.append(now)
-            self._draft_margins.append(float("nan"))
 
     def verify(self) -> Verdict:
         """Checks every pending draft in one forward pass over [input, d1..dk] on the cache's (now final) KV,
@@ -156,5 +153,5 @@ class SequenceDecoder:
         self.tokens.append(OutputToken(verdict.next_token, end, end, False, margins[verdict.accepted]))
         self.verifications.append(VerifyRecord(k, verdict.accepted, start, end,
                                                min(margins[:verdict.accepted + 1])))
-        self.drafts, self._draft_times, self._draft_margins, self._draft_probs = [], [], [], []
+        self.drafts, self._draft_times, self._draft_probs = [], [], []
         return verdict

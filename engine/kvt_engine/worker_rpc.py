@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing as mp
-import os
 import traceback
 from typing import Any, Optional
 
@@ -104,7 +103,3 @@ class WorkerProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def default_threads() -> int:
-    return max(1, os.cpu_count() or 1)
