@@ -365,7 +365,8 @@ def _deadline_ms(seconds: float) -> int:
         raise InvalidArgument(f"deadline must be a number of seconds, got {seconds!r}")
     ms = round(seconds * 1000)
     if not 0 <= ms <= _MAX_DEADLINE_MS:
-        raise InvalidArgument(f"deadline must be 0.001..3600 seconds, got {seconds!r}")
+        raise InvalidArgument(f"deadline must fit the request's milliseconds (0..{_MAX_DEADLINE_MS / 1000:.0f} s; the "
+                              f"daemon accepts 0.001..3600 s), got {seconds!r}")
     return ms
 
 
