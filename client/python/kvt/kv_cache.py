@@ -4,11 +4,12 @@ Host caches live in a POSIX shared-memory segment the daemon maps (numpy and tor
 are one torch allocation on the GPU, registered through a CUDA IPC handle (the daemon's GPU path). Either way
 the bytes are laid out as `layout` says, so K of layer l is a view at layout.tensor_offset(l, 0).
 
-    with kvt.KvCache.allocate(layout, device="cpu") as cache, kvt.Client(sock) as client:
+    with kvt.Client(sock) as client, kvt.KvCache.allocate(layout, device="cpu") as cache:
         cache.k(0)[...] = keys                       # torch view [blocks, tokens, heads, dim] (NHD)
         cache.register(client, "kv")
         ...                                          # offer / expect on region "kv"
-    # leaving the block unregisters the region and releases the memory
+    # leaving the block unregisters the region and releases the memory, then closes the client (the cache
+    # unregisters through its client, so the client must outlive it: open the client first)
 
 Thread-compatible: views may be used from any thread; register/unregister/close need external ordering.
 """
@@ -268,7 +269,7 @@ class KvCache:
                 try:
                     release_cuda_ipc(self._ipc[2])
                 except Exception as e:  # best effort: at worst torch keeps the block until exit
-                    _LOG.debug("releasing the CUDA IPC counter: %s", e)
+                    _LOG.warning("releasing the CUDA IPC counter failed (torch keeps the block until exit): %s", e)
             self._tensor = None
 
     def _check_open(self) -> None:
