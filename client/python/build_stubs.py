@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generates the kvt package's gRPC stubs (kvt/_proto/) from the repository's proto/kvt/v1/*.proto.
 
-Run by the package build (setup.py's build_py and sdist), by the Bazel test wrapper, and by hand after a .proto
-changed in an editable install:
+Run by the package build (setup.py, before setuptools builds anything), by the Bazel test wrapper, and by hand
+after a .proto changed in an editable install:
 
     python3 client/python/build_stubs.py            # repo root found from this file's place
     python3 build_stubs.py --repo-root R --out DIR   # DIR becomes the stub package (replaced whole)

@@ -171,8 +171,9 @@ class Daemon:
             self._process.send_signal(signal.SIGTERM)
 
     def stop(self, grace: float = 10.0) -> Optional[int]:
-        """SIGTERM, then SIGKILL if it has not exited after `grace` seconds; returns its exit status (None if it
-        could not be reaped). Removes the temp work dir start() made (with the log). Idempotent."""
+        """SIGTERM, then SIGKILL if it has not exited after `grace` seconds; returns its exit status (negative: the
+        signal that ended it). subprocess.TimeoutExpired if even SIGKILL did not reap it within 5 s. Removes the
+        temp work dir start() made (with the log). Idempotent."""
         if self._process.poll() is None:
             self.terminate()
             try:
