@@ -11,12 +11,12 @@
 Errors are kvt.KvtError subclasses carrying the gRPC status code (kvt.NotFound, kvt.Unavailable, ...).
 See docs/PYTHON.md.
 """
-from kvt.client import Client, EventKind, RequestState, Side, Stage, Stats, TransferEvent
+from kvt.client import Client, EventKind, Profile, RequestState, Side, Stage, StageTime, Stats, TransferEvent
 from kvt.daemon import Daemon, DaemonAddresses, find_kvtd
 from kvt.errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition, Internal,
                         InvalidArgument, KvtError, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
                         Unauthenticated, Unavailable, Unimplemented, Unknown, error_from_code)
-from kvt.kv_cache import KvCache, cuda_ipc_handle
+from kvt.kv_cache import KvCache, cuda_ipc_handle, release_cuda_ipc
 from kvt.layout import BlockOrder, DType, KvLayout
 from kvt.shm import ShmSegment
 
@@ -25,9 +25,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Aborted", "AlreadyExists", "BlockOrder", "Cancelled", "Client", "DType", "Daemon", "DaemonAddresses", "DataLoss",
     "DeadlineExceeded", "EventKind", "FailedPrecondition", "Internal", "InvalidArgument", "KvCache", "KvLayout",
-    "KvtError", "NotFound", "OutOfRange", "PermissionDenied", "RequestState", "ResourceExhausted", "ShmSegment",
-    "Side", "Stage", "Stats", "TransferEvent", "Unauthenticated", "Unavailable", "Unimplemented", "Unknown",
-    "cuda_ipc_handle", "error_from_code", "find_kvtd",
+    "KvtError", "NotFound", "OutOfRange", "PermissionDenied", "Profile", "RequestState", "ResourceExhausted",
+    "ShmSegment", "Side", "Stage", "StageTime", "Stats", "TransferEvent", "Unauthenticated", "Unavailable",
+    "Unimplemented", "Unknown", "cuda_ipc_handle", "error_from_code", "find_kvtd", "release_cuda_ipc",
 ]
 
 # A library logs through "kvt" and leaves handlers to the application.

@@ -17,7 +17,7 @@ import math
 import operator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Type, TypeVar, Union
 
 import grpc
 
@@ -140,6 +140,39 @@ class Stats:
                    residual_bytes_sent=message.residual_bytes_sent, bytes_received=message.bytes_received,
                    in_flight=message.in_flight, chunks_rejected=message.chunks_rejected, regions=message.regions,
                    requests=requests)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One pipeline stage of a request on one daemon (kvt.v1.StageTime); times in microseconds since the daemon
+    first saw the request."""
+
+    count: int  # runs: layers, chunks, decode calls ...
+    busy_us: int  # their durations summed over threads (may exceed last_end_us - first_start_us)
+    first_start_us: int
+    last_end_us: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where a request's time went on one daemon, stage by stage (kvt.v1.ProfileResponse; docs/DAEMON.md, "Where
+    the time goes"). Prefill stages: "encode", "staging_wait", "send"; decode stages: "rendezvous",
+    "arrive_anchor", "arrive_residual", "decode_queue", "decode_anchor", "decode_full". Stages that never ran are
+    absent."""
+
+    request_id: str
+    side: Side
+    finished: bool  # DONE or FAILED; a running request's figures still grow
+    stages: Dict[str, StageTime]
+
+    @classmethod
+    def from_proto(cls, message: Any) -> "Profile":
+        """From a kvt.v1.ProfileResponse."""
+        stages = {t.stage: StageTime(count=t.count, busy_us=t.busy_us, first_start_us=t.first_start_us,
+                                     last_end_us=t.last_end_us, bytes=t.bytes) for t in message.stages}
+        return cls(request_id=message.request_id, side=_side(message.side), finished=message.finished,
+                   stages=stages)
 
 
 class Client:
@@ -306,6 +339,12 @@ class Client:
         """The daemon's counters, and its in-flight requests when `include_requests`."""
         request = client_pb2.StatsRequest(include_requests=bool(include_requests))
         return Stats.from_proto(self._unary("Stats", request))
+
+    def profile(self, request_id: str, side: Side = Side.UNSPECIFIED) -> Profile:
+        """The request's per-stage profile on this daemon (running or recently finished). NotFound for an unknown
+        request; `side` picks one on a daemon that has both sides of it."""
+        request = self._build("Profile", lambda: client_pb2.ProfileRequest(request_id=request_id, side=int(side)))
+        return Profile.from_proto(self._unary("Profile", request))
 
     # --- internals -------------------------------------------------------------------------------------------
 

@@ -239,6 +239,8 @@ def test_watch_and_wait_of_an_unknown_request_are_not_found(client: kvt.Client) 
         list(client.watch("ghost", timeout=5.0))
     with pytest.raises(kvt.NotFound):
         client.wait_for_layer("ghost", 0, timeout=5.0)
+    with pytest.raises(kvt.NotFound):
+        client.profile("ghost")
 
 
 def test_wait_for_a_layer_that_never_comes_is_deadline_exceeded(client: kvt.Client, region: kvt.KvCache,

@@ -105,6 +105,32 @@ def test_transfer_counts_in_both_daemons_stats(pair: Pair, ids: Callable[[str], 
     assert decode.chunks_rejected == decode_before.chunks_rejected and decode.in_flight == 0
 
 
+def test_profile_says_where_each_side_spent_the_transfer(pair: Pair, ids: Callable[[str], str]) -> None:
+    layout = make_layout()
+    with kvt.KvCache.allocate(layout) as src, kvt.KvCache.allocate(layout) as dst:
+        fill_random(src, seed=2)
+        register(pair, ids, src, dst)
+        pair.decode_client.expect(ids("p"), ids("dst"), range(4), 64)
+        pair.prefill_client.offer(ids("p"), ids("src"), range(4), 64, range(LAYERS), scheme="lynx",
+                                  decode_daemon=pair.decode.peer_address)
+        check_decode_events(events_of(pair.decode_client, ids("p")), LAYERS)
+        events_of(pair.prefill_client, ids("p"))  # until the prefill side is DONE too
+        prefill = pair.prefill_client.profile(ids("p"))
+        decode = pair.decode_client.profile(ids("p"), side=kvt.Side.DECODE)
+    assert prefill.request_id == ids("p") and prefill.side is kvt.Side.PREFILL and prefill.finished
+    assert decode.side is kvt.Side.DECODE and decode.finished
+    assert prefill.stages["encode"].count == LAYERS and prefill.stages["send"].count == LAYERS
+    # (decode_anchor only when a page's anchor is decoded before its residual lands, which a fast link may not
+    # leave time for.)
+    for stage in ("rendezvous", "arrive_anchor", "arrive_residual", "decode_full"):
+        assert stage in decode.stages and decode.stages[stage].count > 0, (stage, decode.stages)
+    # What arrived on the two lanes is what was sent, and each stage's span lies in order inside the request.
+    sent = prefill.stages["send"].bytes
+    assert sent > 0 and decode.stages["arrive_anchor"].bytes + decode.stages["arrive_residual"].bytes == sent
+    for t in list(prefill.stages.values()) + list(decode.stages.values()):
+        assert t.first_start_us <= t.last_end_us
+
+
 def test_layers_offered_one_by_one_arrive_one_by_one(pair: Pair, ids: Callable[[str], str]) -> None:
     layout = make_layout()
     blocks, tokens, rid = list(range(5)), 70, ids("l")
