@@ -1,5 +1,6 @@
 // Codec throughput on one core: EncodePage and DecodePage (every stage count) of each scheme and
-// implementation on a realistic 256 x 1024 page, beside memcpy of the same float bytes in the same run.
+// implementation on a realistic 256 x 1024 page (Llama-8B's 8 KV heads), and on a 256 x 192 one (SmolLM2-135M's
+// 3 KV heads: ".../small"), where a page's fixed costs weigh 5x more, beside memcpy of the same float bytes.
 // Counters: values/s ("items_per_second") and input float bytes/s ("bytes_per_second"). Partial decodes run
 // with the default exact-extremes rule and again as ".../table-extremes" without it.
 //   bazel run -c opt //codec:codec_benchmark -- --benchmark_filter=lynx
@@ -16,14 +17,16 @@ namespace {
 
 constexpr int kTokens = 256;
 constexpr int kChannels = 1024;
+constexpr int kSmallChannels = 192;
 
-const TestPage& Page() {
+const TestPage& Page(int channels = kChannels) {
   static const TestPage* page = new TestPage(RealisticPage(kTokens, kChannels, 42));
-  return *page;
+  static const TestPage* small = new TestPage(RealisticPage(kTokens, kSmallChannels, 42));
+  return channels == kSmallChannels ? *small : *page;
 }
 
-void SetCounters(benchmark::State& state) {
-  const int64_t values = static_cast<int64_t>(kTokens) * kChannels;
+void SetCounters(benchmark::State& state, int channels = kChannels) {
+  const int64_t values = static_cast<int64_t>(kTokens) * channels;
   state.SetItemsProcessed(state.iterations() * values);
   state.SetBytesProcessed(state.iterations() * values * static_cast<int64_t>(sizeof(float)));
 }
@@ -40,7 +43,7 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy);
 
-void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl) {
+void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int channels) {
   if (!ImplAvailable(impl)) {
     state.SkipWithError("implementation not supported by this CPU");
     return;
@@ -50,7 +53,7 @@ void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl)
   options.impl = impl;
   size_t bytes = 0;
   for (auto _ : state) {
-    absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page().view());
+    absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page(channels).view());
     if (!enc.ok()) {
       state.SkipWithError(std::string(enc.status().message()).c_str());
       return;
@@ -58,11 +61,12 @@ void BM_Encode(benchmark::State& state, std::string scheme_name, CodecImpl impl)
     bytes = enc->bytes.size();
     benchmark::DoNotOptimize(enc->bytes.data());
   }
-  SetCounters(state);
-  state.counters["bits_per_value"] = 8.0 * bytes / (kTokens * kChannels);
+  SetCounters(state, channels);
+  state.counters["bits_per_value"] = 8.0 * bytes / (kTokens * channels);
 }
 
-void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int stages, bool exact_extremes) {
+void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl, int stages, bool exact_extremes,
+               int channels) {
   if (!ImplAvailable(impl)) {
     state.SkipWithError("implementation not supported by this CPU");
     return;
@@ -71,9 +75,9 @@ void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl,
   CodecOptions options;
   options.impl = impl;
   options.exact_extremes = exact_extremes;
-  absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page().view());
-  std::vector<float> out(Page().data.size());
-  MutablePageView view{out.data(), kTokens, kChannels, 0};
+  absl::StatusOr<EncodedPage> enc = EncodePage(scheme, options, Page(channels).view());
+  std::vector<float> out(Page(channels).data.size());
+  MutablePageView view{out.data(), kTokens, channels, 0};
   for (auto _ : state) {
     absl::Status st = DecodePage(enc->bytes, stages, view, options);
     if (!st.ok()) {
@@ -82,7 +86,7 @@ void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl,
     }
     benchmark::DoNotOptimize(out.data());
   }
-  SetCounters(state);
+  SetCounters(state, channels);
 }
 
 void RegisterAll() {
@@ -93,14 +97,18 @@ void RegisterAll() {
     for (CodecImpl impl : {CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512}) {
       // The baselines have one (scalar) implementation; list them once.
       if (scheme.kind != SchemeKind::kLynx && impl != CodecImpl::kReference) continue;
-      const std::string suffix = name + "/" + ImplName(impl);
-      benchmark::RegisterBenchmark(("BM_Encode/" + suffix).c_str(), BM_Encode, name, impl);
-      for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
-        const std::string decode = "BM_Decode/" + suffix + "/stages:" + std::to_string(stages);
-        benchmark::RegisterBenchmark(decode.c_str(), BM_Decode, name, impl, stages, true);
-        // A partial decode again without the exact-extremes rule, so its cost is seen side by side.
-        if (stages < scheme.num_streams()) {
-          benchmark::RegisterBenchmark((decode + "/table-extremes").c_str(), BM_Decode, name, impl, stages, false);
+      for (int channels : {kChannels, kSmallChannels}) {
+        const std::string suffix = name + "/" + ImplName(impl);
+        const std::string shape = channels == kSmallChannels ? "/small" : "";
+        benchmark::RegisterBenchmark(("BM_Encode/" + suffix + shape).c_str(), BM_Encode, name, impl, channels);
+        for (int stages = 1; stages <= scheme.num_streams(); ++stages) {
+          const std::string decode = "BM_Decode/" + suffix + "/stages:" + std::to_string(stages);
+          benchmark::RegisterBenchmark((decode + shape).c_str(), BM_Decode, name, impl, stages, true, channels);
+          // A partial decode again without the exact-extremes rule, so its cost is seen side by side.
+          if (stages < scheme.num_streams()) {
+            benchmark::RegisterBenchmark((decode + "/table-extremes" + shape).c_str(), BM_Decode, name, impl, stages,
+                                         false, channels);
+          }
         }
       }
     }

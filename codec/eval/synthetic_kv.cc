@@ -183,11 +183,12 @@ float RoundToBf16(float f) {
 
 }  // namespace
 
-std::vector<std::string> ModelPresetNames() { return {"llama-3.1-8b", "qwen3-32b", "tiny"}; }
+std::vector<std::string> ModelPresetNames() { return {"llama-3.1-8b", "qwen3-32b", "smollm2-135m", "tiny"}; }
 
 absl::StatusOr<ModelShape> ModelPreset(absl::string_view name) {
   if (name == "llama-3.1-8b") return ModelShape{"llama-3.1-8b", 32, 8, 32, 128, 500000.0};
   if (name == "qwen3-32b") return ModelShape{"qwen3-32b", 64, 8, 64, 128, 1000000.0};
+  if (name == "smollm2-135m") return ModelShape{"smollm2-135m", 30, 3, 9, 64, 100000.0};
   if (name == "tiny") return ModelShape{"tiny", 4, 2, 4, 16, 10000.0};
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model '", name, "'; presets: ", absl::StrJoin(ModelPresetNames(), ", ")));

@@ -40,8 +40,9 @@ struct ModelShape {
 };
 
 // The presets: "llama-3.1-8b" (32 layers, 32 q / 8 kv heads, head_dim 128, RoPE base 500000),
-// "qwen3-32b" (64 layers, 64 q / 8 kv heads, head_dim 128, base 1000000), "tiny" (4 layers, 4 q / 2 kv heads,
-// head_dim 16: for tests).
+// "qwen3-32b" (64 layers, 64 q / 8 kv heads, head_dim 128, base 1000000), "smollm2-135m" (30 layers, 9 q / 3 kv
+// heads, head_dim 64, base 100000: the reference engine's model, whose pages are small), "tiny" (4 layers, 4 q /
+// 2 kv heads, head_dim 16: for tests).
 std::vector<std::string> ModelPresetNames();
 // INVALID_ARGUMENT listing the presets for an unknown name.
 absl::StatusOr<ModelShape> ModelPreset(absl::string_view name);
