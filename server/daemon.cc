@@ -66,8 +66,8 @@ absl::Status Daemon::Init() {
   self.container_version = codec::kContainerVersion;
   peers_ = std::make_unique<PeerDirectory>(std::move(self), security_.get(), transport_.get());
   liveness_ = std::make_unique<PeerLiveness>(peers_.get(), security_.get());
-  workers_ = std::make_unique<WorkerPool>(options_.codec_threads, options_.transport.starvation_bound);
-  device_workers_ = std::make_unique<WorkerPool>(kMaxGpuSlots, options_.transport.starvation_bound);
+  workers_ = std::make_unique<WorkerPool>(options_.codec_threads, options_.transport.starvation_bound, "kvt-codec");
+  device_workers_ = std::make_unique<WorkerPool>(kMaxGpuSlots, options_.transport.starvation_bound, "kvt-device");
   buffers_ = HostBufferPool::Create({.max_kept_bytes = static_cast<size_t>(options_.host_buffer_pool_bytes)});
   // Lynx's quantizer tables for the default alpha, built in the background now rather than by the first request.
   // A build takes tens of ms; the first lynx request used to wait ~100 ms (H100 host) to ~200 ms (2 cores), its

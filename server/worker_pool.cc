@@ -1,15 +1,23 @@
 #include "server/worker_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
 namespace kvt::server {
 
-WorkerPool::WorkerPool(int threads, absl::Duration starvation_bound) : starvation_bound_(starvation_bound) {
+WorkerPool::WorkerPool(int threads, absl::Duration starvation_bound, const std::string& name)
+    : starvation_bound_(starvation_bound) {
   if (threads < 1) threads = 1;
   threads_.reserve(threads);
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, name] {
+      pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      Run();
+    });
+  }
 }
 
 WorkerPool::~WorkerPool() {

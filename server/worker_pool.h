@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,9 +28,10 @@ enum class TaskPriority { kHigh, kLow };
 
 class WorkerPool {
  public:
-  // Starts `threads` (>= 1) workers. A low-priority task queued longer than `starvation_bound` runs before the
-  // high-priority ones queued after it.
-  explicit WorkerPool(int threads, absl::Duration starvation_bound = absl::Seconds(1));
+  // Starts `threads` (>= 1) workers, named `name` (at most 15 characters: top -H, perf and /proc show it). A
+  // low-priority task queued longer than `starvation_bound` runs before the high-priority ones queued after it.
+  explicit WorkerPool(int threads, absl::Duration starvation_bound = absl::Seconds(1),
+                      const std::string& name = "kvt-worker");
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;

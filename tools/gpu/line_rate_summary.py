@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tables from `kvtctl demo --json` sweeps (tools/gpu/run_line_rate.sh): per file and rate, int8's time to full
 and full/link, lynx's time to anchor and to full over int8's, the end-to-end goodput against the data plane
-alone, and when each stage last ended on both daemons (ms since the request started there).
+alone, when each stage last ended on both daemons (ms since the request started there), and each daemon's
+busiest threads.
 
   python3 tools/gpu/line_rate_summary.py out/*.json
 """
@@ -39,6 +40,12 @@ def summarize(path):
             fmt(stage(r, "prefill", "encode")), fmt(stage(r, "decode", "arrive_anchor")),
             fmt(stage(r, "decode", "arrive_residual")), fmt(stage(r, "decode", "decode_anchor")),
             fmt(stage(r, "decode", "decode_full")), r.get("verified_identical")))
+    print("busiest threads (CPU-seconds per second; ~1.0 = that thread bounds the run):")
+    for r in doc["runs"]:
+        threads = r.get("busiest_threads") or {}
+        sides = ["{}: {}".format(side, ", ".join(f"{t['name']} {t['utilization']:.2f}" for t in threads.get(side, [])[:4]))
+                 for side in ("prefill", "decode")]
+        print(f"  {r['rate_gbps'] or 'unlim.'} {r['scheme']}: " + "; ".join(sides))
     for v in doc.get("verdicts", []):
         print(f"verdict at {v['rate_gbps']} Gbit/s: lynx anchor {v['lynx_anchor_over_int8_full']:.2f} x int8 full, "
               f"full {v['lynx_full_over_int8_full']:.2f} x" + ("" if v["judged"] else f" (not judged: {v['not_judged_because'] or 'no rate'})"))

@@ -11,7 +11,8 @@
 #
 # With the device tool: run "tools/gpu/run_line_rate.sh prepare" here, then
 #   run(kind="nvidia-h200-x4", carry=[".gpu-lr"], command="bash tools/gpu/run_line_rate.sh device")
-# KVT_LR_RUNS ("gpu:8192 host:8192 gpu:32768:int8,lynx": path, tokens and schemes of each sweep, in order), or
+# KVT_LR_RUNS ("gpu:8192 host:8192 gpu:32768:int8,lynx gpu:8192:int8,lynx:--page-tokens=512+--ucx-workers=1": path,
+# tokens, schemes and more demo flags ('+' between them) of each sweep, in order), or
 # KVT_LR_TOKENS (default 8192; several, comma-separated) x KVT_LR_PATHS (default "gpu host"), KVT_LR_RATES (default
 # 10,25,50,0), KVT_LR_SCHEMES (default int8,int4,lynx), KVT_LR_ARGS (more demo
 # flags), KVT_LR_DEMO_TIMEOUT (seconds a sweep may take), KVT_LR_TESTS=1 (prepare and run the GPU codec's tests too). kvtd and kvtctl of an earlier build copied by hand to
@@ -39,10 +40,12 @@ prepare() {
   echo "prepared: $(ls "$stage/bin" | tr '\n' ' ')$( [ -d "$stage/base" ] && echo "+ base ")+ $(ls "$stage/lib" | wc -l) libraries: $(du -sh "$DIR/payload.tar.xz" | cut -f1) packed"
 }
 
-# demo BUILD_DIR NAME PATH TOKENS: one sweep into $out/NAME-PATH-TOKENS.{json,svg,err}.
+# demo BUILD_DIR NAME PATH TOKENS [FLAGS]: one sweep into $out/NAME-PATH-TOKENS[-FLAGS].{json,svg,err}; FLAGS are
+# more demo flags separated by '+'.
 demo() {
-  local bin="$1" name="$2" path="$3" tokens="$4"
+  local bin="$1" name="$2" path="$3" tokens="$4" extra="${5:-}"
   local tag="$name-$path-$tokens" gpu_flag=""
+  [ -n "$extra" ] && tag="$tag-$(tr -c 'A-Za-z0-9=\n' '_' <<<"${extra//--/}" | tr -d '\n')"
   [ "$path" = gpu ] && gpu_flag="--gpu=0"
   echo "== $(date +%T) $tag: kvtctl demo $gpu_flag --tokens=$tokens --rate-gbps=${KVT_LR_RATES:-10,25,50,0}"
   # KVT_LR_DEMO_TIMEOUT: seconds one sweep may take (0 = no limit), so that a long last sweep cannot keep the
@@ -52,7 +55,7 @@ demo() {
   # shellcheck disable=SC2086
   "${limit[@]}" "$bin/kvtctl" demo --kvtd="$bin/kvtd" $gpu_flag --tokens="$tokens" --warmup-tokens="$tokens" \
     --rate-gbps="${KVT_LR_RATES:-10,25,50,0}" --schemes="${KVT_LR_SCHEMES:-int8,int4,lynx}" --eval-layers=2 \
-    --verify --json --svg="$out/$tag.svg" ${KVT_LR_ARGS:-} >"$out/$tag.json" 2>"$out/$tag.err" || {
+    --verify --json --svg="$out/$tag.svg" ${KVT_LR_ARGS:-} ${extra//+/ } >"$out/$tag.json" 2>"$out/$tag.err" || {
     echo "FAILED: $tag"
     tail -20 "$out/$tag.err"
     return 1
@@ -90,9 +93,10 @@ device() {
     done
   fi
   for run in $runs; do
-    IFS=: read -r path tokens schemes <<<"$run"
+    IFS=: read -r path tokens schemes extra <<<"$run"
     for b in "${builds[@]}"; do
-      KVT_LR_SCHEMES="${schemes:-${KVT_LR_SCHEMES:-int8,int4,lynx}}" demo "$root/$b" "$b" "$path" "$tokens" || rc=1
+      KVT_LR_SCHEMES="${schemes:-${KVT_LR_SCHEMES:-int8,int4,lynx}}" demo "$root/$b" "$b" "$path" "$tokens" "$extra" ||
+        rc=1
     done
   done
   python3 "$root/line_rate_summary.py" "$out"/*.json | tee "$out/summary.txt" || rc=1

@@ -27,6 +27,12 @@ std::string Ratio(double x, double base) { return base > 0 ? absl::StrFormat("%.
 
 std::string Percent(const std::optional<double>& x) { return x ? absl::StrFormat("%.0f", 100 * *x) : "-"; }
 
+nlohmann::json ThreadsToJson(const std::vector<transport::ThreadLoad>& loads) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const transport::ThreadLoad& l : loads) out.push_back({{"name", l.name}, {"utilization", l.utilization}});
+  return out;
+}
+
 std::string RateName(double rate) { return rate > 0 ? absl::StrFormat("%g", rate) : std::string("unlim."); }
 
 // A stage's figure from a profile, "-" if it did not run.
@@ -173,6 +179,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
         {"host_cpu_busy", opt(run.host_busy)},
         {"host_cpu_ticks", opt(run.host_ticks)},
         {"stages", {{"prefill", StagesToJson(run.prefill_profile)}, {"decode", StagesToJson(run.decode_profile)}}},
+        {"busiest_threads", {{"prefill", ThreadsToJson(run.prefill_threads)}, {"decode", ThreadsToJson(run.decode_threads)}}},
         {"layers", layers}};
     if (run.rate_gbps == 0 && r.data_plane) {
       j["goodput_over_data_plane"] = run.goodput_gbps() / r.data_plane->goodput_gbps;
@@ -208,6 +215,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
           {"layers", r.layers},
           {"kv_heads", r.kv_heads},
           {"head_dim", r.head_dim},
+          {"page_tokens", r.options.page_tokens},
           {"kv_bytes_bf16", r.kv_bytes_bf16},
           {"rates_gbps", r.options.rates_gbps},
           {"transport", r.transports},
@@ -242,7 +250,7 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   double data_plane_mib = static_cast<double>(o.data_plane_bytes >> 20);
   bool json = false;
   flags.String("kvtd", &kvtd, "path of the kvtd binary (default: next to kvtctl, else $PATH)");
-  flags.String("model", &o.model, "synthetic KV model preset (llama-3.1-8b, qwen3-32b, tiny)");
+  flags.String("model", &o.model, "synthetic KV model preset (llama-3.1-8b, qwen3-32b, smollm2-135m, tiny)");
   flags.Int("tokens", &o.tokens, "context length in tokens");
   flags.Int("layers", &o.layers, "layers to transfer (0 = all of the model's)");
   flags.String("rate-gbps", &rates,
@@ -252,6 +260,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("ucx-tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
   flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..4)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
+  flags.Int("page-tokens", &o.page_tokens,
+            "tokens per codec page (a multiple of 32): each page's streams are the data plane's chunks");
   flags.Int("gpu", &o.gpu, "CUDA device for the KV caches (-1 = host shared memory)");
   flags.Bool("verify", &o.verify, "check the decode blocks bit for bit against the codec's own decode");
   flags.Int("warmup-tokens", &o.warmup_tokens,

@@ -36,6 +36,8 @@ namespace kvt::kvtctl {
 namespace {
 
 constexpr uint32_t kBlockTokens = 16;
+// Threads per daemon a run reports as its busiest.
+constexpr size_t kBusiestThreads = 6;
 
 // The stages worth drawing under a run's layers: when each ran, on either daemon (their clocks start at the
 // Offer and the Expect, a moment apart).
@@ -80,6 +82,7 @@ absl::Status StartCluster(const DemoOptions& o, double rate_gbps, int ucx_worker
         absl::StrCat("--ucx_tls=", o.ucx_tls),
         absl::StrCat("--ucx_workers=", ucx_workers),
         absl::StrCat("--codec_threads=", o.codec_threads),
+        absl::StrCat("--page_tokens=", o.page_tokens),
         "--log_level=warn",
     };
   };
@@ -141,8 +144,9 @@ class DemoKvCache {
 
 // What a decode of `stages` streams gives for one layer's K or V, paged as the daemons page it.
 absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, const std::vector<float>& x, int tokens,
-                                               int channels, int stages) {
-  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan, server::MakeTransferPlan(scheme, 32, 1, tokens, 256, channels));
+                                               int channels, int page_tokens, int stages) {
+  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
+                       server::MakeTransferPlan(scheme, 32, 1, tokens, page_tokens, channels));
   std::vector<float> out(x.size());
   for (const server::PlannedPage& page : plan.layers[0]) {
     if (page.spec.kind != 0) continue;
@@ -170,8 +174,8 @@ absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, abs
 // gives, rounded to the region's dtype (the daemons' contract, CPU or GPU path alike).
 absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<const uint8_t> src,
                                   const std::vector<uint32_t>& src_blocks, absl::Span<const uint8_t> dst,
-                                  const std::vector<uint32_t>& dst_blocks, int tokens, const codec::Scheme& scheme,
-                                  const std::vector<int>& layers) {
+                                  const std::vector<uint32_t>& dst_blocks, int tokens, int page_tokens,
+                                  const codec::Scheme& scheme, const std::vector<int>& layers) {
   server::ReferenceTransfer t;
   t.src_layout = &layout;
   t.src = src;
@@ -179,6 +183,7 @@ absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<con
   t.dst_layout = &layout;
   t.dst_blocks = dst_blocks;
   t.num_tokens = tokens;
+  t.page_tokens = static_cast<uint32_t>(page_tokens);
   t.scheme = scheme;
   t.layers = layers;
   std::vector<uint8_t> expected(dst.begin(), dst.end());
@@ -230,6 +235,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
         absl::StrFormat("--ucx-workers must be 0..%d (0 = kvtd's default)", transport::kMaxUcxWorkers));
   }
   if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
+  if (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--page-tokens %d must be a multiple of 32 (the codec's chunk) in [32, 65536]", o.page_tokens));
+  }
   std::vector<codec::Scheme> schemes;
   for (const std::string& name : o.schemes) {
     KVT_ASSIGN_OR_RETURN(codec::Scheme s, codec::ParseScheme(name));
@@ -353,6 +362,9 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       for (int l = 0; l < report.layers; ++l) run.timeline.layers[l].layer = l;
       int anchors = 0, fulls = 0;
       const absl::StatusOr<CpuTimes> cpu_before = ReadCpuTimes();
+      const auto prefill_cpu = transport::SampleThreadCpu(cluster.prefill->pid());
+      const auto decode_cpu = transport::SampleThreadCpu(cluster.decode->pid());
+      const absl::Time started = absl::Now();
       KVT_RETURN_IF_ERROR(transfer(id, name, o.tokens, [&](const v1::TransferEvent& e) {
         const double ms = e.at_us() / 1000.0;
         if (e.kind() == v1::TransferEvent::ANCHOR_READY && e.layer() < run.timeline.layers.size()) {
@@ -370,6 +382,11 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                                  name, rate_name, anchors, report.layers, fulls, report.layers),
                  true);
       }));
+      const double wall = absl::ToDoubleSeconds(absl::Now() - started);
+      run.prefill_threads = transport::BusiestThreads(
+          prefill_cpu, transport::SampleThreadCpu(cluster.prefill->pid()), wall, kBusiestThreads);
+      run.decode_threads = transport::BusiestThreads(
+          decode_cpu, transport::SampleThreadCpu(cluster.decode->pid()), wall, kBusiestThreads);
       if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
         run.host_ticks = cpu_after->total >= cpu_before->total ? cpu_after->total - cpu_before->total : 0;
         if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
@@ -388,7 +405,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       KVT_RETURN_IF_ERROR(dst_kv->Download());
       if (o.verify) {
         KVT_ASSIGN_OR_RETURN(run.verified_identical, VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(),
-                                                                  dst_blocks, o.tokens, schemes[i], eval_layer_ids));
+                                                                  dst_blocks, o.tokens, o.page_tokens, schemes[i],
+                                                                  eval_layer_ids));
       }
       codec::eval::MeanAccumulator anchor_acc, full_acc;
       for (const EvalLayer& e : eval) {
@@ -398,8 +416,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                              ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 1));
         KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
         full_acc.Merge(f);
-        KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, 1));
-        KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, 1));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, o.page_tokens, 1));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, o.page_tokens, 1));
         // The decode blocks hold bf16: round the anchor view the same way.
         for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
           for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));

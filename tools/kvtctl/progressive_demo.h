@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/kvt/v1/client.pb.h"
+#include "transport/bench/thread_cpu.h"
 #include "tools/kvtctl/timeline_svg.h"
 
 namespace kvt::kvtctl {
@@ -32,6 +33,9 @@ struct DemoOptions {
   std::string ucx_tls = "tcp";
   int ucx_workers = 0;    // per daemon; 0 = kvtd's default (transport::DefaultUcxWorkers)
   int codec_threads = 0;  // per daemon; 0 = one per core
+  // Tokens per codec page (kvtd --page_tokens): a multiple of 32 (the codec's chunk), at most 65536. A page's
+  // streams are the data plane's unit, so this sets how many chunks a request is.
+  int page_tokens = 256;
   uint64_t seed = 1;
   int gpu = -1;         // >= 0: the KV caches live on this CUDA device (GPU regions, CUDA kernels in the daemons)
   bool verify = false;  // check the decode blocks against the codec's own decode, bit for bit (eval layers)
@@ -62,6 +66,9 @@ struct SchemeRun {
   std::optional<uint64_t> host_ticks;
   // Where the time went on each daemon, stage by stage (the Profile RPC).
   v1::ProfileResponse prefill_profile, decode_profile;
+  // Each daemon's busiest threads during the transfer (CPU-seconds per second; near 1.0 = that thread bounds the
+  // pipeline), at most kBusiestThreads each; empty where /proc cannot be read.
+  std::vector<transport::ThreadLoad> prefill_threads, decode_threads;
   TimelineSeries timeline;
 
   // Wire bytes over the time to full precision, in Gbit/s.

@@ -15,18 +15,27 @@
 
 namespace kvt::transport {
 
-absl::flat_hash_map<int, ThreadCpu> SampleThreadCpu() {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+}  // namespace
+
+absl::flat_hash_map<int, ThreadCpu> SampleThreadCpu(int pid) {
   absl::flat_hash_map<int, ThreadCpu> out;
-  DIR* dir = opendir("/proc/self/task");
+  const std::string task = pid > 0 ? absl::StrCat("/proc/", pid, "/task") : std::string("/proc/self/task");
+  DIR* dir = opendir(task.c_str());
   if (dir == nullptr) return out;
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   while (dirent* e = readdir(dir)) {
     int tid = 0;
     if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
-    std::ifstream in(absl::StrCat("/proc/self/task/", tid, "/stat"));
-    std::stringstream buf;
-    buf << in.rdbuf();
-    const std::string stat = buf.str();
+    const std::string stat = ReadAll(absl::StrCat(task, "/", tid, "/stat"));
     // "tid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ')'.
     const size_t open = stat.find('('), close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos || close < open) continue;
@@ -38,7 +47,13 @@ absl::flat_hash_map<int, ThreadCpu> SampleThreadCpu() {
         !absl::SimpleAtoi(fields[kStime], &stime)) {
       continue;
     }
-    out[tid] = ThreadCpu{stat.substr(open + 1, close - open - 1), (utime + stime) / ticks};
+    double seconds = (utime + stime) / ticks;
+    // schedstat: "on-CPU ns, waiting ns, timeslices"; all zero where the kernel does not keep them.
+    uint64_t on_cpu_ns = 0;
+    const std::vector<std::string> sched =
+        absl::StrSplit(ReadAll(absl::StrCat(task, "/", tid, "/schedstat")), ' ', absl::SkipEmpty());
+    if (!sched.empty() && absl::SimpleAtoi(sched[0], &on_cpu_ns) && on_cpu_ns > 0) seconds = on_cpu_ns / 1e9;
+    out[tid] = ThreadCpu{stat.substr(open + 1, close - open - 1), seconds};
   }
   closedir(dir);
   return out;

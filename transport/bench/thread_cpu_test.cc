@@ -1,6 +1,9 @@
 #include "transport/bench/thread_cpu.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -46,6 +49,27 @@ TEST(ThreadCpuTest, SpinningThreadIsTheBusiestAndNamed) {
   EXPECT_GE(loads[0].utilization, loads[1].utilization);
   const std::string text = FormatThreadLoads(loads);
   EXPECT_EQ(text.rfind("cpu-test-spin 0.", 0) == 0 || text.rfind("cpu-test-spin 1.", 0) == 0, true) << text;
+}
+
+// Another process's threads are read through its pid: a child that spins gains CPU time between two samples.
+TEST(ThreadCpuTest, AnotherProcessByPid) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    volatile double x = 1;
+    const absl::Time end = absl::Now() + absl::Seconds(2);
+    while (absl::Now() < end) x = std::sqrt(x + 1.0);
+    _exit(0);
+  }
+  const auto before = SampleThreadCpu(child);
+  absl::SleepFor(absl::Milliseconds(300));
+  const auto after = SampleThreadCpu(child);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_EQ(after.size(), 1u);  // one thread, named as its parent was
+  ASSERT_TRUE(before.contains(child));
+  EXPECT_GT(after.at(child).seconds, before.at(child).seconds);
+  EXPECT_TRUE(SampleThreadCpu(child).empty());  // gone: nothing to read
 }
 
 TEST(ThreadCpuTest, EmptyAndDegenerateInputs) {
