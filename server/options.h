@@ -51,8 +51,8 @@ struct DaemonOptions {
 
   // Threads that encode and decode pages; 0 = one per available core.
   int codec_threads = 0;
-  // Target tokens per page (rounded down to whole engine blocks; DESIGN.md 4.1).
-  uint32_t page_tokens = 256;
+  // Target tokens per page (rounded down to whole codec chunks); 0 = codec::AutoPageTokens of the region's channels.
+  uint32_t page_tokens = 0;
   // Tokens per codec chunk (codec::CodecOptions::chunk_tokens).
   int chunk_tokens = 32;
   // Encoded bytes of one request held while on the wire: past this, encoding waits for the oldest layer's

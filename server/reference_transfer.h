@@ -24,7 +24,7 @@ struct ReferenceTransfer {
   codec::Scheme scheme;
   int stages = 0;                  // 0 = every stream
   absl::Span<const int> layers;    // empty = every layer
-  uint32_t page_tokens = 256;      // the daemon's --page_tokens
+  uint32_t page_tokens = 0;        // the daemon's --page_tokens (0: codec::AutoPageTokens)
   int chunk_tokens = 32;           // DaemonOptions::chunk_tokens
 };
 

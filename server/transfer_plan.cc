@@ -73,6 +73,7 @@ absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int c
   plan.chunk_tokens = chunk_tokens;
   plan.channels = channels;
   plan.num_tokens = num_tokens;
+  if (target_page_tokens == 0) target_page_tokens = codec::AutoPageTokens(static_cast<int>(channels));
   // Whole chunks per page, and no more values than the codec takes in one page.
   uint64_t page_tokens = std::max<uint64_t>(chunk_tokens, target_page_tokens / chunk_tokens * chunk_tokens);
   const uint64_t max_tokens = std::min<uint64_t>(codec::kMaxPageTokens, codec::kMaxPageValues / channels);

@@ -34,7 +34,8 @@ struct TransferPlan {
 };
 
 // INVALID_ARGUMENT when the page dims do not suit the codec (channels out of range, chunk_tokens bad), or
-// num_tokens / num_layers is zero or absurd (the message says which).
+// num_tokens / num_layers is zero or absurd (the message says which). target_page_tokens 0: the size kvtd picks
+// when not told (codec::AutoPageTokens of `channels`).
 absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int chunk_tokens, uint32_t num_layers,
                                               uint64_t num_tokens, uint32_t target_page_tokens, uint32_t channels);
 

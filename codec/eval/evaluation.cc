@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/eval/tensor_codec.h"
+#include "codec/page.h"
 
 namespace kvt::codec::eval {
 namespace {
@@ -33,10 +34,11 @@ struct SchemeSums {
 absl::Status EvalOptions::Validate() const {
   if (schemes.empty()) return absl::InvalidArgumentError("no schemes to evaluate");
   if (auto st = codec.Validate(); !st.ok()) return st;
-  if (page_tokens < codec.chunk_tokens || page_tokens % codec.chunk_tokens != 0 || page_tokens > kMaxPageTokens) {
+  if (page_tokens != 0 &&
+      (page_tokens < codec.chunk_tokens || page_tokens % codec.chunk_tokens != 0 || page_tokens > kMaxPageTokens)) {
     return absl::InvalidArgumentError(absl::StrCat("page_tokens (", page_tokens,
-                                                   ") must be a multiple of chunk_tokens (", codec.chunk_tokens,
-                                                   ") and at most ", kMaxPageTokens));
+                                                   ") must be 0 (kvtd's choice) or a multiple of chunk_tokens (",
+                                                   codec.chunk_tokens, ") and at most ", kMaxPageTokens));
   }
   if (max_layers < 0) return absl::InvalidArgumentError("max_layers must be >= 0 (0 = all)");
   if (queries.queries_per_head < 1) return absl::InvalidArgumentError("queries_per_head must be >= 1");
@@ -68,7 +70,7 @@ absl::StatusOr<EvalReport> Evaluate(const KvSource& source, const EvalOptions& o
   report.layout = source.layout();
   report.has_attention = source.has_attention();
   report.queries_per_head = options.queries.queries_per_head;
-  report.page_tokens = options.page_tokens;
+  report.page_tokens = options.page_tokens != 0 ? options.page_tokens : AutoPageTokens(report.layout.channels());
   report.codec = options.codec;
 
   std::vector<SchemeSums> sums(options.schemes.size());

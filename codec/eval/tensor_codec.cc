@@ -2,6 +2,7 @@
 #include "codec/eval/tensor_codec.h"
 
 #include "absl/strings/str_cat.h"
+#include "codec/page.h"
 
 namespace kvt::codec::eval {
 
@@ -30,6 +31,7 @@ size_t EncodedTensor::StreamBytes(int i) const {
 
 absl::StatusOr<EncodedTensor> EncodeTensor(const Scheme& scheme, const CodecOptions& options,
                                            const TensorView& tensor, int page_tokens) {
+  if (page_tokens == 0) page_tokens = AutoPageTokens(tensor.channels);
   auto pages = PlanPages(tensor.tokens, page_tokens, options.chunk_tokens);
   if (!pages.ok()) return pages.status();
   EncodedTensor out;

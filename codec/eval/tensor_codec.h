@@ -28,7 +28,8 @@ struct TensorView {
 };
 
 // The pages a tensor of `tokens` tokens is cut into, as (first token, tokens). INVALID_ARGUMENT unless
-// tokens >= 1 and page_tokens is a positive multiple of chunk_tokens.
+// tokens >= 1 and page_tokens is a positive multiple of chunk_tokens. (EncodeTensor also takes page_tokens 0: kvtd's
+// own choice, codec::AutoPageTokens of the tensor's channels.)
 absl::StatusOr<std::vector<std::pair<int, int>>> PlanPages(int tokens, int page_tokens, int chunk_tokens);
 
 struct EncodedTensor {

@@ -210,7 +210,14 @@ class EngineRun:
 
     def _anchor_ppl(self, kvtctl: str, dump: str, prompt: Prompt, work: Path) -> dict[str, Any]:
         prefix = str(work / "roundtrip")
-        cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--in", dump, "--out-prefix", prefix]
+        # Paged as the transfer was: kvtd's --page_tokens if given (the last one wins, as in kvtd), else 0, kvtd's
+        # own choice.
+        page_tokens = "0"
+        for flag in self.opts.kvtd_flags:
+            if flag.startswith("--page_tokens="):
+                page_tokens = flag.split("=", 1)[1]
+        cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--page-tokens", page_tokens, "--in", dump,
+               "--out-prefix", prefix]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")

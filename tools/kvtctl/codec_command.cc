@@ -57,7 +57,8 @@ struct CodecFlags {
     flags.String("extremes", &extremes,
                  "partial decodes' single top-cell values: exact (at the chunk end) | table (empty: the codec default)");
     flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity)");
-    flags.Int("page-tokens", &page_tokens, "tokens per page (a multiple of --chunk-tokens)");
+    flags.Int("page-tokens", &page_tokens,
+              "tokens per page (a multiple of --chunk-tokens; 0: kvtd's own choice, sized by the channels)");
   }
 };
 

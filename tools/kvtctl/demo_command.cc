@@ -17,6 +17,7 @@
 #include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/flag_set.h"
 #include "tools/kvtctl/progressive_demo.h"
+#include "codec/page.h"
 #include "tools/kvtctl/stage_table.h"
 #include "tools/kvtctl/timeline_svg.h"
 
@@ -62,14 +63,21 @@ std::vector<Verdict> Verdicts(const DemoReport& r) {
   return out;
 }
 
+// The page size the daemons used: the one asked for, else kvtd's own choice for these channels.
+uint32_t PageTokens(const DemoReport& r) {
+  return r.options.page_tokens != 0 ? static_cast<uint32_t>(r.options.page_tokens)
+                                    : static_cast<uint32_t>(codec::AutoPageTokens(r.kv_heads * r.head_dim));
+}
+
 void PrintTable(const DemoReport& r, std::ostream& out) {
   const DemoOptions& o = r.options;
   std::vector<std::string> rates;
   for (double rate : o.rates_gbps) rates.push_back(rate > 0 ? absl::StrFormat("%g", rate) : "unlimited");
   out << absl::StrFormat(
-      "\nkvt demo: %s-shaped synthetic KV, %d tokens x %d layers x %d KV heads x %d dims (%.1f MB as bf16)\n"
+      "\nkvt demo: %s-shaped synthetic KV, %d tokens x %d layers x %d KV heads x %d dims (%.1f MB as bf16), pages "
+      "of %d tokens\n"
       "two kvtd daemons, %s, KV in %s, link rate %s Gbit/s; times from Expect to the decode daemon's events\n\n",
-      o.model, o.tokens, r.layers, r.kv_heads, r.head_dim, r.kv_bytes_bf16 / 1e6, r.transports,
+      o.model, o.tokens, r.layers, r.kv_heads, r.head_dim, r.kv_bytes_bf16 / 1e6, PageTokens(r), r.transports,
       o.gpu >= 0 ? absl::StrCat("GPU ", o.gpu, " memory (CUDA IPC, CUDA kernels)") : std::string("shared memory"),
       absl::StrJoin(rates, ", "));
   out << absl::StrFormat("%-7s %-11s %9s %9s %9s %9s %11s %9s %12s %11s %9s %9s %7s\n", "Gbit/s", "scheme", "wire MB",
@@ -215,7 +223,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
           {"layers", r.layers},
           {"kv_heads", r.kv_heads},
           {"head_dim", r.head_dim},
-          {"page_tokens", r.options.page_tokens},
+          {"page_tokens", PageTokens(r)},
           {"kv_bytes_bf16", r.kv_bytes_bf16},
           {"rates_gbps", r.options.rates_gbps},
           {"transport", r.transports},

@@ -235,9 +235,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
         absl::StrFormat("--ucx-workers must be 0..%d (0 = kvtd's default)", transport::kMaxUcxWorkers));
   }
   if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
-  if (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--page-tokens %d must be a multiple of 32 (the codec's chunk) in [32, 65536]", o.page_tokens));
+  if (o.page_tokens != 0 && (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--page-tokens %d must be 0 (kvtd's choice) or a multiple of 32 (the codec's chunk) in [32, 65536]",
+        o.page_tokens));
   }
   std::vector<codec::Scheme> schemes;
   for (const std::string& name : o.schemes) {

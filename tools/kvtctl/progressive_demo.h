@@ -33,9 +33,10 @@ struct DemoOptions {
   std::string ucx_tls = "tcp";
   int ucx_workers = 0;    // per daemon; 0 = kvtd's default (transport::DefaultUcxWorkers)
   int codec_threads = 0;  // per daemon; 0 = one per core
-  // Tokens per codec page (kvtd --page_tokens): a multiple of 32 (the codec's chunk), at most 65536. A page's
-  // streams are the data plane's unit, so this sets how many chunks a request is.
-  int page_tokens = 256;
+  // Tokens per codec page (kvtd --page_tokens): 0 = kvtd's choice (codec::AutoPageTokens), else a multiple of 32
+  // (the codec's chunk) up to 65536. A page's streams are the data plane's unit, so this sets how many chunks a
+  // request is.
+  int page_tokens = 0;
   uint64_t seed = 1;
   int gpu = -1;         // >= 0: the KV caches live on this CUDA device (GPU regions, CUDA kernels in the daemons)
   bool verify = false;  // check the decode blocks against the codec's own decode, bit for bit (eval layers)

@@ -55,8 +55,9 @@ def codec_roundtrip(kvtctl: str, scheme: str, values: np.ndarray, work_dir: Path
     source = work_dir / f"{scheme}.in.npy"
     prefix = work_dir / f"{scheme}.out"
     np.save(source, values)
-    subprocess.run([kvtctl, "codec", "roundtrip", "--scheme", scheme, "--in", str(source), "--out-prefix",
-                    str(prefix)], check=True, capture_output=True)
+    # --page-tokens 0: pages of the size kvtd picks by itself, as the daemons under test do.
+    subprocess.run([kvtctl, "codec", "roundtrip", "--scheme", scheme, "--page-tokens", "0", "--in", str(source),
+                    "--out-prefix", str(prefix)], check=True, capture_output=True)
     return np.load(f"{prefix}.full.npy")
 
 
