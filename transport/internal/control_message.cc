@@ -29,7 +29,7 @@ absl::StatusOr<ControlMessage> DecodeControlMessage(absl::Span<const uint8_t> by
   }
   ControlMessage m;
   const uint8_t type = bytes[5];
-  if (type < static_cast<uint8_t>(ControlType::kHello) || type > static_cast<uint8_t>(ControlType::kAck)) {
+  if (type < static_cast<uint8_t>(ControlType::kHello) || type > static_cast<uint8_t>(ControlType::kGoodbye)) {
     return absl::InvalidArgumentError("control message has an unknown type");
   }
   m.type = static_cast<ControlType>(type);

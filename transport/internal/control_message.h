@@ -17,7 +17,9 @@ namespace kvt::transport::internal {
 
 inline constexpr size_t kControlMessageBytes = 24;
 
-enum class ControlType : uint8_t { kHello = 1, kCredit = 2, kPing = 3, kAbort = 4, kAck = 5 };
+// kGoodbye: the sender is shutting down and closes the link next, so the peer can tell an orderly close from a lost
+// link (its transfers on the link fail the same way, UNAVAILABLE, but the close is not logged as a failure).
+enum class ControlType : uint8_t { kHello = 1, kCredit = 2, kPing = 3, kAbort = 4, kAck = 5, kGoodbye = 6 };
 
 struct ControlMessage {
   ControlType type = ControlType::kPing;

@@ -7,7 +7,7 @@ namespace {
 
 TEST(ControlMessageTest, EveryTypeRoundTrips) {
   for (ControlType t : {ControlType::kHello, ControlType::kCredit, ControlType::kPing, ControlType::kAbort,
-                        ControlType::kAck}) {
+                        ControlType::kAck, ControlType::kGoodbye}) {
     const ControlMessage m{t, 0x1122334455667788ull, 42};
     auto bytes = EncodeControlMessage(m);
     auto back = DecodeControlMessage(bytes);

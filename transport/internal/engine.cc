@@ -21,6 +21,8 @@ constexpr int kMaxChunksPerRound = 4;
 // Idle rounds the progress thread polls before it sleeps (until its next timer, at most the wire's poll interval).
 constexpr int kSpinRoundsBeforeSleep = 64;
 constexpr absl::Duration kShutdownDrain = absl::Seconds(2);
+// How long a shutdown waits for its goodbyes (and any sends still queued before them) to leave.
+constexpr absl::Duration kGoodbyeDrain = absl::Milliseconds(200);
 // After a link fails, its transfers finish once the wire has completed (or cancelled) their sends, or after this
 // long regardless: some UCX transports (shared memory in UCX 1.13) cannot cancel sends to a vanished peer, and
 // a failed transfer must still finish in bounded time. The peer is gone, so nothing reads the bytes after that.
@@ -203,6 +205,18 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
+  // Tell every live peer first, so that it logs an orderly close rather than a lost link; give the goodbyes a
+  // short while to leave (a peer that is gone or stuck must not hold the shutdown).
+  size_t goodbyes = 0;
+  for (auto& [id, link] : links_) {
+    if (!link->ready()) continue;
+    SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, 0}, clock_->Now());
+    ++goodbyes;
+  }
+  const absl::Time goodbye_deadline = clock_->Now() + kGoodbyeDrain;
+  while (goodbyes > 0 && !send_records_.empty() && clock_->Now() < goodbye_deadline) {
+    if (wire_->Progress() == 0) IdleWait(absl::Microseconds(100));
+  }
   for (auto& [id, link] : links_) {
     LinkDown(*link, absl::UnavailableError("transport shut down"), DownCause::kShutdown);
   }
@@ -408,6 +422,8 @@ void Engine::LinkDown(PeerLink& link, absl::Status status, DownCause cause) {
   counters_->links_down.fetch_add(1, std::memory_order_relaxed);
   if (cause == DownCause::kFailure) {
     Logger("transport")->warn("link {} down: {}", link.id, status.ToString());
+  } else if (cause == DownCause::kPeerShutdown) {
+    Logger("transport")->info("link {} closed by its peer: {}", link.id, status.ToString());
   } else {
     Logger("transport")->debug("link {} closed: {}", link.id, status.ToString());
   }
@@ -484,6 +500,9 @@ void Engine::OnMessage(LinkId id, MessageKind kind, absl::Span<const uint8_t> he
       link->blocked_since = absl::InfiniteFuture();
       break;
     case ControlType::kPing:
+      break;
+    case ControlType::kGoodbye:
+      LinkDown(*link, absl::UnavailableError("peer shut down"), DownCause::kPeerShutdown);
       break;
     case ControlType::kAck: {
       auto it = outbound_.find(m->a);

@@ -89,8 +89,9 @@ class Engine final : public Transport, private WireEvents {
   void RejectChunk(LinkId link, uint64_t transfer_id, const absl::Status& status, int64_t wire_bytes);
   void FailTransfer(OutboundTransfer& t, absl::Status status);
   void MaybeFinish(uint64_t transfer_id);
-  // Why a link goes down: a failure is logged as a warning; this transport's own shutdown only at debug level.
-  enum class DownCause { kFailure, kShutdown };
+  // Why a link goes down: a failure is logged as a warning; the peer's announced shutdown (kGoodbye) at info level;
+  // this transport's own shutdown only at debug level.
+  enum class DownCause { kFailure, kPeerShutdown, kShutdown };
   void LinkDown(PeerLink& link, absl::Status status, DownCause cause = DownCause::kFailure);
   void Shutdown();
   PeerLink* FindLink(LinkId id);
