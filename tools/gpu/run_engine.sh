@@ -7,6 +7,7 @@
 #                                     # prompts' documents and the model, into .gpu-engine/ (git-ignored)
 #   tools/gpu/run_engine.sh stage     # there, call 1: checks the first half of the model arrived (nothing else)
 #   tools/gpu/run_engine.sh device    # there, call 2: everything; output under $OUT (default .gpu-engine/out)
+#   tools/gpu/run_engine.sh prefill-timing  # there, instead of call 2: the prefill alone, no kvt (seconds)
 #
 # The model (94 MiB) and the rest do not fit one call's 64 MiB, so they travel in two calls on the same machine,
 # the second made at once after the first (a machine stays warm ~30 s; ignored files a call left stay there):
@@ -68,8 +69,9 @@ stage() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 }
 
-device() {
-  local out="${OUT:-$DIR/out}" work=/tmp/kvt-engine
+# The model reassembled, kvtd/kvtctl, the documents, the stubs and the gguf wheel in place; the environment set.
+setup() {
+  local out="$1" work="$2"
   mkdir -p "$out" "$work"
   if [[ ! -f "$DIR/part1/model.part1" ]]; then
     echo "error: $DIR/part1/model.part1 is missing: this machine did not run 'stage'" \
@@ -95,6 +97,19 @@ device() {
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "grpc", grpc.__version__,
       "protobuf", pb.__version__, "tokenizers", tokenizers.__version__)' || echo "error: an import failed (above)"
   } 2>&1 | tee "$out/device.txt"
+}
+
+# The prefill alone (no kvt): what the sweep's offers owe the model (docs/ENGINE.md, "Where lynx's TTFT goes").
+prefill_timing() {
+  local out="${OUT:-$DIR/out}" work=/tmp/kvt-engine
+  setup "$out" "$work"
+  python3 -m kvt_engine.cli prefill-timing --model "$work/model.gguf" --docs "$work/_sources" \
+    --device "${KVT_ENGINE_DEVICE:-cuda:0}" --prompt-tokens 8000 --repeats 5 2>&1 | tee "$out/prefill_timing.txt"
+}
+
+device() {
+  local out="${OUT:-$DIR/out}" work=/tmp/kvt-engine
+  setup "$out" "$work"
   local py=(python3 -m kvt_engine.cli) dev="${KVT_ENGINE_DEVICE:-cuda:0}" rc=0
   # 1. The sweep: 20+ prompts of 8000 tokens (+ 64 generated or 128 held-out ones stay inside SmolLM2's 8192-token
   #    context), four schemes, KV in GPU regions (~4-5 min; the runner starts no prompt after --max-seconds and
@@ -124,5 +139,6 @@ case "${1:-}" in
   prepare) prepare ;;
   stage) stage ;;
   device) device ;;
+  prefill-timing) prefill_timing ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
