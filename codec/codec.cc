@@ -106,7 +106,7 @@ absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const Codec
       break;
     case SchemeKind::kInt8:
     case SchemeKind::kInt4:
-      internal::EncodeUniform(page, scheme.stage_bits[0], chunk_len, streams[0]);
+      internal::EncodeUniform(page, scheme.stage_bits[0], chunk_len, streams[0], impl != CodecImpl::kReference);
       break;
     case SchemeKind::kFp8:
       internal::EncodeFp8(page, streams[0]);
