@@ -20,6 +20,7 @@ double Seconds(Clock::time_point start) {
 struct StageSums {
   NmseAccumulator k, v;
   MeanAccumulator vnmse, vnmse_k_only, vnmse_v_only;
+  std::vector<double> vnmse_layers, vnmse_k_only_layers, vnmse_v_only_layers;  // one per evaluated layer
   size_t stream_bytes = 0;
   double decode_seconds = 0;
 };
@@ -126,13 +127,16 @@ absl::StatusOr<EvalReport> Evaluate(const KvSource& source, const EvalOptions& o
           auto v = probe->Evaluate(decoded[0], decoded[1]);
           if (!v.ok()) return v.status();
           st.vnmse.Merge(*v);
+          st.vnmse_layers.push_back(v->mean());
           if (options.attribute_vnmse) {
             auto k_only = probe->Evaluate(decoded[0], kv.v);
             if (!k_only.ok()) return k_only.status();
             st.vnmse_k_only.Merge(*k_only);
+            st.vnmse_k_only_layers.push_back(k_only->mean());
             auto v_only = probe->Evaluate(kv.k, decoded[1]);
             if (!v_only.ok()) return v_only.status();
             st.vnmse_v_only.Merge(*v_only);
+            st.vnmse_v_only_layers.push_back(v_only->mean());
           }
         }
       }
@@ -162,10 +166,15 @@ absl::StatusOr<EvalReport> Evaluate(const KvSource& source, const EvalOptions& o
       pooled.err = st.k.err + st.v.err;
       pooled.ref = st.k.ref + st.v.ref;
       out.kv_nmse = pooled.value();
-      if (source.has_attention()) out.vnmse = st.vnmse.mean();
+      if (source.has_attention()) {
+        out.vnmse = st.vnmse.mean();
+        out.vnmse_per_layer = st.vnmse_layers;
+      }
       if (source.has_attention() && options.attribute_vnmse) {
         out.vnmse_k_only = st.vnmse_k_only.mean();
         out.vnmse_v_only = st.vnmse_v_only.mean();
+        out.vnmse_k_only_per_layer = st.vnmse_k_only_layers;
+        out.vnmse_v_only_per_layer = st.vnmse_v_only_layers;
       }
       out.decode_values_per_s = st.decode_seconds > 0 ? values / st.decode_seconds : 0;
       r.stages.push_back(out);

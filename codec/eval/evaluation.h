@@ -48,6 +48,9 @@ struct StageResult {
   // With EvalOptions::attribute_vnmse: vNMSE with this stage's K and the exact V, and with the exact K and
   // this stage's V.
   std::optional<double> vnmse_k_only, vnmse_v_only;
+  // The same per evaluated layer (EvalReport::layers order), so a layer that is worse than the mean shows;
+  // empty where the means above are absent.
+  std::vector<double> vnmse_per_layer, vnmse_k_only_per_layer, vnmse_v_only_per_layer;
   double decode_values_per_s = 0;
 };
 

@@ -108,6 +108,30 @@ TEST(CodecCommandTest, EvalAttributeAddsKOnlyAndVOnlyColumnsAndFields) {
   EXPECT_GT(stage["attention_vnmse_v_only"].get<double>(), 0.0);
 }
 
+// Each stage's attention error per evaluated layer, whose average is the stage's figure (every layer has as many
+// queries), with and without K or V alone.
+TEST(CodecCommandTest, EvalJsonHasEachLayersAttentionErrorAveragingToTheStagesOwn) {
+  const CliResult r = Kvtctl({"codec", "eval", "--model=tiny", "--tokens=64", "--layers=3", "--schemes=int8,lynx",
+                              "--attribute", "--noprogress", "--json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["layers_evaluated"].size(), 3u);
+  for (const nlohmann::json& scheme : doc["schemes"]) {
+    for (const nlohmann::json& stage : scheme["stages"]) {
+      for (const std::string field : {"attention_vnmse", "attention_vnmse_k_only", "attention_vnmse_v_only"}) {
+        const nlohmann::json& per_layer = stage[field + "_per_layer"];
+        ASSERT_EQ(per_layer.size(), 3u) << field;
+        double sum = 0;
+        for (const nlohmann::json& x : per_layer) {
+          EXPECT_GT(x.get<double>(), 0.0) << field;
+          sum += x.get<double>();
+        }
+        EXPECT_NEAR(sum / 3, stage[field].get<double>(), 1e-9 * stage[field].get<double>()) << field;
+      }
+    }
+  }
+}
+
 TEST(CodecCommandTest, EvalUsageErrorsExitTwoAndSayWhatToDo) {
   struct Case {
     std::vector<std::string> args;

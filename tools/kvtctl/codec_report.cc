@@ -113,6 +113,9 @@ nlohmann::json EvalReportJson(const EvalReport& r) {
                          st.vnmse_k_only ? nlohmann::json(*st.vnmse_k_only) : nlohmann::json(nullptr)},
                         {"attention_vnmse_v_only",
                          st.vnmse_v_only ? nlohmann::json(*st.vnmse_v_only) : nlohmann::json(nullptr)},
+                        {"attention_vnmse_per_layer", st.vnmse_per_layer},
+                        {"attention_vnmse_k_only_per_layer", st.vnmse_k_only_per_layer},
+                        {"attention_vnmse_v_only_per_layer", st.vnmse_v_only_per_layer},
                         {"decode_values_per_s", st.decode_values_per_s}});
     }
     schemes.push_back(
