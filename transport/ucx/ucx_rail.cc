@@ -1,6 +1,9 @@
 #include "transport/ucx/ucx_rail.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,10 +21,13 @@ namespace {
 // ucp_worker_progress calls per Drive: bounded so that queued operations (an anchor chunk's send) are not held
 // back by a long run of completions.
 constexpr int kMaxPollsPerDrive = 64;
-// A rail thread that found nothing to do this many times in a row sleeps until an operation is queued, for at most
-// kIdleSleep (UCX events arriving meanwhile wait that long).
+// A rail thread that found nothing to do this many times in a row sleeps until an operation is queued or (with
+// UCX's wakeup feature) a UCX event arrives, for at most kArmedSleepMs; without the feature, for kIdleSleep (UCX
+// events arriving meanwhile wait that long). Polling every 100 us kept an idle rail at 0.1-0.25 of a core, and a
+// busy one near a whole core whatever the link's rate (docs/BENCHMARKS.md, "Rails that sleep on UCX's events").
 constexpr int kIdleSpins = 256;
 constexpr absl::Duration kIdleSleep = absl::Microseconds(100);
+constexpr int kArmedSleepMs = 5;
 
 }  // namespace
 
@@ -58,13 +64,19 @@ absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Option
   }
 
   // A context per rail: rails share nothing in UCX, so each worker stays single-threaded.
+  // Rails with threads of their own (more than one worker) sleep on UCX's event descriptor when idle, which takes
+  // the wakeup feature; a UCX that cannot give it falls back to polling.
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_AM;
+  params.features = UCP_FEATURE_AM | (options.ucx_workers > 1 ? UCP_FEATURE_WAKEUP : 0);
   params.mt_workers_shared = 0;
   ucp_context_h context = nullptr;
-  KVT_RETURN_IF_ERROR(UcsToStatus(ucp_init(&params, config.get(), &context),
-                                  absl::StrCat("ucp_init with TLS=", options.ucx_tls)));
+  ucs_status_t init = ucp_init(&params, config.get(), &context);
+  if (init != UCS_OK && (params.features & UCP_FEATURE_WAKEUP) != 0) {
+    params.features = UCP_FEATURE_AM;
+    init = ucp_init(&params, config.get(), &context);
+  }
+  KVT_RETURN_IF_ERROR(UcsToStatus(init, absl::StrCat("ucp_init with TLS=", options.ucx_tls)));
   rail->context_.reset(context);
 
   ucp_worker_params_t worker_params = {};
@@ -74,6 +86,16 @@ absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Option
   KVT_RETURN_IF_ERROR(
       UcsToStatus(ucp_worker_create(rail->context_.get(), &worker_params, &worker), "ucp_worker_create"));
   rail->worker_.reset(worker);
+  if ((params.features & UCP_FEATURE_WAKEUP) != 0) {
+    int efd = -1;
+    const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake >= 0 && ucp_worker_get_efd(worker, &efd) == UCS_OK) {
+      rail->event_fd_ = efd;  // the worker's: closed with it
+      rail->wake_fd_ = wake;
+    } else if (wake >= 0) {
+      close(wake);
+    }
+  }
 
   const unsigned ids[] = {kChunkAmId, kControlAmId, kConnectAmId};
   for (size_t i = 0; i < rail->handlers_.size(); ++i) {
@@ -104,9 +126,39 @@ UcxRail::UcxRail(int index, RailEventSink* sink) : index_(index), sink_(sink) {}
 UcxRail::~UcxRail() { Stop(kDefaultStopLimit); }
 
 void UcxRail::Queue(Op op) {
-  internal::MutexLock lock(&mu_);
-  if (stopping_) return;
-  ops_.push_back(std::move(op));
+  {
+    internal::MutexLock lock(&mu_);
+    if (stopping_) return;
+    ops_.push_back(std::move(op));
+  }
+  WakeIfSleeping();
+}
+
+void UcxRail::WakeIfSleeping() {
+  // The driver sets `sleeping_` before its last look at the queue, so an operation queued after that look finds
+  // it set and wakes the poll.
+  if (wake_fd_ >= 0 && sleeping_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));  // a full counter is awake anyway
+  }
+}
+
+void UcxRail::SleepOnEvents() {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  bool idle;
+  {
+    internal::MutexLock lock(&mu_);
+    idle = !stopping_ && ops_.empty();
+  }
+  // UCS_ERR_BUSY: events came in since the last progress; the loop drives them instead of sleeping.
+  if (idle && ucp_worker_arm(worker_.get()) == UCS_OK) {
+    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, kArmedSleepMs) > 0 && (fds[1].revents & POLLIN) != 0) {
+      uint64_t count = 0;
+      [[maybe_unused]] const ssize_t n = read(wake_fd_, &count, sizeof(count));
+    }
+  }
+  sleeping_.store(false, std::memory_order_seq_cst);
 }
 
 void UcxRail::Open(uint64_t token, std::string remote) {
@@ -413,12 +465,13 @@ void UcxRail::Loop() {
     {
       internal::MutexLock lock(&mu_);
       if (stopping_) return;
-      if (idle >= kIdleSpins) {
+      if (idle >= kIdleSpins && wake_fd_ < 0) {
         mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !ops_.empty(); },
                              kIdleSleep);
         if (stopping_) return;
       }
     }
+    if (idle >= kIdleSpins && wake_fd_ >= 0) SleepOnEvents();
     idle = Drive() > 0 ? 0 : idle + 1;
   }
 }
@@ -430,6 +483,7 @@ void UcxRail::Stop(absl::Duration limit) {
     stopping_ = true;
     ops_.clear();
   }
+  WakeIfSleeping();
   if (thread_.joinable()) thread_.join();
   stopped_ = worker_ == nullptr;  // Create failed before the worker existed: nothing to close
   if (stopped_) {
@@ -453,6 +507,8 @@ void UcxRail::Stop(absl::Duration limit) {
   }
   worker_.reset();
   context_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = event_fd_ = -1;
   for (RequestContext* ctx : live_requests_) delete ctx;
   live_requests_.clear();
 }

@@ -167,6 +167,11 @@ class UcxRail {
   int PollCloses();
   void ForgetClosedEndpoints();
   void Loop();
+  // The rail's thread, idle: arms the worker and sleeps in poll() on UCX's event descriptor and wake_fd_, for at
+  // most a few ms (needs wake_fd_ >= 0).
+  void SleepOnEvents();
+  // From any thread: ends a SleepOnEvents poll if one may be under way.
+  void WakeIfSleeping();
 
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
@@ -200,6 +205,11 @@ class UcxRail {
   bool peer_failure_handling_unsupported_ = false;
   bool stopped_ = false;
   std::thread thread_;
+  // With UCX's wakeup feature (threaded rails): the worker's event descriptor, an eventfd that Queue and Stop write
+  // to end the thread's idle poll, and whether the thread may be in it. -1: polling with timed sleeps instead.
+  int event_fd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> sleeping_{false};
 };
 
 }  // namespace kvt::transport::internal
