@@ -9,7 +9,10 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -31,6 +34,18 @@ constexpr int kArmedSleepMs = 5;
 
 }  // namespace
 
+bool SharedMemoryOnly(absl::string_view ucx_tls) {
+  static const absl::flat_hash_set<std::string> kShared = {"shm",  "sm",    "posix", "sysv", "cma",
+                                                           "knem", "xpmem", "mm",    "self"};
+  bool any = false;
+  for (absl::string_view name : absl::StrSplit(ucx_tls, ',', absl::SkipWhitespace())) {
+    name = absl::StripAsciiWhitespace(name);
+    if (!kShared.contains(absl::AsciiStrToLower(name))) return false;  // a network transport, "all" or "^..."
+    any = true;
+  }
+  return any;
+}
+
 struct UcxRail::Endpoint {
   UcxRail* rail = nullptr;
   uint64_t token = 0;
@@ -50,6 +65,7 @@ struct UcxRail::RequestContext {
 
 absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Options& options, RailEventSink* sink) {
   std::unique_ptr<UcxRail> rail(new UcxRail(index, sink));
+  rail->peer_failure_handling_unsupported_ = SharedMemoryOnly(options.ucx_tls);
   ucp_config_t* raw_config = nullptr;
   KVT_RETURN_IF_ERROR(UcsToStatus(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read"));
   UcpConfig config(raw_config);

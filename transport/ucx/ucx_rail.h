@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/internal/mutex.h"
@@ -56,6 +57,12 @@ struct AmHeader {
 };
 
 // What a rail reports to its wire.
+// Whether a UCX_TLS list names shared-memory transports only (shm, sm, posix, sysv, cma, knem, xpmem, mm, self),
+// where UCX 1.13 has no peer failure handling: rails then open endpoints without asking for it, rather than
+// asking, being refused (UCX logs an ERROR for each refusal) and asking again. Such links notice a lost peer by
+// the engine's heartbeats. An empty list (UCX's default: every transport) or an exclusion ("^...") is not.
+bool SharedMemoryOnly(absl::string_view ucx_tls);
+
 struct RailEvent {
   enum class Type {
     kMessage,        // an active message arrived
@@ -201,7 +208,8 @@ class UcxRail {
   std::vector<uint64_t> finished_closes_;                   // tokens whose endpoint may go now
   // Operations UCX has not completed; their contexts are freed here if the worker goes first.
   absl::flat_hash_set<RequestContext*> live_requests_;
-  // Set once ucp_ep_create refused peer failure handling (shared memory in UCX 1.13), to skip asking again.
+  // Set from the start for a shared-memory-only UCX_TLS (SharedMemoryOnly), or once ucp_ep_create refused peer
+  // failure handling (shared memory in UCX 1.13), to skip asking again.
   bool peer_failure_handling_unsupported_ = false;
   bool stopped_ = false;
   std::thread thread_;

@@ -142,6 +142,19 @@ ConnectedPair MakeConnectedPair(int a_workers, int b_workers) {
   return p;
 }
 
+TEST(SharedMemoryOnlyTest, NamesOnlySharedMemoryTransportLists) {
+  EXPECT_TRUE(SharedMemoryOnly("shm"));
+  EXPECT_TRUE(SharedMemoryOnly("sm,cma"));
+  EXPECT_TRUE(SharedMemoryOnly(" posix , sysv,self "));
+  EXPECT_TRUE(SharedMemoryOnly("SHM"));
+  EXPECT_FALSE(SharedMemoryOnly(""));  // UCX's default: every transport, tcp included
+  EXPECT_FALSE(SharedMemoryOnly("tcp"));
+  EXPECT_FALSE(SharedMemoryOnly("shm,tcp"));
+  EXPECT_FALSE(SharedMemoryOnly("rc,ud"));
+  EXPECT_FALSE(SharedMemoryOnly("all"));
+  EXPECT_FALSE(SharedMemoryOnly("^tcp"));  // everything but tcp: network transports remain
+}
+
 TEST(UcxWireTest, RefusesWorkerCountsOutOfRange) {
   Recorder events;
   for (int workers : {0, -1, kMaxUcxRails + 1}) {
