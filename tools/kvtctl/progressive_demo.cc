@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -38,6 +39,8 @@ namespace {
 constexpr uint32_t kBlockTokens = 16;
 // Threads per daemon a run reports as its busiest.
 constexpr size_t kBusiestThreads = 6;
+// Most layers of synthetic KV generated at once.
+constexpr int kGeneratorThreads = 16;
 
 // The stages worth drawing under a run's layers: when each ran, on either daemon (their clocks start at the
 // Offer and the Expect, a moment apart).
@@ -276,8 +279,9 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   const std::vector<int> eval_layer_ids = codec::eval::SampleLayers(report.layers, o.eval_layers);
   std::vector<EvalLayer> eval;
   const codec::eval::HeadLayout heads{o.tokens, kv.model.kv_heads, kv.model.head_dim, kv.model.query_heads};
-  for (int l = 0; l < report.layers; ++l) {
-    progress(absl::StrFormat("generating synthetic %s KV: layer %d/%d", o.model, l + 1, report.layers), true);
+  // One layer: generated (each layer has RNG streams of its own, so the values do not depend on the order),
+  // written into its own blocks of the source region, and kept for the fidelity check if it is an eval layer.
+  auto make_layer = [&](int l, std::optional<EvalLayer>* kept) -> absl::Status {
     codec::eval::LayerKv layer = codec::eval::GenerateLayer(kv, l);
     const server::PageSpec whole_k{static_cast<uint32_t>(l), 0, 0, static_cast<uint32_t>(o.tokens)};
     const server::PageSpec whole_v{static_cast<uint32_t>(l), 1, 0, static_cast<uint32_t>(o.tokens)};
@@ -295,7 +299,29 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       e.probe = std::make_unique<codec::eval::AttentionProbe>(std::move(probe));
       e.k = std::move(layer.k);
       e.v = std::move(layer.v);
-      eval.push_back(std::move(e));
+      kept->emplace(std::move(e));
+    }
+    return absl::OkStatus();
+  };
+  // Several layers at once (a 32k-token request's 2 billion values took minutes on one thread), a batch at a
+  // time so that at most one batch of layers is in memory besides the region, and progress comes from here.
+  const int parallel = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kGeneratorThreads);
+  for (int first = 0; first < report.layers; first += parallel) {
+    const int count = std::min(parallel, report.layers - first);
+    progress(absl::StrFormat("generating synthetic %s KV: layers %d-%d of %d", o.model, first + 1, first + count,
+                             report.layers),
+             true);
+    std::vector<absl::Status> statuses(count);
+    std::vector<std::optional<EvalLayer>> kept(count);
+    std::vector<std::thread> threads;
+    for (int i = 1; i < count; ++i) {
+      threads.emplace_back([&, i] { statuses[i] = make_layer(first + i, &kept[i]); });
+    }
+    statuses[0] = make_layer(first, &kept[0]);
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < count; ++i) {
+      KVT_RETURN_IF_ERROR(statuses[i]);
+      if (kept[i]) eval.push_back(*std::move(kept[i]));
     }
   }
   KVT_RETURN_IF_ERROR(src_kv->Upload());
