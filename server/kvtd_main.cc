@@ -44,8 +44,9 @@ ABSL_FLAG(int64_t, staging_mib, 4096,
           "wait for earlier layers' residuals)");
 ABSL_FLAG(int64_t, host_buffer_pool_mib, 4096,
           "MiB of host buffers (pinned for GPU regions) kept between requests for encoded layers and inboxes");
-ABSL_FLAG(uint32_t, page_tokens, 0,
-          "tokens per codec page (0: sized by the region's channels, 1024 to 8192 tokens; docs/DAEMON.md, \"Page size\")");
+ABSL_FLAG(
+    uint32_t, page_tokens, 0,
+    "tokens per codec page (0: sized by the region's channels, 1024 to 8192 tokens; docs/DAEMON.md, \"Page size\")");
 ABSL_FLAG(int, max_requests, 256, "live requests at once");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, ready_file, "", "write a JSON file with the bound addresses once up (for scripts and tests)");

@@ -93,7 +93,7 @@ absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions o) {
     return absl::InvalidArgumentError("codec_threads must be 0 (one per core) .. 1024");
   }
   if (o.codec_threads == 0) o.codec_threads = std::max(1u, std::thread::hardware_concurrency());
-  if (o.page_tokens > 65536) return absl::InvalidArgumentError("page_tokens must be 1..65536 (0: sized by channels)");
+  if (o.page_tokens > 65536) return absl::InvalidArgumentError("page_tokens must be 0..65536 (0: sized by the region's channels)");
   if (o.chunk_tokens < 1 || o.chunk_tokens > 256) return absl::InvalidArgumentError("chunk_tokens must be 1..256");
   if (o.host_buffer_pool_bytes < 0) return absl::InvalidArgumentError("host_buffer_pool_bytes must be >= 0");
   if (o.staging_bytes_per_request < (int64_t{1} << 20)) {

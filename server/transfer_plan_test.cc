@@ -17,10 +17,10 @@ TEST(AutoPageTokens, SizesPagesByValuesBetween1024And8192Tokens) {
   EXPECT_EQ(AutoPageTokens(4096), 1024);  // wider pages still get the floor
   EXPECT_EQ(AutoPageTokens(512), 2048);   // 4 KV heads x 128
   EXPECT_EQ(AutoPageTokens(513), 2048);
-  EXPECT_EQ(AutoPageTokens(511), 4096);   // one value short of 2^20 at 2048 tokens
-  EXPECT_EQ(AutoPageTokens(192), 8192);   // SmolLM2-135M: 3 KV heads x 64
-  EXPECT_EQ(AutoPageTokens(1), 8192);     // the ceiling
-  EXPECT_EQ(AutoPageTokens(0), 8192);     // nonsense channels do not loop
+  EXPECT_EQ(AutoPageTokens(511), 4096);  // one value short of 2^20 at 2048 tokens
+  EXPECT_EQ(AutoPageTokens(192), 8192);  // SmolLM2-135M: 3 KV heads x 64
+  EXPECT_EQ(AutoPageTokens(1), 8192);    // the ceiling
+  EXPECT_EQ(AutoPageTokens(0), 8192);    // nonsense channels do not loop
 }
 
 TEST(MakeTransferPlan, ZeroPageTokensTakesTheAutomaticSize) {

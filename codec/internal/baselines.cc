@@ -51,8 +51,8 @@ KVT_AVX2 int ChunkMinMaxAvx2(const PageView& page, int t0, int chunk_len, float*
 // codes = s > 0 ? clamp(nearbyint((x - m) / s), 0, qmax) : 0 for the chunk's rows, 8 channels at a time (the
 // scalar loop's operations: subtract, divide, round to nearest even, then max and min with its operand order);
 // returns the first channel left to the scalar loop.
-KVT_AVX2 int QuantizeChunkAvx2(const PageView& page, int t0, int chunk_len, const float* m, const float* s,
-                               float qmax, uint8_t* codes) {
+KVT_AVX2 int QuantizeChunkAvx2(const PageView& page, int t0, int chunk_len, const float* m, const float* s, float qmax,
+                               uint8_t* codes) {
   const int vec_channels = page.channels / 8 * 8;
   const __m256 zero = _mm256_setzero_ps();
   const __m256 top = _mm256_set1_ps(qmax);
@@ -63,8 +63,8 @@ KVT_AVX2 int QuantizeChunkAvx2(const PageView& page, int t0, int chunk_len, cons
       const __m256 sv = _mm256_loadu_ps(s + c);
       __m256 q = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(m + c)), sv);
       q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      q = _mm256_max_ps(q, zero);  // q > 0 ? q : 0
-      q = _mm256_min_ps(q, top);   // q < qmax ? q : qmax
+      q = _mm256_max_ps(q, zero);                                 // q > 0 ? q : 0
+      q = _mm256_min_ps(q, top);                                  // q < qmax ? q : qmax
       q = _mm256_and_ps(q, _mm256_cmp_ps(sv, zero, _CMP_GT_OQ));  // a flat chunk (s == 0): every code 0
       const __m256i i32 = _mm256_cvttps_epi32(q);
       const __m128i u16 = _mm_packus_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));

@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvt_engine.attention import causal_gqa, fused_causal_gqa
+from kvt_engine.attention import _HAS_SDPA, causal_gqa, fused_causal_gqa
 from kvt_engine.model import Llama
 from kvt_engine.paged_cache import PagedKvCache
 from kvt_engine.prefill_timing import time_prefill
-
-_HAS_SDPA = hasattr(torch.nn.functional, "scaled_dot_product_attention")
 
 
 @pytest.mark.skipif(not _HAS_SDPA, reason="this torch has no scaled_dot_product_attention")

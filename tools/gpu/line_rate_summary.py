@@ -43,8 +43,10 @@ def summarize(path):
     print("busiest threads (CPU-seconds per second; ~1.0 = that thread bounds the run):")
     for r in doc["runs"]:
         threads = r.get("busiest_threads") or {}
-        sides = ["{}: {}".format(side, ", ".join(f"{t['name']} {t['utilization']:.2f}" for t in threads.get(side, [])[:4]))
-                 for side in ("prefill", "decode")]
+        sides = []
+        for side in ("prefill", "decode"):
+            top = ", ".join(f"{t['name']} {t['utilization']:.2f}" for t in threads.get(side, [])[:4])
+            sides.append(f"{side}: {top}")
         print(f"  {r['rate_gbps'] or 'unlim.'} {r['scheme']}: " + "; ".join(sides))
     for v in doc.get("verdicts", []):
         print(f"verdict at {v['rate_gbps']} Gbit/s: lynx anchor {v['lynx_anchor_over_int8_full']:.2f} x int8 full, "

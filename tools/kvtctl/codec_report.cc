@@ -100,23 +100,22 @@ nlohmann::json EvalReportJson(const EvalReport& r) {
   for (const SchemeResult& sr : r.schemes) {
     nlohmann::json stages = nlohmann::json::array();
     for (const StageResult& st : sr.stages) {
-      stages.push_back({{"stage", st.stage},
-                        {"label", StageLabel(st)},
-                        {"full", st.full},
-                        {"bits_per_value", st.bits_per_value},
-                        {"stream_bits_per_value", st.stream_bits_per_value},
-                        {"kv_nmse", st.kv_nmse},
-                        {"k_nmse", st.k_nmse},
-                        {"v_nmse", r.has_attention ? nlohmann::json(st.v_nmse) : nlohmann::json(nullptr)},
-                        {"attention_vnmse", st.vnmse ? nlohmann::json(*st.vnmse) : nlohmann::json(nullptr)},
-                        {"attention_vnmse_k_only",
-                         st.vnmse_k_only ? nlohmann::json(*st.vnmse_k_only) : nlohmann::json(nullptr)},
-                        {"attention_vnmse_v_only",
-                         st.vnmse_v_only ? nlohmann::json(*st.vnmse_v_only) : nlohmann::json(nullptr)},
-                        {"attention_vnmse_per_layer", st.vnmse_per_layer},
-                        {"attention_vnmse_k_only_per_layer", st.vnmse_k_only_per_layer},
-                        {"attention_vnmse_v_only_per_layer", st.vnmse_v_only_per_layer},
-                        {"decode_values_per_s", st.decode_values_per_s}});
+      stages.push_back(
+          {{"stage", st.stage},
+           {"label", StageLabel(st)},
+           {"full", st.full},
+           {"bits_per_value", st.bits_per_value},
+           {"stream_bits_per_value", st.stream_bits_per_value},
+           {"kv_nmse", st.kv_nmse},
+           {"k_nmse", st.k_nmse},
+           {"v_nmse", r.has_attention ? nlohmann::json(st.v_nmse) : nlohmann::json(nullptr)},
+           {"attention_vnmse", st.vnmse ? nlohmann::json(*st.vnmse) : nlohmann::json(nullptr)},
+           {"attention_vnmse_k_only", st.vnmse_k_only ? nlohmann::json(*st.vnmse_k_only) : nlohmann::json(nullptr)},
+           {"attention_vnmse_v_only", st.vnmse_v_only ? nlohmann::json(*st.vnmse_v_only) : nlohmann::json(nullptr)},
+           {"attention_vnmse_per_layer", st.vnmse_per_layer},
+           {"attention_vnmse_k_only_per_layer", st.vnmse_k_only_per_layer},
+           {"attention_vnmse_v_only_per_layer", st.vnmse_v_only_per_layer},
+           {"decode_values_per_s", st.decode_values_per_s}});
     }
     schemes.push_back(
         {{"scheme", sr.scheme}, {"encode_values_per_s", sr.encode_values_per_s}, {"stages", std::move(stages)}});

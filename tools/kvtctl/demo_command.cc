@@ -13,11 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "codec/page.h"
 #include "nlohmann/json.hpp"
 #include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/flag_set.h"
 #include "tools/kvtctl/progressive_demo.h"
-#include "codec/page.h"
 #include "tools/kvtctl/stage_table.h"
 #include "tools/kvtctl/timeline_svg.h"
 
@@ -187,7 +187,8 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
         {"host_cpu_busy", opt(run.host_busy)},
         {"host_cpu_ticks", opt(run.host_ticks)},
         {"stages", {{"prefill", StagesToJson(run.prefill_profile)}, {"decode", StagesToJson(run.decode_profile)}}},
-        {"busiest_threads", {{"prefill", ThreadsToJson(run.prefill_threads)}, {"decode", ThreadsToJson(run.decode_threads)}}},
+        {"busiest_threads",
+         {{"prefill", ThreadsToJson(run.prefill_threads)}, {"decode", ThreadsToJson(run.decode_threads)}}},
         {"layers", layers}};
     if (run.rate_gbps == 0 && r.data_plane) {
       j["goodput_over_data_plane"] = run.goodput_gbps() / r.data_plane->goodput_gbps;

@@ -410,10 +410,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                  true);
       }));
       const double wall = absl::ToDoubleSeconds(absl::Now() - started);
-      run.prefill_threads = transport::BusiestThreads(
-          prefill_cpu, transport::SampleThreadCpu(cluster.prefill->pid()), wall, kBusiestThreads);
-      run.decode_threads = transport::BusiestThreads(
-          decode_cpu, transport::SampleThreadCpu(cluster.decode->pid()), wall, kBusiestThreads);
+      run.prefill_threads = transport::BusiestThreads(prefill_cpu, transport::SampleThreadCpu(cluster.prefill->pid()),
+                                                      wall, kBusiestThreads);
+      run.decode_threads = transport::BusiestThreads(decode_cpu, transport::SampleThreadCpu(cluster.decode->pid()),
+                                                     wall, kBusiestThreads);
       if (const absl::StatusOr<CpuTimes> cpu_after = ReadCpuTimes(); cpu_before.ok() && cpu_after.ok()) {
         run.host_ticks = cpu_after->total >= cpu_before->total ? cpu_after->total - cpu_before->total : 0;
         if (const std::optional<CpuShare> share = ShareBetween(*cpu_before, *cpu_after)) {
@@ -431,9 +431,9 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
       // Fidelity: full = what the decode blocks hold now; anchor = the same pages decoded from stream 0 alone.
       KVT_RETURN_IF_ERROR(dst_kv->Download());
       if (o.verify) {
-        KVT_ASSIGN_OR_RETURN(run.verified_identical, VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(),
-                                                                  dst_blocks, o.tokens, o.page_tokens, schemes[i],
-                                                                  eval_layer_ids));
+        KVT_ASSIGN_OR_RETURN(run.verified_identical,
+                             VerifyLayers(layout, src_kv->host(), src_blocks, dst_kv->host(), dst_blocks, o.tokens,
+                                          o.page_tokens, schemes[i], eval_layer_ids));
       }
       codec::eval::MeanAccumulator anchor_acc, full_acc;
       for (const EvalLayer& e : eval) {
@@ -443,8 +443,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                              ReadLayer(layout, dst_kv->host(), dst_blocks, o.tokens, e.layer, 1));
         KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator f, e.probe->Evaluate(k_full, v_full));
         full_acc.Merge(f);
-        KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor, LocalDecode(schemes[i], e.k, o.tokens, channels, o.page_tokens, 1));
-        KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor, LocalDecode(schemes[i], e.v, o.tokens, channels, o.page_tokens, 1));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> k_anchor,
+                             LocalDecode(schemes[i], e.k, o.tokens, channels, o.page_tokens, 1));
+        KVT_ASSIGN_OR_RETURN(std::vector<float> v_anchor,
+                             LocalDecode(schemes[i], e.v, o.tokens, channels, o.page_tokens, 1));
         // The decode blocks hold bf16: round the anchor view the same way.
         for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
           for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));

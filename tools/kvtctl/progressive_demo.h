@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/kvt/v1/client.pb.h"
-#include "transport/bench/thread_cpu.h"
 #include "tools/kvtctl/timeline_svg.h"
+#include "transport/bench/thread_cpu.h"
 
 namespace kvt::kvtctl {
 
