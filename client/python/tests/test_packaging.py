@@ -57,6 +57,7 @@ def test_pip_installs_the_package_with_its_stubs(tmp_path: Path) -> None:
                     str(package)], check=True, capture_output=True, text=True, cwd=tmp_path)
     assert (target / "kvt" / "_proto" / "client_pb2_grpc.py").exists()
     assert (target / "kvt" / "py.typed").exists()
+    assert (target / "kvt" / "vllm" / "connector.py").exists()  # the vLLM connector travels with the client
     probe = ("import kvt, sys; assert kvt.__file__.startswith(sys.argv[1]), kvt.__file__; "
              "print(kvt.Client.__name__, kvt.KvLayout(num_layers=1, num_blocks=1, block_tokens=1, num_kv_heads=1, "
              "head_dim=1).to_proto().num_layers)")

@@ -1,0 +1,200 @@
+"""A stand-in for the parts of vLLM that drive a KV connector, in vLLM's call order (v1 scheduler and model
+runner: get_num_new_matched_tokens -> allocate -> update_state_after_alloc -> build_connector_meta; then in the
+worker bind_connector_metadata -> start_load_kv -> per layer wait_for_layer_load / attention / save_kv_layer ->
+wait_for_save -> get_finished -> clear_connector_metadata; request_finished when a request ends).
+
+vLLM itself is not installed for these tests: its CUDA wheels and their torch are gigabytes and CI has no GPU
+(docs/VLLM.md). Each object here carries only the attributes KvtConnector reads, named as vLLM names them.
+
+Run as a script it is a prefill instance in its own process: `python vllm_fake.py CONFIG_JSON`, printing the
+decode instance's kv_transfer_params as one JSON line per request, then "sent <id>" as each send finishes.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+
+
+@dataclass
+class KVTransferConfig:
+    kv_role: str
+    kv_connector_extra_config: Dict[str, Any]
+    kv_connector: str = "KvtConnector"
+
+
+@dataclass
+class CacheConfig:
+    block_size: int
+
+
+@dataclass
+class VllmConfig:
+    kv_transfer_config: Optional[KVTransferConfig]
+    cache_config: CacheConfig
+
+
+class _Status:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt_token_ids: List[int]
+    kv_transfer_params: Optional[Dict[str, Any]]
+    status: _Status = field(default_factory=lambda: _Status("WAITING"))
+
+
+class Blocks:
+    def __init__(self, ids: Sequence[int]) -> None:
+        self._ids = list(ids)
+
+    def get_block_ids(self) -> Tuple[List[int], ...]:
+        return (list(self._ids),)
+
+
+@dataclass
+class NewRequestData:
+    req_id: str
+    prompt_token_ids: List[int]
+    block_ids: Tuple[List[int], ...]
+    num_computed_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: List[NewRequestData] = field(default_factory=list)
+    num_scheduled_tokens: Dict[str, int] = field(default_factory=dict)
+    scheduled_cached_reqs: Any = None
+    finished_req_ids: Set[str] = field(default_factory=set)
+
+
+@dataclass
+class KVConnectorOutput:
+    finished_sending: Optional[Set[str]] = None
+    finished_recving: Optional[Set[str]] = None
+
+
+class FakeEngine:
+    """One vLLM instance: a scheduler-role and a worker-role connector, per-layer KV tensors
+    [2, num_blocks, block_size, heads, head_dim] (NHD, or HND strides), a free list of blocks."""
+
+    def __init__(self, role: str, extra: Dict[str, Any], layers: int = 3, blocks: int = 32, block_size: int = 16,
+                 heads: int = 2, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16, order: str = "NHD") -> None:
+        from kvt.vllm import KvtConnector
+        from kvt.vllm._api import KVConnectorRole
+        config = VllmConfig(KVTransferConfig(role, extra), CacheConfig(block_size))
+        self.block_size, self.heads, self.head_dim = block_size, heads, head_dim
+        self.sched = KvtConnector(config, KVConnectorRole.SCHEDULER)
+        self.worker = KvtConnector(config, KVConnectorRole.WORKER)
+        self.names = [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
+        if order == "NHD":
+            make = lambda: torch.zeros(2, blocks, block_size, heads, head_dim, dtype=dtype)  # noqa: E731
+        else:
+            make = lambda: torch.zeros(2, blocks, heads, block_size, head_dim, dtype=dtype).permute(0, 1, 3, 2, 4)  # noqa: E731,E501
+        self.kv = {name: make() for name in self.names}
+        self.worker.register_kv_caches(self.kv)
+        self.free = list(range(blocks))
+        self.sending: Set[str] = set()
+        self.received: Set[str] = set()
+
+    def allocate(self, tokens: int) -> List[int]:
+        n = -(-tokens // self.block_size)
+        ids, self.free = self.free[:n][::-1], self.free[n:]  # not in order: the connector must follow the ids
+        return ids
+
+    def gather(self, ids: Sequence[int], tokens: int) -> np.ndarray:
+        """[L, 2, T, H, D] float32 of the request's blocks."""
+        index = torch.tensor(list(ids), dtype=torch.long)
+        out = [torch.stack([t[kind][index].reshape(-1, self.heads, self.head_dim)[:tokens] for kind in (0, 1)])
+               for t in (self.kv[name] for name in self.names)]
+        return torch.stack(out).float().numpy()
+
+    def step(self, output: SchedulerOutput, compute: Optional[Dict[str, Tuple[List[int], np.ndarray]]] = None) -> None:
+        """One engine step: the scheduler's metadata to the worker, the forward pass (writing `compute`'s KV
+        layer by layer, as attention does), then the connector's report back to the scheduler."""
+        meta = self.sched.build_connector_meta(output)
+        self.worker.bind_connector_metadata(meta)
+        self.worker.start_load_kv(None)
+        for layer, name in enumerate(self.names):
+            self.worker.wait_for_layer_load(name)
+            for ids, values in (compute or {}).values():
+                index = torch.tensor(ids, dtype=torch.long)
+                for kind in (0, 1):
+                    padded = torch.zeros(len(ids) * self.block_size, self.heads, self.head_dim)
+                    padded[: values.shape[2]] = torch.from_numpy(values[layer, kind])
+                    self.kv[name][kind][index] = padded.reshape(len(ids), self.block_size, self.heads,
+                                                                self.head_dim).to(self.kv[name].dtype)
+            self.worker.save_kv_layer(name, self.kv[name], None)
+        self.worker.wait_for_save()
+        sending, recving = self.worker.get_finished(output.finished_req_ids)
+        self.worker.clear_connector_metadata()
+        self.sending |= sending or set()
+        self.received |= recving or set()
+        self.sched.update_connector_output(KVConnectorOutput(sending, recving))
+
+    def prefill(self, request_id: str, values: np.ndarray, params: Dict[str, Any]) -> Tuple[Request, List[int], Any]:
+        """Runs a whole prompt (its KV is `values` [L, 2, T, H, D]) in one step and finishes the request
+        (max_tokens 1, as a P/D proxy asks). Returns the request, its blocks and request_finished's answer."""
+        tokens = values.shape[2]
+        request = Request(request_id, list(range(tokens)), dict(params))
+        matched, _ = self.sched.get_num_new_matched_tokens(request, 0)
+        assert matched == 0
+        ids = self.allocate(tokens)
+        self.sched.update_state_after_alloc(request, Blocks(ids), 0)
+        self.step(SchedulerOutput([NewRequestData(request_id, request.prompt_token_ids, (ids,), 0)],
+                                  {request_id: tokens}), compute={request_id: (ids, values)})
+        request.status = _Status("FINISHED_LENGTH_CAPPED")
+        return request, ids, self.sched.request_finished(request, ids)
+
+    def start_decode(self, request_id: str, tokens: int, params: Dict[str, Any]) -> Tuple[Request, List[int]]:
+        request = Request(request_id, list(range(tokens)), dict(params))
+        matched, is_async = self.sched.get_num_new_matched_tokens(request, 0)
+        assert (matched, is_async) == (tokens, True), (matched, is_async)
+        ids = self.allocate(tokens)
+        self.sched.update_state_after_alloc(request, Blocks(ids), matched)
+        return request, ids
+
+    def run_until(self, done: Any, timeout: float, finished: Set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        end = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > end:
+                raise TimeoutError("the connector did not report the transfer in time")
+            self.step(SchedulerOutput(finished_req_ids=set(finished)))
+            time.sleep(0.01)
+
+    def shutdown(self) -> None:
+        self.worker.shutdown()
+
+
+def _prefill_main(config: Dict[str, Any]) -> None:
+    """A prefill instance in its own process: every request's KV from a seed; prints params, then sends."""
+    engine = FakeEngine("kv_producer", config["extra"], **config.get("shape", {}))
+    shape = config.get("shape", {})
+    pending = []
+    for req in config["requests"]:
+        rng = np.random.default_rng(req["seed"])
+        values = rng.standard_normal((len(engine.names), 2, req["tokens"], shape.get("heads", 2),
+                                      shape.get("head_dim", 64))).astype(np.float32)
+        np.save(req["out"], values)
+        request, ids, (delay, params) = engine.prefill(req["id"], values,
+                                                        {"do_remote_decode": True,
+                                                         "kvt_decode_daemon": config["decode_daemon"]})
+        print(json.dumps({"id": req["id"], "delay": delay, "params": params}), flush=True)
+        pending.append(req["id"])
+    for rid in pending:
+        engine.run_until(lambda: rid in engine.sending, timeout=config.get("timeout", 60),
+                         finished=set(pending))
+        print(f"sent {rid}", flush=True)
+    engine.shutdown()
+
+
+if __name__ == "__main__":
+    _prefill_main(json.loads(sys.argv[1]))
