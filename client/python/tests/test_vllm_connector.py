@@ -29,10 +29,10 @@ def as_bf16(values: np.ndarray) -> np.ndarray:
 
 
 def run_prefill(prefill: kvt.Daemon, decode: kvt.Daemon, requests: List[Dict[str, Any]], scheme: str,
-                extra: Dict[str, Any] = None) -> subprocess.Popen:  # type: ignore[assignment]
+                extra: Dict[str, Any] = None, shape: Dict[str, Any] = None) -> subprocess.Popen:  # type: ignore[assignment]  # noqa: E501
     config = {"extra": {"kvtd_socket": prefill.socket, "scheme": scheme, "daemon_id": prefill.daemon_id,
                         "deadline_s": 20, **(extra or {})},
-              "decode_daemon": decode.peer_address, "shape": SHAPE, "requests": requests, "timeout": 30}
+              "decode_daemon": decode.peer_address, "shape": shape or SHAPE, "requests": requests, "timeout": 30}
     here = Path(__file__).parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), str(Path(kvt.__file__).parent.parent),
                                                         os.environ.get("PYTHONPATH", "")]))
@@ -220,6 +220,44 @@ def test_hnd_caches_move_like_nhd(daemon_pair, ids, tmp_path) -> None:  # type: 
         engine.run_until(lambda: req["id"] in engine.received, timeout=30)
         np.testing.assert_array_equal(engine.gather(block_ids, req["tokens"]), as_bf16(np.load(req["out"])))
         proc.communicate(timeout=60)
+    finally:
+        engine.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("scheme", ["bf16", "lynx", "int4"])
+def test_cuda_caches_move_in_place_as_the_codec_decodes(start_daemon, ids, kvtctl_path, tmp_path,
+                                                       scheme) -> None:  # type: ignore[no-untyped-def]
+    """vLLM's caches on the GPU, registered through CUDA IPC: the daemons read the prefill blocks and write the
+    decode blocks in place. With $KVT_VLLM_KV ([L, 2, T, H, D], the reference engine's --dump-kv), real KV."""
+    prefill, decode = start_daemon("prefill"), start_daemon("decode")
+    kv_file = os.environ.get("KVT_VLLM_KV")
+    if kv_file:
+        layers, _, tokens, heads, head_dim = np.load(kv_file, mmap_mode="r").shape
+        tokens = min(tokens, 1000)  # not a whole number of blocks or chunks: the tail is exercised
+    else:
+        layers, tokens, heads, head_dim = 3, 300, 2, 64
+    shape = {"layers": layers, "blocks": -(-tokens // 16) + 4, "block_size": 16, "heads": heads,
+             "head_dim": head_dim, "device": "cuda:0"}
+    req = {"id": ids(f"cuda-{scheme}"), "tokens": tokens, "seed": 11, "out": str(tmp_path / "c.npy")}
+    if kv_file:
+        req["kv"] = kv_file
+    try:
+        proc = run_prefill(prefill, decode, [req], scheme, shape=shape)
+        engine = FakeEngine("kv_consumer", {"kvtd_socket": decode.socket, "deadline_s": 20}, **shape)
+    except kvt.FailedPrecondition as e:
+        pytest.skip(f"this kvtd has no GPU path: {e}")
+    try:
+        params = read_params(proc, 1)
+        _, block_ids = engine.start_decode(req["id"], req["tokens"], params[req["id"]])
+        engine.run_until(lambda: req["id"] in engine.received, timeout=60)
+        assert engine.worker.get_block_ids_with_load_errors() == set()
+        want = expected_after_transfer(kvtctl_path, scheme, as_bf16(np.load(req["out"])), kvt.DType.BF16, tmp_path)
+        np.testing.assert_array_equal(engine.gather(block_ids, req["tokens"]), want)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and f"sent {req['id']}" in out, err
     finally:
         engine.shutdown()
         if proc.poll() is None:

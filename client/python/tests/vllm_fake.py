@@ -87,18 +87,20 @@ class FakeEngine:
     [2, num_blocks, block_size, heads, head_dim] (NHD, or HND strides), a free list of blocks."""
 
     def __init__(self, role: str, extra: Dict[str, Any], layers: int = 3, blocks: int = 32, block_size: int = 16,
-                 heads: int = 2, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16, order: str = "NHD") -> None:
+                 heads: int = 2, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16, order: str = "NHD",
+                 device: str = "cpu") -> None:
         from kvt.vllm import KvtConnector
         from kvt.vllm._api import KVConnectorRole
         config = VllmConfig(KVTransferConfig(role, extra), CacheConfig(block_size))
-        self.block_size, self.heads, self.head_dim = block_size, heads, head_dim
+        self.block_size, self.heads, self.head_dim, self.device = block_size, heads, head_dim, device
         self.sched = KvtConnector(config, KVConnectorRole.SCHEDULER)
         self.worker = KvtConnector(config, KVConnectorRole.WORKER)
         self.names = [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
         if order == "NHD":
-            make = lambda: torch.zeros(2, blocks, block_size, heads, head_dim, dtype=dtype)  # noqa: E731
+            make = lambda: torch.zeros(2, blocks, block_size, heads, head_dim, dtype=dtype, device=device)  # noqa: E731,E501
         else:
-            make = lambda: torch.zeros(2, blocks, heads, block_size, head_dim, dtype=dtype).permute(0, 1, 3, 2, 4)  # noqa: E731,E501
+            make = lambda: torch.zeros(2, blocks, heads, block_size, head_dim, dtype=dtype,  # noqa: E731
+                                       device=device).permute(0, 1, 3, 2, 4)
         self.kv = {name: make() for name in self.names}
         self.worker.register_kv_caches(self.kv)
         self.free = list(range(blocks))
@@ -112,10 +114,10 @@ class FakeEngine:
 
     def gather(self, ids: Sequence[int], tokens: int) -> np.ndarray:
         """[L, 2, T, H, D] float32 of the request's blocks."""
-        index = torch.tensor(list(ids), dtype=torch.long)
+        index = torch.tensor(list(ids), dtype=torch.long, device=self.device)
         out = [torch.stack([t[kind][index].reshape(-1, self.heads, self.head_dim)[:tokens] for kind in (0, 1)])
                for t in (self.kv[name] for name in self.names)]
-        return torch.stack(out).float().numpy()
+        return torch.stack(out).float().cpu().numpy()
 
     def step(self, output: SchedulerOutput, compute: Optional[Dict[str, Tuple[List[int], np.ndarray]]] = None) -> None:
         """One engine step: the scheduler's metadata to the worker, the forward pass (writing `compute`'s KV
@@ -126,10 +128,10 @@ class FakeEngine:
         for layer, name in enumerate(self.names):
             self.worker.wait_for_layer_load(name)
             for ids, values in (compute or {}).values():
-                index = torch.tensor(ids, dtype=torch.long)
+                index = torch.tensor(ids, dtype=torch.long, device=self.device)
                 for kind in (0, 1):
-                    padded = torch.zeros(len(ids) * self.block_size, self.heads, self.head_dim)
-                    padded[: values.shape[2]] = torch.from_numpy(values[layer, kind])
+                    padded = torch.zeros(len(ids) * self.block_size, self.heads, self.head_dim, device=self.device)
+                    padded[: values.shape[2]] = torch.from_numpy(values[layer, kind]).to(self.device)
                     self.kv[name][kind][index] = padded.reshape(len(ids), self.block_size, self.heads,
                                                                 self.head_dim).to(self.kv[name].dtype)
             self.worker.save_kv_layer(name, self.kv[name], None)
@@ -180,9 +182,12 @@ def _prefill_main(config: Dict[str, Any]) -> None:
     shape = config.get("shape", {})
     pending = []
     for req in config["requests"]:
-        rng = np.random.default_rng(req["seed"])
-        values = rng.standard_normal((len(engine.names), 2, req["tokens"], shape.get("heads", 2),
-                                      shape.get("head_dim", 64))).astype(np.float32)
+        if "kv" in req:  # real KV [L, 2, T, H, D] (the reference engine's dump)
+            values = np.load(req["kv"]).astype(np.float32)[:, :, :req["tokens"]]
+        else:
+            rng = np.random.default_rng(req["seed"])
+            values = rng.standard_normal((len(engine.names), 2, req["tokens"], shape.get("heads", 2),
+                                          shape.get("head_dim", 64))).astype(np.float32)
         np.save(req["out"], values)
         request, ids, (delay, params) = engine.prefill(req["id"], values,
                                                         {"do_remote_decode": True,

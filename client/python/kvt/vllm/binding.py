@@ -16,7 +16,8 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kvt.client import Client
-from kvt.kv_cache import KvCache, cuda_ipc_handle
+from kvt.errors import NotFound, Unavailable
+from kvt.kv_cache import KvCache, cuda_ipc_handle, release_cuda_ipc
 from kvt.layout import BlockOrder, KvLayout
 
 _LAYER_NUMBER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
@@ -120,5 +121,8 @@ class LayerBinding:
         else:
             try:
                 client.unregister_region(self.region_id)
-            except Exception:  # noqa: BLE001 - shutting down: a daemon already gone is fine
-                pass
+            except (NotFound, Unavailable):
+                pass  # the daemon no longer knows it, or is gone: it maps nothing
+            if self._ipc is not None:  # the daemon no longer maps it: torch may free the block again
+                release_cuda_ipc(self._ipc[2])
+                self._ipc = None

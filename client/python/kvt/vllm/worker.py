@@ -50,7 +50,7 @@ class KvtWorker:
         self._finished_seen: Set[str] = set()  # ids vLLM passed to get_finished (sends may be reported)
         self._load_errors: Set[int] = set()
         self._cancelled: Set[str] = set()  # aborted loads: reported as sent once their watchers end
-        self._loads_active: Set[str] = set()  # vLLM request ids between Expect and their report
+        self._loads_active: Dict[str, str] = {}  # vLLM request id -> transfer id, between Expect and the report
         self._step_saves: List[SaveSpec] = []
         self._offers: "queue.Queue[Optional[Tuple[SaveSpec, int, Any]]]" = queue.Queue()
         self._step_pending = 0
@@ -182,7 +182,7 @@ class KvtWorker:
 
     def _start_load(self, spec: LoadSpec) -> None:
         with self._mu:
-            self._loads_active.add(spec.request_id)
+            self._loads_active[spec.request_id] = spec.transfer_id
         expected: List[int] = []
         try:
             for layer, binding in enumerate(self._layers):
@@ -219,7 +219,7 @@ class KvtWorker:
             if not ok:
                 self._load_errors.update(spec.block_ids)
             self._recv_done.add(spec.request_id)
-            self._loads_active.discard(spec.request_id)
+            self._loads_active.pop(spec.request_id, None)
             if spec.request_id in self._cancelled:  # vLLM holds its blocks until it sees it "sent"
                 self._cancelled.discard(spec.request_id)
                 self._send_done.add(spec.request_id)
@@ -257,6 +257,10 @@ class KvtWorker:
         if self._closed:
             return
         self._closed = True
+        with self._mu:  # transfers still in flight would keep the regions mapped: end them first
+            live = list(self._loads_active.values()) + [s.spec.transfer_id for s in self._sending.values()]
+        for transfer_id in live:
+            self._cancel(transfer_id)
         self._offers.put(None)
         self._sender.join(timeout=self._config.deadline_s)
         self._pool.shutdown(wait=False)
