@@ -99,7 +99,11 @@ grpc::Status ClientService::Offer(grpc::ServerContext*, const v1::OfferRequest* 
     KVT_RETURN_IF_ERROR(ValidateId(request->request_id(), "request_id", kMaxRequestIdBytes));
     KVT_RETURN_IF_ERROR(ValidateId(request->region_id(), "region_id", kMaxRegionIdBytes));
     KVT_RETURN_IF_ERROR(CheckBlocks(request->block_ids()));
-    KVT_RETURN_IF_ERROR(CheckHostPort(request->decode_daemon(), "decode_daemon"));
+    if (request->decode_daemon().empty()) {
+      return absl::InvalidArgumentError("decode_daemon is required: host:port, or a daemon id (with etcd)");
+    }
+    KVT_ASSIGN_OR_RETURN(std::string decode_address, context_->resolver->Resolve(request->decode_daemon()));
+    KVT_RETURN_IF_ERROR(CheckHostPort(decode_address, "decode_daemon"));
     KVT_ASSIGN_OR_RETURN(args.scheme, SchemeFromProto(request->scheme()));
     KVT_ASSIGN_OR_RETURN(args.deadline, DeadlineFromMs(request->deadline_ms(), "deadline_ms"));
     args.request_id = request->request_id();
@@ -107,7 +111,7 @@ grpc::Status ClientService::Offer(grpc::ServerContext*, const v1::OfferRequest* 
     args.block_ids.assign(request->block_ids().begin(), request->block_ids().end());
     args.num_tokens = request->num_tokens();
     args.ready_layers.assign(request->ready_layers().begin(), request->ready_layers().end());
-    args.decode_daemon = request->decode_daemon();
+    args.decode_daemon = std::move(decode_address);
     return prefill_->Offer(args);
   }();
   return ToGrpcStatus(s);

@@ -95,6 +95,7 @@ absl::Status Daemon::Init() {
   if (options_.role != Role::kPrefill) decode_ = std::make_unique<DecodeSide>(&context_);
   // Peers before clients: the peer port is part of the address an Offer advertises.
   KVT_RETURN_IF_ERROR(StartPeerServer());
+  KVT_RETURN_IF_ERROR(StartRegistry());
   KVT_RETURN_IF_ERROR(StartClientServer());
   sync_thread_ = std::thread([this] {
     while (!stop_sync_.WaitForNotificationWithTimeout(absl::Seconds(1))) SyncGauges();
@@ -123,6 +124,32 @@ absl::Status Daemon::StartPeerServer() {
   if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
   context_.advertise_address =
       options_.advertise_address.empty() ? absl::StrCat(host, ":", port) : options_.advertise_address;
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartRegistry() {
+  if (options_.etcd_endpoints.empty()) {
+    resolver_ = std::make_unique<StaticPeerResolver>();
+  } else {
+    EtcdRegistryOptions etcd;
+    etcd.etcd.endpoints = options_.etcd_endpoints;
+    etcd.prefix = options_.etcd_prefix;
+    etcd.ttl = options_.etcd_ttl;
+    v1::DaemonRecord self;
+    self.set_daemon_id(options_.daemon_id);
+    self.set_role(RoleName(options_.role));
+    self.set_peer_address(context_.advertise_address);
+    self.set_data_plane(absl::StrCat(transport_->capabilities().name, " (", transport_->capabilities().transports,
+                                     ")"));
+    for (const std::string& scheme : codec::StandardSchemeNames()) self.add_schemes(scheme);
+    self.set_container_version(codec::kContainerVersion);
+    self.set_protocol_version(kPeerProtocolVersion);
+    self.set_started_unix_ms(absl::ToUnixMillis(absl::Now()));
+    KVT_ASSIGN_OR_RETURN(std::unique_ptr<EtcdRegistry> registry, EtcdRegistry::Start(etcd, std::move(self)));
+    etcd_ = registry.get();
+    resolver_ = std::move(registry);
+  }
+  context_.resolver = resolver_.get();
   return absl::OkStatus();
 }
 
@@ -180,6 +207,8 @@ void Daemon::SyncGauges() {
 Daemon::~Daemon() {
   // Stop taking calls (bounded: in-flight calls get a short grace), then end live requests, then the rest.
   const auto grace = absl::ToChronoTime(absl::Now() + absl::Seconds(1));
+  // Out of etcd first: peers stop resolving this daemon at once instead of when its lease would expire.
+  if (etcd_ != nullptr) etcd_->Stop();
   if (client_server_ != nullptr) client_server_->Shutdown(grace);
   if (peer_server_ != nullptr) peer_server_->Shutdown(grace);
   stop_sync_.Notify();

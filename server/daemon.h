@@ -22,7 +22,9 @@
 #include "server/decode_side.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/etcd_registry.h"
 #include "server/peer_directory.h"
+#include "server/peer_resolver.h"
 #include "server/peer_liveness.h"
 #include "server/peer_security.h"
 #include "server/peer_service.h"
@@ -57,6 +59,7 @@ class Daemon {
   absl::Status Init();
   absl::Status StartClientServer();
   absl::Status StartPeerServer();
+  absl::Status StartRegistry();
   void SyncGauges();
 
   const DaemonOptions options_;
@@ -65,6 +68,8 @@ class Daemon {
   std::unique_ptr<PeerSecurity> security_;
   std::unique_ptr<PeerDirectory> peers_;
   std::unique_ptr<PeerLiveness> liveness_;
+  std::unique_ptr<PeerResolver> resolver_;  // StaticPeerResolver, or the EtcdRegistry below
+  EtcdRegistry* etcd_ = nullptr;            // owned by resolver_ when --etcd_endpoints is given
   std::unique_ptr<WorkerPool> workers_;
   std::unique_ptr<WorkerPool> device_workers_;
   std::shared_ptr<HostBufferPool> buffers_;

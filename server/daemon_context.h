@@ -9,6 +9,7 @@
 #include "server/options.h"
 #include "server/peer_directory.h"
 #include "server/peer_liveness.h"
+#include "server/peer_resolver.h"
 #include "server/region_registry.h"
 #include "server/request_book.h"
 #include "server/worker_pool.h"
@@ -33,6 +34,8 @@ struct DaemonContext {
   DaemonMetrics* metrics = nullptr;
   // This daemon's peer-service address as others dial it (for CancelTransfer back to us).
   std::string advertise_address;
+  // Turns Offer.decode_daemon (host:port or a daemon id) into an address: static, or etcd with --etcd_endpoints.
+  PeerResolver* resolver = nullptr;
 };
 
 // Ends a request's record, the same way on both sides: counts the outcome (done, cancelled, failed by cause),

@@ -25,6 +25,11 @@ ABSL_FLAG(std::string, client_socket, "/tmp/kvtd.sock", "unix socket for clients
 ABSL_FLAG(std::string, client_socket_mode, "0660", "permissions of the client socket, in octal (e.g. 0600)");
 ABSL_FLAG(std::string, peer_listen, "0.0.0.0:7470", "host:port of the daemon-to-daemon service (port 0 = any)");
 ABSL_FLAG(std::string, advertise_address, "", "host:port peers use to reach this daemon (default: from --peer_listen)");
+ABSL_FLAG(std::vector<std::string>, etcd_endpoints, {},
+          "etcd client endpoints (host:port or http://host:port, comma-separated): register this daemon there and "
+          "let clients name peers by daemon id (\"\" = peers by host:port only)");
+ABSL_FLAG(std::string, etcd_prefix, "/kvt", "etcd key prefix; the daemon's key is <prefix>/daemons/<daemon_id>");
+ABSL_FLAG(int, etcd_ttl_s, 10, "etcd lease in seconds: how long a daemon that died stays listed");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9470", "host:port for Prometheus /metrics (\"\" = off)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for mutual TLS between daemons (with --tls_key, --tls_ca)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -70,6 +75,11 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.client_socket_mode = static_cast<uint32_t>(parsed);
   o.peer_listen = absl::GetFlag(FLAGS_peer_listen);
   o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  for (const std::string& endpoint : absl::GetFlag(FLAGS_etcd_endpoints)) {
+    if (!endpoint.empty()) o.etcd_endpoints.push_back(endpoint);
+  }
+  o.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  o.etcd_ttl = absl::Seconds(absl::GetFlag(FLAGS_etcd_ttl_s));
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key);

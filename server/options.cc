@@ -1,5 +1,7 @@
 #include "server/options.h"
 
+#include "server/peer_resolver.h"
+
 #include <unistd.h>
 
 #include <thread>
@@ -110,6 +112,17 @@ absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions o) {
     return absl::InvalidArgumentError("peer_connect_timeout must be positive");
   }
   KVT_ASSIGN_OR_RETURN(o.transport, transport::ValidateOptions(o.transport));
+  if (!o.etcd_endpoints.empty()) {
+    // etcd keys and peers name this daemon by its id: it must be one they can carry.
+    KVT_RETURN_IF_ERROR(CheckDaemonId(o.daemon_id, "--daemon_id"));
+    if (o.etcd_prefix.empty() || o.etcd_prefix.front() != '/' || o.etcd_prefix.back() == '/') {
+      return absl::InvalidArgumentError(absl::StrCat("--etcd_prefix must start with '/' and not end with one, got \"",
+                                                     o.etcd_prefix, "\""));
+    }
+    if (o.etcd_ttl < absl::Seconds(2) || o.etcd_ttl > absl::Hours(1)) {
+      return absl::InvalidArgumentError("--etcd_ttl_s must be 2..3600 seconds");
+    }
+  }
   return o;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -35,6 +36,13 @@ struct DaemonOptions {
   // What other daemons dial to reach this one ("host:port"); "" = peer_listen with its bound port (and
   // 127.0.0.1 when peer_listen's host is 0.0.0.0).
   std::string advertise_address;
+
+  // Discovery (docs/DAEMON.md, "Finding peers through etcd"): etcd's client endpoints ("host:port" or
+  // "http://host:port"); none = peers are named by host:port only. The daemon registers under
+  // <etcd_prefix>/daemons/<daemon_id> on a lease of etcd_ttl and resolves Offer.decode_daemon ids through it.
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix = "/kvt";
+  absl::Duration etcd_ttl = absl::Seconds(10);
 
   // Mutual TLS between daemons when all three PEM files are given (none = plaintext). The peer service
   // requires and verifies client certificates signed by tls_ca; dialled peers are verified the same way.

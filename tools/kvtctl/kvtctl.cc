@@ -6,6 +6,7 @@
 #include "tools/kvtctl/codec_command.h"
 #include "tools/kvtctl/daemon_commands.h"
 #include "tools/kvtctl/demo_command.h"
+#include "tools/kvtctl/peers_command.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -22,7 +23,7 @@ std::string Help() {
 const std::vector<CommandGroup>& CommandGroups() {
   static const auto* groups = new std::vector<CommandGroup>{
       CodecCommandGroup(), DemoCommandGroup(),     BenchCommandGroup(),   StatsCommandGroup(),
-      WatchCommandGroup(), TimelineCommandGroup(), ProfileCommandGroup(),
+      WatchCommandGroup(), TimelineCommandGroup(), ProfileCommandGroup(), PeersCommandGroup(),
   };
   return *groups;
 }

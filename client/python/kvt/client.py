@@ -265,7 +265,8 @@ class Client:
               ready_layers: Iterable[int], scheme: str = "lynx", decode_daemon: str = "",
               deadline: float = 60.0) -> None:
         """Prefill side: the request's KV lives in `block_ids` (token order) of `region_id`; send it to the
-        decode daemon's peer service at `decode_daemon` ("host:port") in codec `scheme`.
+        decode daemon `decode_daemon` in codec `scheme`: its peer service's "host:port", or its daemon id when the
+        daemons register in etcd (kvtd --etcd_endpoints).
 
         Call again with more `ready_layers` (same request, blocks and daemon) as layers complete; each layer is
         sent once. `deadline` (seconds, from the first offer) bounds the whole transfer. InvalidArgument for a

@@ -1,0 +1,217 @@
+#include "server/etcd_client.h"
+
+#include <utility>
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace kvt::server {
+namespace {
+
+absl::StatusOr<std::string> Target(const std::string& endpoint) {
+  std::string target = endpoint;
+  if (absl::StartsWith(target, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd endpoint \"", endpoint, "\": TLS to etcd is not supported "
+                                                   "yet; use http:// on a trusted network"));
+  }
+  if (absl::StartsWith(target, "http://")) target = target.substr(7);
+  while (!target.empty() && target.back() == '/') target.pop_back();
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd endpoint \"", endpoint, "\" must be host:port or "
+                                                   "http://host:port"));
+  }
+  return target;
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+std::string PrefixRangeEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoints");
+  std::vector<std::string> targets;
+  for (const std::string& endpoint : options.endpoints) {
+    KVT_ASSIGN_OR_RETURN(std::string target, Target(endpoint));
+    targets.push_back(std::move(target));
+  }
+  options.endpoints = std::move(targets);
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
+}
+
+EtcdClient::EtcdClient(EtcdOptions options)
+    : endpoints_(std::move(options.endpoints)), call_timeout_(options.call_timeout) {
+  // Reconnect within a second of etcd coming back (gRPC's default backoff grows to two minutes).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  for (const std::string& target : endpoints_) {
+    channels_.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+}
+
+std::shared_ptr<grpc::Channel> EtcdClient::CurrentChannel() {
+  kvt::MutexLock lock(&mu_);
+  return channels_[current_];
+}
+
+absl::Status EtcdClient::Call(
+    const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>& call) {
+  absl::Status last;
+  for (size_t attempt = 0; attempt < channels_.size(); ++attempt) {
+    size_t index;
+    {
+      kvt::MutexLock lock(&mu_);
+      index = current_;
+    }
+    grpc::ClientContext context;
+    SetDeadline(&context, call_timeout_);
+    const grpc::Status s = call(channels_[index], &context);
+    if (s.ok()) return absl::OkStatus();
+    last = FromGrpcStatus(s);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      break;
+    }
+    kvt::MutexLock lock(&mu_);
+    if (current_ == index) current_ = (current_ + 1) % channels_.size();
+  }
+  return absl::Status(last.code(), absl::StrCat("etcd (", absl::StrJoin(endpoints_, ","), "): ", last.message()));
+}
+
+absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
+  etcdserverpb::LeaseGrantRequest request;
+  request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
+  etcdserverpb::LeaseGrantResponse response;
+  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
+    return etcdserverpb::Lease::NewStub(channel)->LeaseGrant(context, request, &response);
+  }));
+  if (!response.error().empty()) return absl::UnavailableError(absl::StrCat("etcd lease: ", response.error()));
+  return response.id();
+}
+
+absl::StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
+  etcdserverpb::LeaseKeepAliveResponse response;
+  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
+    auto stream = etcdserverpb::Lease::NewStub(channel)->LeaseKeepAlive(context);
+    etcdserverpb::LeaseKeepAliveRequest request;
+    request.set_id(lease);
+    if (!stream->Write(request) || !stream->Read(&response)) {
+      stream->WritesDone();
+      grpc::Status s = stream->Finish();
+      return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keep-alive stream closed") : s;
+    }
+    stream->WritesDone();
+    return stream->Finish();
+  }));
+  return response.ttl();
+}
+
+absl::Status EtcdClient::RevokeLease(int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseRevokeResponse response;
+  return Call([&](const auto& channel, grpc::ClientContext* context) {
+    return etcdserverpb::Lease::NewStub(channel)->LeaseRevoke(context, request, &response);
+  });
+}
+
+absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
+  etcdserverpb::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_lease(lease);
+  etcdserverpb::PutResponse response;
+  return Call([&](const auto& channel, grpc::ClientContext* context) {
+    return etcdserverpb::KV::NewStub(channel)->Put(context, request, &response);
+  });
+}
+
+absl::StatusOr<std::optional<std::string>> EtcdClient::Get(const std::string& key) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(key);
+  etcdserverpb::RangeResponse response;
+  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
+    return etcdserverpb::KV::NewStub(channel)->Range(context, request, &response);
+  }));
+  if (response.kvs_size() == 0) return std::optional<std::string>();
+  return std::optional<std::string>(response.kvs(0).value());
+}
+
+absl::StatusOr<std::vector<EtcdEntry>> EtcdClient::List(const std::string& prefix, int64_t* revision) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(PrefixRangeEnd(prefix));
+  etcdserverpb::RangeResponse response;
+  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
+    return etcdserverpb::KV::NewStub(channel)->Range(context, request, &response);
+  }));
+  if (revision != nullptr) *revision = response.header().revision();
+  std::vector<EtcdEntry> out;
+  for (const etcdserverpb::KeyValue& kv : response.kvs()) out.push_back({kv.key(), kv.value(), kv.lease()});
+  return out;
+}
+
+absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
+                               const std::function<void(const EtcdEntry&, bool deleted)>& on_event) {
+  grpc::ClientContext context;  // no deadline: a watch lasts until it fails or StopWatches cancels it
+  {
+    kvt::MutexLock lock(&mu_);
+    if (stopped_) return absl::OkStatus();
+    watches_.push_back(&context);
+  }
+  auto stream = etcdserverpb::Watch::NewStub(CurrentChannel())->Watch(&context);
+  etcdserverpb::WatchRequest request;
+  request.mutable_create_request()->set_key(prefix);
+  request.mutable_create_request()->set_range_end(PrefixRangeEnd(prefix));
+  request.mutable_create_request()->set_start_revision(start_revision);
+  absl::Status result = absl::UnavailableError("etcd watch stream closed");
+  if (stream->Write(request)) {
+    etcdserverpb::WatchResponse response;
+    while (stream->Read(&response)) {
+      if (response.canceled()) {
+        result = absl::AbortedError(absl::StrCat("etcd cancelled the watch: ", response.cancel_reason()));
+        break;
+      }
+      for (const etcdserverpb::Event& event : response.events()) {
+        on_event({event.kv().key(), event.kv().value(), event.kv().lease()},
+                 event.type() == etcdserverpb::Event::DELETE);
+      }
+    }
+  }
+  context.TryCancel();
+  const grpc::Status finished = stream->Finish();
+  kvt::MutexLock lock(&mu_);
+  watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
+  if (stopped_) return absl::OkStatus();
+  if (!finished.ok()) result = FromGrpcStatus(finished);
+  // The stream failed on this endpoint: the next watch tries the next one.
+  current_ = (current_ + 1) % channels_.size();
+  return result;
+}
+
+void EtcdClient::StopWatches() {
+  kvt::MutexLock lock(&mu_);
+  stopped_ = true;
+  for (grpc::ClientContext* context : watches_) context->TryCancel();
+}
+
+}  // namespace kvt::server

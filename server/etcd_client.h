@@ -1,0 +1,80 @@
+// A small client of etcd v3's gRPC API (proto/etcd/rpc.proto): leases, put, prefix reads and prefix watches,
+// over plaintext gRPC to one of several endpoints (the next one is tried when one is unreachable). Every call has
+// a deadline. Thread-safe.
+#ifndef KVT_SERVER_ETCD_CLIENT_H_
+#define KVT_SERVER_ETCD_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/etcd/rpc.grpc.pb.h"
+
+namespace kvt::server {
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints;  // "host:port" or "http://host:port"
+  absl::Duration call_timeout = absl::Seconds(2);
+};
+
+struct EtcdEntry {
+  std::string key;
+  std::string value;
+  int64_t lease = 0;
+};
+
+class EtcdClient {
+ public:
+  // INVALID_ARGUMENT for no endpoints or a malformed one (https:// included: TLS to etcd is not supported yet).
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(EtcdOptions options);
+
+  // A lease of `ttl` (whole seconds, at least 1); its id.
+  absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
+  // Renews `lease` once; the seconds it has left (0 or less: it has expired and is gone).
+  absl::StatusOr<int64_t> KeepAlive(int64_t lease);
+  absl::Status RevokeLease(int64_t lease);
+  absl::Status Put(const std::string& key, const std::string& value, int64_t lease);
+  // The value of `key`, or nullopt when it is absent.
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key);
+  // Every key with `prefix`, in key order, and the store's revision they were read at.
+  absl::StatusOr<std::vector<EtcdEntry>> List(const std::string& prefix, int64_t* revision);
+
+  // Watches `prefix` from `start_revision` and calls `on_event(entry, deleted)` for each change until the stream
+  // ends (an error, etcd gone) or StopWatches() is called; returns why it ended (OK after StopWatches).
+  absl::Status Watch(const std::string& prefix, int64_t start_revision,
+                     const std::function<void(const EtcdEntry&, bool deleted)>& on_event);
+  // Ends every Watch in progress, now and for good.
+  void StopWatches();
+
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+
+ private:
+  explicit EtcdClient(EtcdOptions options);
+  // Runs `call` against the current endpoint, moving on to the next ones while they are UNAVAILABLE.
+  absl::Status Call(const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>&
+                        call);
+  std::shared_ptr<grpc::Channel> CurrentChannel();
+
+  const std::vector<std::string> endpoints_;
+  const absl::Duration call_timeout_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  kvt::Mutex mu_;
+  size_t current_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);
+};
+
+// The key range [prefix, end) of every key that starts with `prefix` (etcd's range_end convention).
+std::string PrefixRangeEnd(const std::string& prefix);
+
+}  // namespace kvt::server
+
+#endif  // KVT_SERVER_ETCD_CLIENT_H_
