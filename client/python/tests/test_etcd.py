@@ -10,14 +10,14 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
 
 import kvt
 from conftest import BASE_FLAGS, cancel_in_flight
-from kv_reference import fill_random, gather
+from kv_reference import expected_after_transfer, fill_random, gather
 
 ETCD = shutil.which("etcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="no etcd binary (Debian's etcd-server; ./kvt test installs it)")
@@ -30,24 +30,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[str]:
-    client, peer = free_port(), free_port()
-    c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    with open(tmp_path / "etcd.log", "w") as log:
-        proc = subprocess.Popen([ETCD, "--name", "t", "--data-dir", str(tmp_path / "etcd"), "--listen-client-urls", c,
-                                 "--advertise-client-urls", c, "--listen-peer-urls", p,
-                                 "--initial-advertise-peer-urls", p, "--initial-cluster", f"t={p}"],
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
+class Etcd:
+    """One etcd member on loopback ports; kill() and start() again keep its data (leases and keys survive)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.client, self.peer = work, free_port(), free_port()
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client}"
+
+    def start(self) -> None:
+        c, p = f"http://127.0.0.1:{self.client}", f"http://127.0.0.1:{self.peer}"
+        log_path = self.work / "etcd.log"
+        start = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                [ETCD, "--name", "t", "--data-dir", str(self.work / "etcd"), "--listen-client-urls", c,
+                 "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                 "--initial-cluster", f"t={p}"], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
-        while b"ready to serve client requests" not in (tmp_path / "etcd.log").read_bytes():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "etcd.log").read_text()
+        while b"ready to serve client requests" not in log_path.read_bytes()[start:]:
+            assert self.proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.05)
-        yield f"127.0.0.1:{client}"
-    finally:
-        proc.kill()
-        proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def etcd_server(tmp_path: Path) -> Iterator[Etcd]:
+    server = Etcd(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def etcd(etcd_server: Etcd) -> str:
+    return etcd_server.endpoint
 
 
 def test_offer_names_its_decode_daemon_by_id_and_a_killed_one_stops_resolving(
@@ -116,3 +141,97 @@ def test_bad_etcd_flags_stop_kvtd_at_start(kvtd_path, tmp_path) -> None:  # type
             kvt.Daemon.start(kvtd_path, role="decode", work_dir=str(tmp_path), name="bad",
                              extra_flags=BASE_FLAGS + ["--etcd_endpoints=127.0.0.1:1", flag], start_timeout=10)
         assert message in (tmp_path / "bad.log").read_text()
+
+
+SCHEMES = ("bf16", "int8", "lynx", "int4")
+CLUSTER_LAYOUT = kvt.KvLayout(num_layers=2, num_blocks=64, block_tokens=16, num_kv_heads=2, head_dim=32)
+
+
+def test_two_by_two_daemons_through_etcd_restart_and_a_killed_decode_daemon(
+        etcd_server, start_daemon, kvtctl_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """2 prefill and 2 decode daemons (separate processes) moving requests in every direction at once, mixed
+    schemes, named by id through etcd: etcd killed mid-run (running transfers go on, cached ids keep resolving),
+    restarted (new daemons resolve again), then a decode daemon killed (its id stops resolving, the rest go on)."""
+    flags = [f"--etcd_endpoints={etcd_server.endpoint}", "--etcd_prefix=/kvt-2x2", "--etcd_ttl_s=2"]
+    prefills = [start_daemon("prefill", name=f"p{i}", extra=flags) for i in range(2)]
+    decodes = [start_daemon("decode", name=f"d{i}", extra=flags) for i in range(2)]
+    pcs = [kvt.Client(d.socket) for d in prefills]
+    dcs = [kvt.Client(d.socket) for d in decodes]
+    srcs = [kvt.KvCache.allocate(CLUSTER_LAYOUT) for _ in prefills]
+    dsts = [kvt.KvCache.allocate(CLUSTER_LAYOUT) for _ in decodes]
+    try:
+        for i, (client, cache) in enumerate(zip(pcs, srcs)):
+            fill_random(cache, seed=10 + i)
+            cache.register(client, "src")
+        for client, cache in zip(dcs, dsts):
+            cache.register(client, "dst")
+        expected: Dict[Tuple[int, str], np.ndarray] = {}
+        for p, cache in enumerate(srcs):
+            for scheme in SCHEMES:
+                expected[(p, scheme)] = expected_after_transfer(kvtctl_path, scheme, gather(cache, range(4), 60),
+                                                                kvt.DType.BF16, tmp_path)
+
+        def wave(name: str, decode_ids: List[int]) -> List[Tuple[str, int, int, str, range]]:
+            """Every prefill daemon offers one request of each scheme to each decode daemon in `decode_ids`."""
+            started = []
+            slot = {d: 0 for d in decode_ids}
+            for p in range(2):
+                for d in decode_ids:
+                    for scheme in SCHEMES:
+                        rid = f"{name}-p{p}-d{d}-{scheme}"
+                        blocks = range(4 * slot[d], 4 * slot[d] + 4)
+                        slot[d] += 1
+                        dcs[d].expect(rid, "dst", blocks, 60, source_daemon=f"p{p}", deadline=30)
+                        pcs[p].offer(rid, "src", range(4), 60, ready_layers=[0, 1], scheme=scheme,
+                                     decode_daemon=f"d{d}", deadline=30)
+                        started.append((rid, p, d, scheme, blocks))
+            return started
+
+        def check(started: List[Tuple[str, int, int, str, range]]) -> None:
+            for rid, p, d, scheme, blocks in started:
+                events = list(dcs[d].watch(rid, timeout=30))
+                assert events[-1].kind is kvt.EventKind.DONE, (rid, events[-1])
+                np.testing.assert_array_equal(gather(dsts[d], blocks, 60), expected[(p, scheme)], err_msg=rid)
+                list(pcs[p].watch(rid, timeout=30))
+
+        first = wave("w1", [0, 1])  # 16 requests in flight across the four daemons
+        etcd_server.kill()
+        check(first)  # running transfers never touch etcd
+        check(wave("w2", [0, 1]))  # etcd is down: the ids resolve from each daemon's cache
+        etcd_server.start()
+        late = start_daemon("decode", name="d-late", extra=flags)
+        deadline = time.monotonic() + 10
+        while True:  # a daemon that registered after the restart resolves once the watches are back
+            try:
+                pcs[0].offer("probe-late", "src", range(4), 60, ready_layers=[0], decode_daemon="d-late", deadline=2)
+                break
+            except (kvt.NotFound, kvt.Unavailable):
+                assert time.monotonic() < deadline, "d-late never resolved after etcd came back"
+                time.sleep(0.1)
+        assert late.peer_address in subprocess.run(
+            [kvtctl_path, "peers", "--etcd", etcd_server.endpoint, "--prefix", "/kvt-2x2"], check=True,
+            capture_output=True, text=True).stdout
+        check(wave("w3", [0, 1]))
+
+        decodes[1].kill()
+        killed = time.monotonic()
+        while True:  # its lease (2 s) runs out; offers to it then fail at once
+            try:
+                pcs[1].offer(f"to-dead-{time.monotonic_ns()}", "src", range(4), 60, ready_layers=[0],
+                             decode_daemon="d1", deadline=2)
+            except kvt.NotFound:
+                break
+            assert time.monotonic() - killed < 10, "d1 still resolves 10 s after it was killed"
+            time.sleep(0.2)
+        check(wave("w4", [0]))  # the rest go on
+    finally:
+        for client in pcs + dcs[:1]:
+            cancel_in_flight(client)
+        for client in pcs:
+            settle = time.monotonic() + 10
+            while client.stats().in_flight and time.monotonic() < settle:
+                time.sleep(0.05)
+        for cache in srcs + dsts:  # d1's is gone with its daemon (Unavailable counts as unregistered)
+            cache.close()
+        for client in pcs + dcs:
+            client.close()
