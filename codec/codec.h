@@ -1,5 +1,5 @@
 // The codec API: encode a page into one self-describing container (docs/FORMAT.md), decode a container with
-// its first `stages` streams present. One API for every scheme (DESIGN.md 4.2) and every implementation
+// its first `stages` streams present. One API for every scheme (docs/FORMAT.md) and every implementation
 // (scalar reference, AVX2, AVX-512; the CUDA kernels have their own launchers but produce the same codes).
 // All functions are thread-safe and keep no state between calls.
 //

@@ -1,4 +1,4 @@
-// The stream container (DESIGN.md 4.4; byte layout in docs/FORMAT.md, a contract between kvt versions):
+// The stream container (byte layout in docs/FORMAT.md, a contract between kvt versions):
 // a fixed little-endian header, a stream table, then each stream as one contiguous byte range. Stream 0
 // (the anchor) carries the header, the metadata and the anchor codes, so it decodes on its own.
 // Parsing is for untrusted bytes: every field is checked before anything is read through it.

@@ -1,4 +1,4 @@
-// The three corrections of DESIGN.md 4.3 to the Lynx paper's Algorithm 1. Each test states a property kvt's
+// The three corrections of docs/CODEC.md to the Lynx paper's Algorithm 1. Each test states a property kvt's
 // codec must have, checks it on EncodePage / DecodePage, and shows that Algorithm 1 as written (modelled here
 // in a few lines) violates it, so the test would fail on the paper's procedure.
 #include <algorithm>

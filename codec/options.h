@@ -15,7 +15,7 @@ enum class CodecImpl {
   kAvx512,
 };
 
-// What a lynx chunk is centred on before the log transform (DESIGN.md 4.3).
+// What a lynx chunk is centred on before the log transform (docs/CODEC.md).
 enum class Centering {
   kMidrange,  // (min + max) / 2: sigma = half the chunk's range, no level wasted
   kMean,      // the chunk mean, as the source paper does: sigma = max |x - mean|, up to twice the range needed

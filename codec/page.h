@@ -1,4 +1,4 @@
-// A page: the codec's unit of work (DESIGN.md 4.1). `tokens` consecutive tokens of one layer's K or V, all
+// A page: the codec's unit of work (docs/FORMAT.md). `tokens` consecutive tokens of one layer's K or V, all
 // channels (a channel is one (head, dim) pair), token-major: value (t, c) is at data[t * row_stride + c].
 // Views do not own memory; the caller keeps it alive for the duration of the call that takes the view.
 #ifndef KVT_CODEC_PAGE_H_

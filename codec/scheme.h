@@ -1,4 +1,4 @@
-// The codec schemes of DESIGN.md 4.2 and their names ("bf16", "int8", "int4", "fp8", "lynx", "lynx-a2r6",
+// The codec schemes of docs/FORMAT.md and their names ("bf16", "int8", "int4", "fp8", "lynx", "lynx-a2r6",
 // "lynx-a2r2r4", "lynx8", "lynx4", any of the lynx family with "+spike" for spike reserving).
 // Plain values; thread-compatible.
 //

@@ -1,5 +1,5 @@
-// Sharing device memory between processes with CUDA IPC (DESIGN.md 7): an engine exports a handle to its KV
-// cache's allocation; kvtd opens it and reads and writes the engine's blocks in place, with no copy through the
+// Sharing device memory between processes with CUDA IPC (docs/DAEMON.md, "GPU regions"): an engine exports a handle to
+// its KV cache's allocation; kvtd opens it and reads and writes the engine's blocks in place, with no copy through the
 // engine's process. Plain C++ (no CUDA headers). Without a usable GPU every call fails with FAILED_PRECONDITION.
 // Thread-safe (IpcMapping is immutable after Open).
 #ifndef KVT_COMMON_CUDA_IPC_H_

@@ -1,4 +1,4 @@
-// absl::Status <-> grpc::Status, one-to-one on canonical codes (DESIGN.md 6: converted once, at the service
+// absl::Status <-> grpc::Status, one-to-one on canonical codes (docs/ARCHITECTURE.md: converted once, at the service
 // edge and in the client library).
 #ifndef KVT_COMMON_GRPC_STATUS_H_
 #define KVT_COMMON_GRPC_STATUS_H_

@@ -1,6 +1,6 @@
-// Moves one page (DESIGN.md 4.1) between an engine's KV blocks in a registered region and the codec's float32
+// Moves one page (docs/FORMAT.md) between an engine's KV blocks in a registered region and the codec's float32
 // page: GatherPage on the prefill side (blocks -> page, widening bf16/fp16), ScatterPage on the decode side
-// (page -> blocks, narrowing, keeping only the heads this region holds: DESIGN.md 6, heterogeneous TP). On
+// (page -> blocks, narrowing, keeping only the heads this region holds: docs/DAEMON.md, tensor parallelism). On
 // the daemon's data path: whole-block bounds checks, contiguous runs, vectorized conversion. Thread-safe;
 // concurrent calls on overlapping bytes are the caller's business.
 //

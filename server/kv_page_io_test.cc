@@ -51,7 +51,7 @@ KvLayout MakeLayout(const KvLayoutSpec& s) {
   return *layout;
 }
 
-// Where (layer, kind, block, token in block, head, dim) lives, from DESIGN.md 4.1 and layout.proto, written
+// Where (layer, kind, block, token in block, head, dim) lives, from docs/FORMAT.md and layout.proto, written
 // out independently of KvLayout's own arithmetic.
 uint64_t HandOffset(const KvLayoutSpec& s, uint32_t layer, uint32_t kind, uint32_t block, uint32_t token,
                     uint32_t head, uint32_t dim) {

@@ -1,4 +1,4 @@
-// The Prometheus metrics of a kvt daemon (DESIGN.md section 10): transfers by outcome, bytes per lane,
+// The Prometheus metrics of a kvt daemon (docs/DAEMON.md, "Where the time goes"): transfers by outcome, bytes per lane,
 // latency histograms, in-flight and queue gauges, rejected chunks. Optionally served over HTTP at /metrics.
 // Thread-safe: every method may be called from any thread. Nothing here logs.
 //   KVT_ASSIGN_OR_RETURN(auto metrics, DaemonMetrics::Create(MetricsOptions{"0.0.0.0:9400"}));

@@ -1,4 +1,4 @@
-// A request's pages (DESIGN.md 4.1) as the page readers take them, and whether a request's engine blocks can
+// A request's pages (docs/FORMAT.md) as the page readers take them, and whether a request's engine blocks can
 // hold its tokens. The page plan itself is server/transfer_plan.h. Pure functions; thread-safe.
 //
 //   KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, block_ids, num_tokens));   // once per request

@@ -1,4 +1,4 @@
-// How daemons authenticate each other on the peer service (DESIGN.md 9): mutual TLS from PEM files when
+// How daemons authenticate each other on the peer service (docs/DAEMON.md): mutual TLS from PEM files when
 // configured, and an optional shared token carried in the "kvt-token" metadata of every call. Immutable after
 // Load; thread-safe.
 #ifndef KVT_SERVER_PEER_SECURITY_H_

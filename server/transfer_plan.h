@@ -1,4 +1,4 @@
-// The page plan of one request's transfer, computed the same way on both sides (DESIGN.md 4.1): per layer,
+// The page plan of one request's transfer, computed the same way on both sides (docs/FORMAT.md): per layer,
 // its K pages then its V pages, each page_tokens long, the tail split into a whole number of codec chunks and
 // then a page shorter than one chunk (the codec's rule). Each page carries the byte length of every stream of
 // its container, so the decode side can bound each chunk before anything arrives. Layer l travels as one

@@ -1,4 +1,4 @@
-// The fidelity evaluation of DESIGN.md 4.5: runs every scheme over a KV source page by page and reports, per
+// The fidelity evaluation of docs/CODEC.md: runs every scheme over a KV source page by page and reports, per
 // scheme and stage (stage 0 = anchor only, ..., the last = full), bits per value on the wire (container
 // header and metadata included), KV NMSE, attention-output vNMSE, and encode / decode throughput.
 // Single-threaded (the machines are small and shared); the caller may run several evaluations in parallel.

@@ -1,4 +1,4 @@
-// Fidelity metrics of DESIGN.md 4.5, in double precision: KV NMSE and the attention-output vNMSE of the Lynx
+// Fidelity metrics of docs/CODEC.md, in double precision: KV NMSE and the attention-output vNMSE of the Lynx
 // paper's Table 3, with queries drawn so that attention is peaked as in real models, and grouped-query heads.
 // Thread-compatible: an AttentionProbe is immutable after Create, so Evaluate may run from several threads.
 //

@@ -1,4 +1,4 @@
-// A synthetic KV cache that looks like real KV (DESIGN.md 4.5), for evaluating the codec without a model:
+// A synthetic KV cache that looks like real KV (docs/CODEC.md), for evaluating the codec without a model:
 // per layer K and V as [tokens, kv_heads * head_dim] float32, token-major (channel = head * head_dim + dim),
 // exactly the layout of a codec PageView. Deterministic: the same options and layer give the same bytes.
 // Thread-safe: generating different layers from different threads is fine.

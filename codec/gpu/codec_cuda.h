@@ -1,6 +1,6 @@
-// The codec on the GPU (DESIGN.md 4.6, 7): host-callable launchers of the CUDA encode/decode kernels of every
-// scheme, reading pages straight out of a paged KV cache in device memory and decoding straight into one.
-// Plain C++: includable by g++ with no CUDA headers (streams are opaque handles). The containers produced are
+// The codec on the GPU (docs/DAEMON.md, "GPU regions"): host-callable launchers of the CUDA encode/decode kernels of
+// every scheme, reading pages straight out of a paged KV cache in device memory and decoding straight into one. Plain
+// C++: includable by g++ with no CUDA headers (streams are opaque handles). The containers produced are
 // byte-identical to EncodePage(..., impl = kReference) for the same values (codec_cuda_test.cc checks every
 // scheme); decoded values equal the CPU DecodePage's floats rounded once to the output dtype.
 // Functions are thread-compatible: calls on different streams may run concurrently.

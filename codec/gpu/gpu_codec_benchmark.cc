@@ -1,4 +1,4 @@
-// GPU codec throughput beside the device-to-device copy, measured in the same run (DESIGN.md 11). One layer's K
+// GPU codec throughput beside the device-to-device copy, measured in the same run (docs/RESULTS.md). One layer's K
 // of a Llama-3.1-8B-shaped cache: 8 KV heads x 128 dims = 1024 channels, bf16, NHD blocks of 16 tokens,
 // 32K tokens = 128 pages of 256 tokens (--page_tokens=N: pages of N), all pages in one launch. Times with CUDA
 // events: warm-up, then the median of many repetitions, rotating over buffer sets larger than L2 so no repetition

@@ -1,6 +1,6 @@
 // Draws per-layer KV arrival times of one or more transfers as a standalone SVG 1.1 picture, for
-// `kvtctl timeline` (DESIGN.md section 10): when each layer's anchor and its full KV arrived at the decode
-// side. Plain functions, thread-safe.
+// `kvtctl timeline` (docs/DAEMON.md, "Where the time goes"): when each layer's anchor and its full KV arrived
+// at the decode side. Plain functions, thread-safe.
 //   WriteTimelineSvg("/tmp/t.svg", {lynx_series, baseline_series}, "Llama-3-8B, 4k tokens");
 #ifndef KVT_TOOLS_KVTCTL_TIMELINE_SVG_H_
 #define KVT_TOOLS_KVTCTL_TIMELINE_SVG_H_

@@ -1,5 +1,5 @@
 // `kvtctl bench transport`: measures the data plane over UCX on this machine and sets it beside ucx_perftest,
-// run in the same process tree with the same transport and message size (DESIGN.md section 11: ratios side by
+// run in the same process tree with the same transport and message size (docs/RESULTS.md: ratios side by
 // side). Three figures per UCX transport:
 //   1. unthrottled goodput, and its ratio to ucx_perftest's bandwidth (target >= 0.9), twice: streaming from a
 //      256 MiB source (what a KV cache looks like: every byte comes from memory, not cache), and resending one

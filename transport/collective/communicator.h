@@ -1,4 +1,4 @@
-// A group of ranks that run collectives together (DESIGN.md section 8). Every rank of the group calls the
+// A group of ranks that run collectives together (docs/COLLECTIVES.md). Every rank of the group calls the
 // same collectives in the same order with the same sizes and options; each call returns when this rank's part
 // is done. Backends: WireCommunicator (all_reduce.h) over a CollectiveWire (in-process threads, TCP); the
 // CUDA peer-memory backend is still to come (docs/COLLECTIVES.md).

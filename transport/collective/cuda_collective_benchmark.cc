@@ -1,4 +1,4 @@
-// The CUDA AllReduce beside NCCL's, in one run on the GPUs of one host (DESIGN.md section 11: collectives
+// The CUDA AllReduce beside NCCL's, in one run on the GPUs of one host (docs/RESULTS.md: collectives
 // against NCCL). One forked process per GPU; each rank times every mode at every size with CUDA events on one
 // stream (after warm-up), and the parent prints the slowest rank's time as algorithmic bandwidth (bytes of
 // the bf16 buffer / time) and as a ratio to NCCL's bf16 AllReduce of the same buffer. Then it reports each

@@ -1,4 +1,4 @@
-// The CUDA peer-memory backend of the collective module (DESIGN.md section 8): the GPUs of one host, one
+// The CUDA peer-memory backend of the collective module (docs/COLLECTIVES.md): the GPUs of one host, one
 // process per GPU, run the two-step AllReduce with their kernels storing straight into each other's memory
 // through CUDA IPC (NVLink or PCIe peer access), with no copy through the host and no message layer.
 //

@@ -1,4 +1,4 @@
-// The CUDA peer-memory backend of MoE Dispatch/Combine (DESIGN.md section 8): the GPUs of one host, one process
+// The CUDA peer-memory backend of MoE Dispatch/Combine (docs/COLLECTIVES.md): the GPUs of one host, one process
 // per GPU, exchange tokens with their kernels storing straight into each other's receive buffers through CUDA IPC
 // (cuda_moe_kernels.h), with no copy through the host and no host synchronisation inside a call.
 //

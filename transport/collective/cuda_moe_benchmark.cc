@@ -1,5 +1,5 @@
 // MoE Dispatch + Combine on the GPUs of one host (CudaExpertAllToAll) beside NCCL's all-to-all of the same bytes,
-// in one run (DESIGN.md section 11). One forked process per GPU; each rank times, with CUDA events on one stream
+// in one run (docs/RESULTS.md). One forked process per GPU; each rank times, with CUDA events on one stream
 // after warm-up, loops of Dispatch alone, Combine alone and Dispatch + Combine, and NCCL all-to-alls that move the
 // same bytes per rank as kvt's Dispatch (FP8 records) and Combine (bf16 rows), spread evenly over the peers. The
 // parent prints the slowest rank's time per call.

@@ -1,4 +1,4 @@
-// All-to-all Dispatch and Combine for mixture-of-experts layers over a CollectiveWire (DESIGN.md section 8).
+// All-to-all Dispatch and Combine for mixture-of-experts layers over a CollectiveWire (docs/COLLECTIVES.md).
 //
 // Experts are split evenly over the ranks: expert e lives on rank e / (num_experts / world_size). Dispatch
 // sends each token once to every rank that holds one of its top-k experts (however many it holds there),

@@ -1,4 +1,4 @@
-// When the CUDA AllReduce hands a call to NCCL instead of running its own kernels (DESIGN.md section 8: "no size
+// When the CUDA AllReduce hands a call to NCCL instead of running its own kernels (docs/COLLECTIVES.md: "no size
 // where the unquantized path loses to NCCL by more than 10% without the module choosing NCCL-like behaviour").
 // A pure decision on the call's shape, made identically on every rank (they agree on count, type and options by
 // the collectives' contract), so every rank of a call takes the same path.

@@ -1,5 +1,5 @@
 // A CollectiveWire over UCX tag messages, for host memory within a host (shared memory) and across hosts
-// (tcp, verbs): the UCX backend of DESIGN.md section 8.
+// (tcp, verbs): the UCX backend of docs/COLLECTIVES.md.
 //
 // Bootstrap: each rank creates a UCX worker and exchanges its worker address with every other rank over a
 // bootstrap CollectiveWire it is given (a TcpWire, or the in-process hub in tests), then creates an endpoint
