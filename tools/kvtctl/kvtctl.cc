@@ -7,6 +7,7 @@
 #include "tools/kvtctl/daemon_commands.h"
 #include "tools/kvtctl/demo_command.h"
 #include "tools/kvtctl/peers_command.h"
+#include "tools/kvtctl/simulate_command.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -23,7 +24,7 @@ std::string Help() {
 const std::vector<CommandGroup>& CommandGroups() {
   static const auto* groups = new std::vector<CommandGroup>{
       CodecCommandGroup(), DemoCommandGroup(),     BenchCommandGroup(),   StatsCommandGroup(),
-      WatchCommandGroup(), TimelineCommandGroup(), ProfileCommandGroup(), PeersCommandGroup(),
+      WatchCommandGroup(), TimelineCommandGroup(), ProfileCommandGroup(), PeersCommandGroup(), SimulateCommandGroup(),
   };
   return *groups;
 }
