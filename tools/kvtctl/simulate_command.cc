@@ -29,7 +29,7 @@ int RunSimulate(const std::vector<std::string>& args, const CommandIo& io) {
   int seed = 1;
   double starvation_ms = absl::ToDoubleMilliseconds(c.starvation_bound);
   int chunk_kib = static_cast<int>(c.chunk_bytes >> 10);
-  bool json = false;
+  bool json = false, with_requests = false;
   FlagSet flags("kvtctl simulate");
   flags.Int("prefill", &c.prefill_daemons, "prefill daemons");
   flags.Int("decode", &c.decode_daemons, "decode daemons");
@@ -44,6 +44,8 @@ int RunSimulate(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Double("starvation-ms", &starvation_ms, "the lane scheduler's starvation bound");
   flags.Int("seed", &seed, "arrivals seed");
   flags.Bool("json", &json, "print one JSON document instead of the table");
+  flags.Bool("with-requests", &with_requests, "with --json: every arrival, and each run's per-request times "
+             "(tools/cluster/replay.py replays them on real daemons)");
   flags.String("svg", &svg, "also write the TTFT distributions as an SVG here");
   if (auto exit = ParseCommandLine(flags, args, io, cmd, kSimulateUsage)) return *exit;
   c.context_tokens.clear();
@@ -85,11 +87,25 @@ int RunSimulate(const std::vector<std::string>& args, const CommandIo& io) {
                           {"requests", arrivals->size()},
                           {"runs", nlohmann::json::array()}};
     for (const SimResult& r : results) {
-      out["runs"].push_back({{"label", r.run.label}, {"scheme", r.run.scheme},
-                             {"ttft_p50_ms", r.ttft_p50_s * 1e3}, {"ttft_p99_ms", r.ttft_p99_s * 1e3},
-                             {"full_p50_ms", r.full_p50_s * 1e3}, {"full_p99_ms", r.full_p99_s * 1e3},
-                             {"link_utilization", r.link_utilization}, {"wire_gb", r.wire_gb},
-                             {"makespan_s", r.makespan_s}});
+      nlohmann::json run = {{"label", r.run.label}, {"scheme", r.run.scheme},
+                            {"ttft_p50_ms", r.ttft_p50_s * 1e3}, {"ttft_p99_ms", r.ttft_p99_s * 1e3},
+                            {"full_p50_ms", r.full_p50_s * 1e3}, {"full_p99_ms", r.full_p99_s * 1e3},
+                            {"link_utilization", r.link_utilization}, {"wire_gb", r.wire_gb},
+                            {"makespan_s", r.makespan_s}};
+      if (with_requests) {
+        run["requests"] = nlohmann::json::array();
+        for (const SimRequestResult& q : r.requests) {
+          run["requests"].push_back({{"ttft_ms", q.ttft_s * 1e3}, {"full_ms", q.full_s * 1e3}});
+        }
+      }
+      out["runs"].push_back(std::move(run));
+    }
+    if (with_requests) {
+      out["arrivals"] = nlohmann::json::array();
+      for (const SimArrival& a : *arrivals) {
+        out["arrivals"].push_back({{"at_s", a.at_s}, {"tokens", a.tokens}, {"prefill", a.prefill},
+                                   {"decode", a.decode}});
+      }
     }
     io.out << out.dump(2) << "\n";
     return kExitOk;
