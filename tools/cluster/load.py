@@ -105,18 +105,22 @@ def main() -> int:
         usage_rounds: List[Dict[str, Tuple[int, int]]] = []
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.concurrency)
 
-        def follow(rid: str, decode: kvt.Client, scheme: str) -> None:
-            last_anchor = last_full = None
+        warm = min(10, args.rounds - 1)  # rounds before this one are warm-up: links and pools being set up
+
+        def follow(rid: str, decode: kvt.Client, scheme: str, round_index: int) -> None:
+            anchors: Dict[int, int] = {}  # per layer: its first usable event (ANCHOR_READY, or FULL_READY)
+            fulls: Dict[int, int] = {}
             for event in decode.watch(rid, timeout=120):
                 if event.kind in (kvt.EventKind.ANCHOR_READY, kvt.EventKind.FULL_READY):
-                    last_anchor = event.at_us if last_anchor is None else max(last_anchor, event.at_us)
+                    anchors.setdefault(event.layer, event.at_us)
                 if event.kind is kvt.EventKind.FULL_READY:
-                    last_full = event.at_us if last_full is None else max(last_full, event.at_us)
+                    fulls[event.layer] = event.at_us
                 if event.kind is kvt.EventKind.FAILED:
                     failures.append(f"{rid}: {event.error()}")
                     return
-            anchor_ms[scheme].append(last_anchor / 1000.0)
-            full_ms[scheme].append(last_full / 1000.0)
+            if round_index >= warm:
+                anchor_ms[scheme].append(max(anchors.values()) / 1000.0)
+                full_ms[scheme].append(max(fulls.values()) / 1000.0)
 
         started = time.monotonic()
         for r in range(args.rounds):
@@ -129,7 +133,7 @@ def main() -> int:
                 clients[p].offer(rid, "kv", range(blocks_per_request), args.tokens,
                                  ready_layers=range(args.layers), scheme=scheme, decode_daemon=f"d{d - 2}",
                                  deadline=120)
-                futures.append(pool.submit(follow, rid, clients[d], scheme))
+                futures.append(pool.submit(follow, rid, clients[d], scheme, r))
             for f in futures:
                 f.result()
             for i in range(args.concurrency):  # the prefill side ends when the decode side acknowledged all
@@ -137,10 +141,10 @@ def main() -> int:
             usage_rounds.append({d.daemon_id: usage(d.pid) for d in daemons})
             print(f"round {r + 1}/{args.rounds}: {len(failures)} failures, {time.monotonic() - started:.1f} s",
                   file=sys.stderr, flush=True)
-        warm = min(10, args.rounds - 1)
         result = {
             "rounds": args.rounds, "concurrency": args.concurrency, "tokens": args.tokens, "layers": args.layers,
             "rate_gbps": args.rate_gbps, "requests": args.rounds * args.concurrency, "failures": len(failures),
+            "warmup_rounds": warm,
             "failure_examples": failures[:5], "seconds": round(time.monotonic() - started, 1),
             "per_scheme": {s: {"anchor_p50_ms": percentile(anchor_ms[s], 50), "anchor_p99_ms": percentile(anchor_ms[s], 99),
                                "full_p50_ms": percentile(full_ms[s], 50), "full_p99_ms": percentile(full_ms[s], 99),
@@ -156,6 +160,7 @@ def main() -> int:
             print(json.dumps(result, indent=2))
         else:
             print(f"{result['requests']} requests in {result['seconds']} s, {result['failures']} failures")
+            print(f"after {warm} warm-up rounds:")
             print(f"{'scheme':8} {'anchor p50':>11} {'anchor p99':>11} {'full p50':>9} {'full p99':>9}  (ms)")
             for s, v in result["per_scheme"].items():
                 print(f"{s:8} {v['anchor_p50_ms']:11.1f} {v['anchor_p99_ms']:11.1f} {v['full_p50_ms']:9.1f} "
