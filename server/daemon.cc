@@ -133,6 +133,9 @@ absl::Status Daemon::StartRegistry() {
   } else {
     EtcdRegistryOptions etcd;
     etcd.etcd.endpoints = options_.etcd_endpoints;
+    etcd.etcd.ca_file = options_.etcd_ca_file;
+    etcd.etcd.cert_file = options_.etcd_cert_file;
+    etcd.etcd.key_file = options_.etcd_key_file;
     etcd.prefix = options_.etcd_prefix;
     etcd.ttl = options_.etcd_ttl;
     v1::DaemonRecord self;

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -13,13 +15,22 @@
 namespace kvt::server {
 namespace {
 
-absl::StatusOr<std::string> Target(const std::string& endpoint) {
+absl::StatusOr<std::string> Target(const std::string& endpoint, bool tls) {
   std::string target = endpoint;
   if (absl::StartsWith(target, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("etcd endpoint \"", endpoint, "\": TLS to etcd is not supported "
-                                                   "yet; use http:// on a trusted network"));
+    if (!tls) {
+      return absl::InvalidArgumentError(absl::StrCat("etcd endpoint \"", endpoint, "\" is https: give the CA that "
+                                                     "signs etcd's certificate (--etcd_ca)"));
+    }
+    target = target.substr(8);
   }
-  if (absl::StartsWith(target, "http://")) target = target.substr(7);
+  if (absl::StartsWith(target, "http://")) {
+    if (tls) {
+      return absl::InvalidArgumentError(absl::StrCat("etcd endpoint \"", endpoint, "\" is http:// but TLS files "
+                                                     "are given: use https:// or host:port"));
+    }
+    target = target.substr(7);
+  }
   while (!target.empty() && target.back() == '/') target.pop_back();
   const size_t colon = target.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) {
@@ -47,25 +58,52 @@ std::string PrefixRangeEnd(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  if (!in || content.str().empty()) {
+    return absl::NotFoundError(absl::StrCat("cannot read the etcd ", what, " \"", path, "\""));
+  }
+  return content.str();
+}
+
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoints");
+  const bool tls = !options.ca_file.empty();
+  if (options.cert_file.empty() != options.key_file.empty()) {
+    return absl::InvalidArgumentError("an etcd client certificate needs its key, and a key its certificate");
+  }
+  if (!tls && !options.cert_file.empty()) {
+    return absl::InvalidArgumentError("an etcd client certificate needs the CA of etcd's (--etcd_ca)");
+  }
   std::vector<std::string> targets;
   for (const std::string& endpoint : options.endpoints) {
-    KVT_ASSIGN_OR_RETURN(std::string target, Target(endpoint));
+    KVT_ASSIGN_OR_RETURN(std::string target, Target(endpoint, tls));
     targets.push_back(std::move(target));
   }
   options.endpoints = std::move(targets);
-  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    KVT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.ca_file, "CA"));
+    if (!options.cert_file.empty()) {
+      KVT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(options.cert_file, "client certificate"));
+      KVT_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(options.key_file, "client key"));
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options), std::move(credentials)));
 }
 
-EtcdClient::EtcdClient(EtcdOptions options)
+EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
     : endpoints_(std::move(options.endpoints)), call_timeout_(options.call_timeout) {
   // Reconnect within a second of etcd coming back (gRPC's default backoff grows to two minutes).
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   for (const std::string& target : endpoints_) {
-    channels_.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    channels_.push_back(grpc::CreateCustomChannel(target, credentials, args));
   }
 }
 

@@ -21,8 +21,13 @@
 namespace kvt::server {
 
 struct EtcdOptions {
-  std::vector<std::string> endpoints;  // "host:port" or "http://host:port"
+  std::vector<std::string> endpoints;  // "host:port", "http://host:port", or "https://host:port" (with ca_file)
   absl::Duration call_timeout = absl::Seconds(2);
+  // TLS to etcd (its --trusted-ca-file / --cert-file): the CA that signs etcd's certificate, and this client's
+  // certificate and key for etcd's --client-cert-auth. With ca_file every endpoint is dialled with TLS.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
 };
 
 struct EtcdEntry {
@@ -33,7 +38,8 @@ struct EtcdEntry {
 
 class EtcdClient {
  public:
-  // INVALID_ARGUMENT for no endpoints or a malformed one (https:// included: TLS to etcd is not supported yet).
+  // INVALID_ARGUMENT for no endpoints, a malformed one, https:// without ca_file, a cert without its key (or the
+  // reverse); NOT_FOUND for a PEM file that cannot be read.
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(EtcdOptions options);
 
   // A lease of `ttl` (whole seconds, at least 1); its id.
@@ -57,7 +63,7 @@ class EtcdClient {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
  private:
-  explicit EtcdClient(EtcdOptions options);
+  EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials);
   // Runs `call` against the current endpoint, moving on to the next ones while they are UNAVAILABLE.
   absl::Status Call(const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>&
                         call);

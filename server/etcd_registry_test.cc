@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/certificates.h"
 
 namespace kvt::server {
 namespace {
@@ -44,7 +46,9 @@ const char* EtcdBinary() {
 // One etcd member on loopback, its data in a temporary directory; Kill() and Start() again keep the data.
 class EtcdProcess {
  public:
-  EtcdProcess() : client_port_(FreePort()), peer_port_(FreePort()) {
+  // With `tls`, etcd serves https with dir/etcd.pem and requires client certificates signed by dir/ca.pem.
+  explicit EtcdProcess(std::string tls_dir = "") : client_port_(FreePort()), peer_port_(FreePort()),
+                                                   tls_dir_(std::move(tls_dir)) {
     dir_ = std::filesystem::path(::testing::TempDir()) / absl::StrCat("etcd-", getpid(), "-", client_port_);
     std::filesystem::remove_all(dir_);
   }
@@ -53,26 +57,48 @@ class EtcdProcess {
     std::filesystem::remove_all(dir_);
   }
   std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+  // Options that reach this etcd (TLS with the "client" certificate when it serves https).
+  EtcdOptions Client() const {
+    EtcdOptions o{.endpoints = {endpoint()}, .call_timeout = absl::Milliseconds(500)};
+    if (!tls_dir_.empty()) {
+      o.ca_file = tls_dir_ + "/ca.pem";
+      o.cert_file = tls_dir_ + "/client.pem";
+      o.key_file = tls_dir_ + "/client.key";
+    }
+    return o;
+  }
 
   void Start() {
-    const std::string client = absl::StrCat("http://127.0.0.1:", client_port_);
+    const std::string scheme = tls_dir_.empty() ? "http" : "https";
+    const std::string client = absl::StrCat(scheme, "://127.0.0.1:", client_port_);
     const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
     pid_ = fork();
     if (pid_ == 0) {
       const std::string log = (dir_.parent_path() / absl::StrCat("etcd-", client_port_, ".log")).string();
       freopen(log.c_str(), "a", stdout);
       freopen(log.c_str(), "a", stderr);
-      execl(EtcdBinary(), "etcd", "--name", "kvt-test", "--data-dir", dir_.c_str(), "--listen-client-urls",
-            client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
-            "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster",
-            absl::StrCat("kvt-test=", peer).c_str(), static_cast<char*>(nullptr));
+      const std::string cluster = absl::StrCat("kvt-test=", peer);
+      std::vector<std::string> argv = {"etcd", "--name", "kvt-test", "--data-dir", dir_.string(),
+                                       "--listen-client-urls", client, "--advertise-client-urls", client,
+                                       "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                       "--initial-cluster", cluster};
+      if (!tls_dir_.empty()) {
+        for (const std::string& flag : {"--cert-file=" + tls_dir_ + "/etcd.pem", "--key-file=" + tls_dir_ + "/etcd.key",
+                                        "--trusted-ca-file=" + tls_dir_ + "/ca.pem", std::string("--client-cert-auth")}) {
+          argv.push_back(flag);
+        }
+      }
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(EtcdBinary(), args.data());
       _exit(127);
     }
     // Ready when a read succeeds, on a new channel each time (a channel that met the port closed backs off).
     absl::Status last;
     const absl::Time until = absl::Now() + absl::Seconds(20);
     while (absl::Now() < until) {
-      auto etcd = EtcdClient::Create({.endpoints = {endpoint()}, .call_timeout = absl::Milliseconds(500)});
+      auto etcd = EtcdClient::Create(Client());
       const auto got = (*etcd)->Get("/ready");
       if (got.ok()) return;
       last = got.status();
@@ -92,6 +118,7 @@ class EtcdProcess {
  private:
   const int client_port_;
   const int peer_port_;
+  const std::string tls_dir_;
   std::filesystem::path dir_;
   pid_t pid_ = -1;
 };
@@ -207,10 +234,42 @@ TEST_F(EtcdRegistryTest, ADaemonStartedBeforeEtcdRegistersWhenEtcdComesUp) {
   EXPECT_EQ(*(*other)->Resolve("early"), "127.0.0.1:40");
 }
 
+TEST(EtcdTlsTest, DaemonsRegisterOverMutualTlsAndClientsWithoutCertificatesAreRefused) {
+  if (EtcdBinary() == nullptr || !testutil::HaveOpenssl()) GTEST_SKIP() << "needs etcd and openssl";
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / absl::StrCat("etcd-tls-", getpid())).string();
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(testutil::MakeCertificates(dir, {"etcd", "client"}));
+  EtcdProcess etcd(dir);
+  etcd.Start();
+  EtcdRegistryOptions o;
+  o.etcd = etcd.Client();
+  o.prefix = "/kvt-tls";
+  auto a = EtcdRegistry::Start(o, Record("tls-a", "127.0.0.1:1"));
+  auto b = EtcdRegistry::Start(o, Record("tls-b", "127.0.0.1:2"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_TRUE((*a)->registered());
+  EXPECT_EQ(*(*b)->Resolve("tls-a"), "127.0.0.1:1");
+
+  auto https = EtcdClient::Create({.endpoints = {"https://" + etcd.endpoint()}, .ca_file = dir + "/ca.pem",
+                                   .cert_file = dir + "/client.pem", .key_file = dir + "/client.key"});
+  ASSERT_TRUE(https.ok()) << https.status();
+  EXPECT_EQ((*ListDaemons(**https, "/kvt-tls")).size(), 2u);
+  auto plaintext = EtcdClient::Create({.endpoints = {etcd.endpoint()}, .call_timeout = absl::Milliseconds(500)});
+  EXPECT_FALSE((*plaintext)->Get("/kvt-tls/daemons/tls-a").ok());
+  auto no_cert = EtcdClient::Create({.endpoints = {etcd.endpoint()}, .call_timeout = absl::Milliseconds(500),
+                                     .ca_file = dir + "/ca.pem"});
+  ASSERT_TRUE(no_cert.ok());
+  EXPECT_FALSE((*no_cert)->Get("/kvt-tls/daemons/tls-a").ok());  // etcd --client-cert-auth
+}
+
 TEST(EtcdOptionsTest, BadOptionsAreRefusedWithWhatToFix) {
   EXPECT_EQ(EtcdClient::Create({}).status().code(), absl::StatusCode::kInvalidArgument);
   const auto tls = EtcdClient::Create({.endpoints = {"https://etcd:2379"}});
-  EXPECT_THAT(tls.status().message(), HasSubstr("TLS to etcd is not supported"));
+  EXPECT_THAT(tls.status().message(), HasSubstr("give the CA"));
+  EXPECT_EQ(EtcdClient::Create({.endpoints = {"etcd:2379"}, .ca_file = "/nonexistent/ca.pem"}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(EtcdClient::Create({.endpoints = {"etcd:2379"}, .cert_file = "c.pem"}).status().message(),
+              HasSubstr("needs its key"));
   EXPECT_EQ(EtcdClient::Create({.endpoints = {"etcd"}}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(EtcdClient::Create({.endpoints = {"http://127.0.0.1:2379/", "etcd-2:2379"}}).ok());
 

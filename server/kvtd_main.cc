@@ -30,6 +30,9 @@ ABSL_FLAG(std::vector<std::string>, etcd_endpoints, {},
           "let clients name peers by daemon id (\"\" = peers by host:port only)");
 ABSL_FLAG(std::string, etcd_prefix, "/kvt", "etcd key prefix; the daemon's key is <prefix>/daemons/<daemon_id>");
 ABSL_FLAG(int, etcd_ttl_s, 10, "etcd lease in seconds: how long a daemon that died stays listed");
+ABSL_FLAG(std::string, etcd_ca, "", "PEM CA of etcd's certificate: talk TLS to etcd (https:// endpoints)");
+ABSL_FLAG(std::string, etcd_cert, "", "PEM client certificate for etcd's --client-cert-auth (with --etcd_key)");
+ABSL_FLAG(std::string, etcd_key, "", "PEM private key of --etcd_cert");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9470", "host:port for Prometheus /metrics (\"\" = off)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for mutual TLS between daemons (with --tls_key, --tls_ca)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -80,6 +83,9 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   }
   o.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
   o.etcd_ttl = absl::Seconds(absl::GetFlag(FLAGS_etcd_ttl_s));
+  o.etcd_ca_file = absl::GetFlag(FLAGS_etcd_ca);
+  o.etcd_cert_file = absl::GetFlag(FLAGS_etcd_cert);
+  o.etcd_key_file = absl::GetFlag(FLAGS_etcd_key);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key);

@@ -43,6 +43,10 @@ struct DaemonOptions {
   std::vector<std::string> etcd_endpoints;
   std::string etcd_prefix = "/kvt";
   absl::Duration etcd_ttl = absl::Seconds(10);
+  // TLS to etcd: the CA of etcd's certificate; this daemon's client certificate and key (etcd --client-cert-auth).
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
 
   // Mutual TLS between daemons when all three PEM files are given (none = plaintext). The peer service
   // requires and verifies client certificates signed by tls_ca; dialled peers are verified the same way.

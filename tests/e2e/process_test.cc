@@ -32,6 +32,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon_pair.h"
+#include "tests/testutil/certificates.h"
 #include "tools/kvtctl/daemon_process.h"
 
 namespace kvt::e2e {
@@ -380,42 +381,11 @@ TEST_F(ProcessTest, DecodeDaemonKilledMidTransferFailsThePrefillRequestWithUnava
   EXPECT_EQ(stats->in_flight(), 0u);
 }
 
-// Writes a CA and, per name, a certificate it signs (SAN IP:127.0.0.1, DNS:localhost; server and client
-// auth) into `dir`: ca.pem, <name>.pem, <name>.key. False if openssl fails.
-bool MakeCertificates(const std::string& dir, const std::vector<std::string>& names) {
-  const std::string ext = absl::StrCat(dir, "/leaf.ext");
-  std::ofstream(ext) << "basicConstraints=CA:FALSE\n"
-                        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-                        "extendedKeyUsage=serverAuth,clientAuth\n"
-                        "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  const std::string quiet = " >>" + dir + "/openssl.log 2>&1";
-  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  if (std::system(absl::StrCat("openssl req -x509 ", key, " -keyout ", dir, "/ca.key -out ", dir,
-                               "/ca.pem -days 2 -subj /CN=kvt-test-ca",
-                               " -addext basicConstraints=critical,CA:TRUE",
-                               " -addext keyUsage=critical,keyCertSign,cRLSign", quiet)
-                      .c_str()) != 0) {
-    return false;
-  }
-  for (const std::string& n : names) {
-    const std::string base = absl::StrCat(dir, "/", n);
-    if (std::system(absl::StrCat("openssl req ", key, " -keyout ", base, ".key -out ", base,
-                                 ".csr -subj /CN=", n, quiet)
-                        .c_str()) != 0 ||
-        std::system(absl::StrCat("openssl x509 -req -in ", base, ".csr -CA ", dir, "/ca.pem -CAkey ", dir,
-                                 "/ca.key -CAcreateserial -days 2 -out ", base, ".pem -extfile ", ext, quiet)
-                        .c_str()) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 TEST_F(ProcessTest, MutualTlsDaemonsTransferAndAPlaintextPrefillCannotConnect) {
-  if (std::system("openssl version >/dev/null 2>&1") != 0) {
+  if (!testutil::HaveOpenssl()) {
     GTEST_SKIP() << "the openssl command-line tool is not installed; it makes this test's certificates";
   }
-  ASSERT_TRUE(MakeCertificates(dir_, {"d", "p"})) << ReadFile(dir_ + "/openssl.log");
+  ASSERT_TRUE(testutil::MakeCertificates(dir_, {"d", "p"})) << ReadFile(dir_ + "/openssl.log");
   auto tls = [this](const std::string& name) {
     return std::vector<std::string>{absl::StrCat("--tls_cert=", dir_, "/", name, ".pem"),
                                     absl::StrCat("--tls_key=", dir_, "/", name, ".key"),

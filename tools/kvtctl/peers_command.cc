@@ -14,21 +14,27 @@ namespace kvt::kvtctl {
 namespace {
 
 constexpr char kPeersUsage[] =
-    "Usage: kvtctl peers --etcd HOST:PORT[,HOST:PORT...] [--prefix /kvt] [--json]\n"
+    "Usage: kvtctl peers --etcd HOST:PORT[,HOST:PORT...] [--prefix /kvt] [--etcd-ca CA --etcd-cert C --etcd-key K]\n"
+    "                    [--json]\n"
     "  the kvtd daemons registered in etcd (kvtd --etcd_endpoints): id, role, peer address, data plane.\n";
 
 int RunPeers(const std::vector<std::string>& args, const CommandIo& io) {
   const std::string cmd = "peers";
   std::vector<std::string> endpoints;
   std::string prefix = "/kvt";
+  server::EtcdOptions etcd_options;
   bool json = false;
   FlagSet flags("kvtctl peers");
   flags.Strings("etcd", &endpoints, "etcd client endpoints, comma-separated (as kvtd --etcd_endpoints)");
   flags.String("prefix", &prefix, "the daemons' etcd prefix (kvtd --etcd_prefix)");
+  flags.String("etcd-ca", &etcd_options.ca_file, "PEM CA of etcd's certificate (TLS, as kvtd --etcd_ca)");
+  flags.String("etcd-cert", &etcd_options.cert_file, "PEM client certificate (as kvtd --etcd_cert)");
+  flags.String("etcd-key", &etcd_options.key_file, "PEM key of --etcd-cert (as kvtd --etcd_key)");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   if (auto exit = ParseCommandLine(flags, args, io, cmd, kPeersUsage)) return *exit;
   if (endpoints.empty()) return UsageError(io, cmd, "where is etcd? give --etcd HOST:PORT", flags.Usage());
-  absl::StatusOr<std::unique_ptr<server::EtcdClient>> etcd = server::EtcdClient::Create({.endpoints = endpoints});
+  etcd_options.endpoints = endpoints;
+  absl::StatusOr<std::unique_ptr<server::EtcdClient>> etcd = server::EtcdClient::Create(etcd_options);
   if (!etcd.ok()) return UsageError(io, cmd, std::string(etcd.status().message()), flags.Usage());
   absl::StatusOr<std::vector<v1::DaemonRecord>> daemons = server::ListDaemons(**etcd, prefix);
   if (!daemons.ok()) return Failure(io, cmd, daemons.status());

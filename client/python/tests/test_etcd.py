@@ -136,7 +136,7 @@ def test_a_daemon_id_without_etcd_is_refused_with_what_to_do(start_daemon) -> No
 
 def test_bad_etcd_flags_stop_kvtd_at_start(kvtd_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     for flag, message in (("--etcd_prefix=kvt", "--etcd_prefix must start"), ("--etcd_ttl_s=1", "--etcd_ttl_s"),
-                          ("--etcd_endpoints=https://e:2379", "TLS to etcd")):
+                          ("--etcd_endpoints=https://e:2379", "give the CA")):
         with pytest.raises(kvt.Unavailable, match="exited"):
             kvt.Daemon.start(kvtd_path, role="decode", work_dir=str(tmp_path), name="bad",
                              extra_flags=BASE_FLAGS + ["--etcd_endpoints=127.0.0.1:1", flag], start_timeout=10)
