@@ -98,8 +98,13 @@ def test_anchor_mode_hands_the_request_back_at_the_anchor(daemon_pair, ids, kvtc
     engine = decode_engine(decode, mode="anchor")
     try:
         params = read_params(proc, 1)
-        _, block_ids = engine.start_decode(req["id"], req["tokens"], params[req["id"]])
+        request, block_ids = engine.start_decode(req["id"], req["tokens"], params[req["id"]])
         engine.run_until(lambda: req["id"] in engine.received, timeout=30)
+        # Finished early (say one token): the residual may still be landing, so vLLM must keep the blocks until
+        # the connector reports the transfer over.
+        request.status.name = "FINISHED_STOPPED"
+        assert engine.sched.request_finished(request, block_ids) == (True, None)
+        engine.run_until(lambda: req["id"] in engine.sending, timeout=30, finished={req["id"]})
         proc.communicate(timeout=60)  # the prefill side finishes only when every layer is DONE on both sides
         want = expected_after_transfer(kvtctl_path, "lynx", as_bf16(np.load(req["out"])), kvt.DType.BF16, tmp_path)
         deadline = time.monotonic() + 10  # the residual lands in place after the hand-back
@@ -145,6 +150,22 @@ def test_decode_daemon_gone_ends_the_send_and_frees_the_blocks(start_daemon, ids
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert f"sent {req['id']}" in out  # reported as finished (failed), so vLLM frees its blocks
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_offers_the_daemon_refuses_end_the_send_and_free_the_blocks(daemon_pair, ids,
+                                                                   tmp_path) -> None:  # type: ignore[no-untyped-def]
+    prefill, decode = daemon_pair
+    req = {"id": ids("vllm"), "tokens": 20, "seed": 6, "out": str(tmp_path / "s.npy")}
+    proc = run_prefill(prefill, decode, [req], "lynx-a9r9")  # kvtd refuses the scheme on every layer's Offer
+    try:
+        read_params(proc, 1)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"sent {req['id']}" in out  # counted as over (failed), so vLLM frees its blocks
+        assert "InvalidArgument" in err or "INVALID_ARGUMENT" in err
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ decode instance's kv_transfer_params as one JSON line per request, then "sent <i
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,4 +203,5 @@ def _prefill_main(config: Dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)  # as vLLM does: the connector's errors reach stderr
     _prefill_main(json.loads(sys.argv[1]))

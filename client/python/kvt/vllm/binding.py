@@ -105,15 +105,24 @@ class LayerBinding:
         mk[index] = k[index]
         mv[index] = v[index]
 
-    def stage_in(self, block_ids: Sequence[int]) -> None:
-        """Decode, host tensors: copy the landed blocks from the mirror into vLLM's tensor."""
+    def stage_in(self, block_ids: Sequence[int], num_tokens: int) -> None:
+        """Decode, host tensors: copy the landed tokens from the mirror into vLLM's tensor: whole blocks, then only
+        the prompt's tokens of a partial last block (its other tokens are vLLM's own, decoded meanwhile)."""
         if self._mirror is None:
             return
         import torch
-        index = torch.tensor(list(block_ids), dtype=torch.long)
+        block = self.layout.block_tokens
+        whole, tail = divmod(num_tokens, block)
         k, v, mk, mv = self._views()
-        k[index] = mk[index]
-        v[index] = mv[index]
+        if whole:
+            index = torch.tensor(list(block_ids[:whole]), dtype=torch.long)
+            k[index] = mk[index]
+            v[index] = mv[index]
+        if tail:
+            last = block_ids[whole]
+            token_axis = 1 if self.layout.order is BlockOrder.HND else 0  # within one block's view
+            for dst, src in ((k[last], mk[last]), (v[last], mv[last])):
+                dst.narrow(token_axis, 0, tail).copy_(src.narrow(token_axis, 0, tail))
 
     def close(self, client: Client) -> None:
         if self._mirror is not None:

@@ -24,7 +24,7 @@ class SaveSpec:
     transfer_id: str
     block_ids: Tuple[int, ...]
     num_tokens: int
-    decode_daemon: str  # "host:port" of the decode kvtd's peer service
+    decode_daemon: str  # the decode kvtd: its peer service's "host:port", or its daemon id when kvtd uses etcd
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The scheduler-side half of KvtConnector: which requests load or save KV through kvt, in which blocks.
 
 Request parameters (`kv_transfer_params`, as vLLM's NIXL connector uses them; a proxy sets them):
-- prefill instance: `{"do_remote_decode": true, "kvt_decode_daemon": "host:port", "kvt_transfer_id": "..."}`
+- prefill instance: `{"do_remote_decode": true, "kvt_decode_daemon": "host:port" or a daemon id (with etcd),
+  "kvt_transfer_id": "..."}`
   (`kvt_transfer_id` defaults to the request id). When the request finishes, `request_finished` returns the
   parameters the decode instance needs: `{"do_remote_prefill": true, "kvt_transfer_id", "kvt_num_tokens",
   "kvt_source_daemon"}`.
@@ -39,6 +40,9 @@ class KvtScheduler:
         self._block_size = block_size
         self._producing: Dict[str, _Producing] = {}
         self._loading: Dict[str, str] = {}  # vLLM request id -> transfer id, until the workers report it
+        # Mode "anchor": requests handed back at the anchor whose residual may still be landing in their blocks;
+        # request_finished keeps their blocks until the workers report the transfer over (get_finished).
+        self._anchor_loaded: set = set()
         self._meta = KvtConnectorMetadata()
 
     # --- decode side -----------------------------------------------------------------------------------------
@@ -79,6 +83,8 @@ class KvtScheduler:
                                          block_ids=tuple(block_ids[:needed]), num_tokens=num_external_tokens,
                                          source_daemon=str(params.get("kvt_source_daemon", ""))))
         self._loading[request.request_id] = transfer_id
+        if self._config.mode == "anchor":
+            self._anchor_loaded.add(request.request_id)
         params["do_remote_prefill"] = False  # handled: a re-entry (preemption) must not load twice
 
     # --- prefill side ----------------------------------------------------------------------------------------
@@ -112,7 +118,10 @@ class KvtScheduler:
                     continue
                 new_ids = cached.new_block_ids[i]
                 if new_ids is not None:
-                    producing.block_ids.extend(_first_group(new_ids))
+                    if _resumed(cached, i, req_id):  # after a preemption the new ids replace the freed ones
+                        producing.block_ids = list(_first_group(new_ids))
+                    else:
+                        producing.block_ids.extend(_first_group(new_ids))
                 self._maybe_save(req_id, producing, cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
         meta, self._meta = self._meta, KvtConnectorMetadata()
         return meta
@@ -142,8 +151,12 @@ class KvtScheduler:
         its blocks are kept until the cancel has settled."""
         status = getattr(getattr(request, "status", None), "name", str(getattr(request, "status", "")))
         loading = self._loading.pop(request.request_id, None)
+        anchor_loaded = request.request_id in self._anchor_loaded
+        self._anchor_loaded.discard(request.request_id)
         if loading is not None:
             self._meta.cancels.append((request.request_id, loading))
+            return True, None
+        if anchor_loaded:
             return True, None
         producing = self._producing.pop(request.request_id, None)
         if producing is None or not producing.saved:
@@ -164,6 +177,15 @@ def _first_group(block_ids: Any) -> List[int]:
     if len(block_ids) and not isinstance(block_ids[0], int):
         return [int(b) for b in block_ids[0]]
     return [int(b) for b in block_ids]
+
+
+def _resumed(cached: Any, i: int, req_id: str) -> bool:
+    """Whether vLLM resumed this cached request from preemption (its block ids start over): older vLLM has
+    `resumed_from_preemption` per request, newer a `resumed_req_ids` set."""
+    flags = getattr(cached, "resumed_from_preemption", None)
+    if flags is not None:
+        return bool(flags[i])
+    return req_id in (getattr(cached, "resumed_req_ids", None) or ())
 
 
 def _int_param(params: Dict[str, Any], key: str, default: int) -> int:

@@ -1,16 +1,18 @@
 """The worker-side half of KvtConnector: offers and expects each layer through the local kvtd, and tells vLLM
 which requests finished sending or receiving.
 
-One kvt request per (transfer, layer), id `"<transfer_id>/L<layer>"`, because vLLM keeps every layer in its own
-allocation and a kvt region is one allocation. The daemons' anchor-first lanes order all of them together, so
-every layer's anchor still goes before any residual. Threads: the sender issues offers in layer order (after the
-layer's CUDA work, or after copying host blocks to their mirror); one watcher per request follows its layers'
-events to the stage the mode asks for, then to DONE. Every wait is bounded by the config's deadline.
+One kvt request per (transfer, rank, layer), id `"<transfer_id>/r<tp rank>/L<layer>"`, because vLLM keeps every
+layer in its own allocation and a kvt region is one allocation. The daemons' anchor-first lanes order all of them
+together, so every layer's anchor still goes before any residual. Threads: the sender issues offers in layer
+order (after the layer's CUDA work, or after copying host blocks to their mirror); a request's watcher follows all
+its layers at once (one watch each, attached as soon as the request starts, so no finished layer is missed) to the
+stage the mode asks for, then to DONE. Each watch is bounded by the config's deadline (plus 5 s).
 """
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -25,8 +27,13 @@ from kvt.vllm.metadata import KvtConnectorMetadata, LoadSpec, SaveSpec
 _LOG = logging.getLogger("kvt.vllm")
 
 
-def layer_request_id(transfer_id: str, layer: int) -> str:
-    return f"{transfer_id}/L{layer}"
+def tp_rank() -> int:
+    """This worker's tensor-parallel rank in vLLM (0 outside vLLM or before its groups exist)."""
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        return int(get_tensor_model_parallel_rank())
+    except Exception:  # noqa: BLE001 - no vLLM, or no TP group: a single worker
+        return 0
 
 
 @dataclass
@@ -40,6 +47,7 @@ class _Sending:
 class KvtWorker:
     def __init__(self, config: KvtConnectorConfig) -> None:
         self._config = config
+        self._rank = tp_rank()
         self._client = Client(config.kvtd_socket, connect_timeout=config.connect_timeout_s)
         self._layers: List[LayerBinding] = []
         self._index: Dict[str, int] = {}
@@ -47,7 +55,8 @@ class KvtWorker:
         self._sending: Dict[str, _Sending] = {}  # by vLLM request id
         self._recv_done: Set[str] = set()  # vLLM request ids whose KV is in their blocks (or failed)
         self._send_done: Set[str] = set()
-        self._finished_seen: Set[str] = set()  # ids vLLM passed to get_finished (sends may be reported)
+        self._finished_seen: Set[str] = set()  # finished ids of ours vLLM passed to get_finished
+        self._landing: Dict[str, bool] = {}  # anchor mode: handed back, residual still landing -> transfer over
         self._load_errors: Set[int] = set()
         self._cancelled: Set[str] = set()  # aborted loads: reported as sent once their watchers end
         self._loads_active: Dict[str, str] = {}  # vLLM request id -> transfer id, between Expect and the report
@@ -56,6 +65,8 @@ class KvtWorker:
         self._step_pending = 0
         self._step_cv = threading.Condition(self._mu)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="kvt-vllm-watch")
+        # One watch per layer of every live request: they block on their streams, so they get their own pool.
+        self._layer_pool = concurrent.futures.ThreadPoolExecutor(max_workers=512, thread_name_prefix="kvt-vllm-layer")
         self._sender = threading.Thread(target=self._send_loop, name="kvt-vllm-offer", daemon=True)
         self._sender.start()
         self._closed = False
@@ -67,7 +78,7 @@ class KvtWorker:
             raise RuntimeError("KvtConnector: register_kv_caches called twice")
         if not kv_caches:
             raise ValueError("KvtConnector: no KV caches to register")
-        prefix = f"vllm-{id(self):x}"
+        prefix = f"vllm-{os.getpid()}-r{self._rank}-{id(self):x}"
         for i, name in enumerate(layer_order(list(kv_caches))):
             self._layers.append(LayerBinding(self._client, f"{prefix}-L{i}", kv_caches[name]))
             self._index[name] = i
@@ -120,10 +131,18 @@ class KvtWorker:
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         with self._mu:
-            self._finished_seen |= set(finished_req_ids)
+            ours = set(self._sending) | self._send_done | self._cancelled | set(self._landing)
+            self._finished_seen |= set(finished_req_ids) & ours
+            for rid in list(self._landing):  # anchor mode: the blocks go back once the residual has landed
+                if self._landing[rid] and rid in self._finished_seen:
+                    del self._landing[rid]
+                    self._send_done.add(rid)
             sent = self._send_done & self._finished_seen
             self._send_done -= sent
             self._finished_seen -= sent
+            for rid in sent:  # reported once: no other path may report it again
+                self._landing.pop(rid, None)
+                self._cancelled.discard(rid)
             received, self._recv_done = self._recv_done, set()
         return (sent or None), (received or None)
 
@@ -142,6 +161,9 @@ class KvtWorker:
             spec, layer, event = item
             try:
                 self._offer(spec, layer, event)
+            except Exception:  # noqa: BLE001 - a CUDA or copy error must not end the sender: fail this send
+                _LOG.exception("kvt: offer of %s layer %d failed", spec.request_id, layer)
+                self._offered(spec, layer, failed=True)
             finally:
                 with self._step_cv:
                     self._step_pending -= 1
@@ -150,29 +172,45 @@ class KvtWorker:
     def _offer(self, spec: SaveSpec, layer: int, event: Any) -> None:
         with self._mu:
             sending = self._sending.get(spec.request_id)
-        if sending is None or sending.failed:
+            failed = sending is not None and sending.failed
+        if sending is None:
             return
-        try:
-            if event is not None:
-                event.synchronize()
-            binding = self._layers[layer]
-            binding.stage_out(spec.block_ids)
-            self._client.offer(layer_request_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
-                               spec.num_tokens, ready_layers=[0], scheme=self._config.scheme,
-                               decode_daemon=spec.decode_daemon, deadline=self._config.deadline_s)
-        except KvtError as e:
-            _LOG.error("kvt: offer of %s layer %d failed: %s", spec.request_id, layer, e)
-            with self._mu:
-                sending.failed = True
+        if not failed:  # after a failed layer the rest are not offered, but still counted (the send must end)
+            try:
+                if event is not None:
+                    event.synchronize()
+                binding = self._layers[layer]
+                binding.stage_out(spec.block_ids)
+                self._client.offer(self._kvt_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
+                                   spec.num_tokens, ready_layers=[0], scheme=self._config.scheme,
+                                   decode_daemon=spec.decode_daemon, deadline=self._config.deadline_s)
+            except KvtError as e:
+                _LOG.error("kvt: offer of %s layer %d failed: %s", spec.request_id, layer, e)
+                failed = True
+        self._offered(spec, layer, failed)
+
+    def _offered(self, spec: SaveSpec, layer: int, failed: bool) -> None:
+        """Counts `layer` of a send as done with (offered or failed); the last one starts the send's watcher."""
         with self._mu:
+            sending = self._sending.get(spec.request_id)
+            if sending is None or layer in sending.offered:
+                return
+            sending.failed = sending.failed or failed
             sending.offered.add(layer)
             complete = len(sending.offered) == len(self._layers)
         if complete:
             self._pool.submit(self._watch_send, sending)
 
+    def _kvt_id(self, transfer_id: str, layer: int) -> str:
+        return f"{transfer_id}/r{self._rank}/L{layer}"
+
+    def _follow_all(self, transfer_id: str, side: Side, want: EventKind) -> List["concurrent.futures.Future[bool]"]:
+        return [self._layer_pool.submit(self._follow, self._kvt_id(transfer_id, layer), side, want)
+                for layer in range(len(self._layers))]
+
     def _watch_send(self, sending: _Sending) -> None:
-        for layer in range(len(self._layers)):
-            self._follow(layer_request_id(sending.spec.transfer_id, layer), Side.PREFILL, EventKind.DONE)
+        for future in self._follow_all(sending.spec.transfer_id, Side.PREFILL, EventKind.DONE):
+            future.result()
         with self._mu:
             sending.done = True
             self._sending.pop(sending.spec.request_id, None)
@@ -183,10 +221,12 @@ class KvtWorker:
     def _start_load(self, spec: LoadSpec) -> None:
         with self._mu:
             self._loads_active[spec.request_id] = spec.transfer_id
+            if self._config.mode == "anchor":  # vLLM keeps its blocks until we say so (scheduler.request_finished)
+                self._landing[spec.request_id] = False
         expected: List[int] = []
         try:
             for layer, binding in enumerate(self._layers):
-                self._client.expect(layer_request_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
+                self._client.expect(self._kvt_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
                                     spec.num_tokens, source_daemon=spec.source_daemon,
                                     deadline=self._config.deadline_s,
                                     allow_anchor_only=self._config.mode == "anchor")
@@ -194,27 +234,37 @@ class KvtWorker:
         except KvtError as e:
             _LOG.error("kvt: expect of %s failed: %s", spec.request_id, e)
             for layer in expected:
-                self._cancel_one(layer_request_id(spec.transfer_id, layer))
+                self._cancel_one(self._kvt_id(spec.transfer_id, layer))
             self._finish_load(spec, ok=False)
+            self._landed(spec)
             return
         self._pool.submit(self._watch_load, spec)
 
     def _watch_load(self, spec: LoadSpec) -> None:
-        want = EventKind.ANCHOR_READY if self._config.mode == "anchor" else EventKind.DONE
-        ok = all([self._follow(layer_request_id(spec.transfer_id, layer), Side.DECODE, want)
-                  for layer in range(len(self._layers))])
+        anchor_mode = self._config.mode == "anchor"
+        dones = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.DONE)
+        if not anchor_mode:
+            self._finish_load(spec, all([f.result() for f in dones]))
+            return
+        anchors = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.ANCHOR_READY)
+        ok = all([f.result() for f in anchors])
         self._finish_load(spec, ok)
-        if ok and want is not EventKind.DONE:  # the residual lands in place; host mirrors copy it once more
-            done = all([self._follow(layer_request_id(spec.transfer_id, layer), Side.DECODE, EventKind.DONE)
-                        for layer in range(len(self._layers))])
-            if done:
-                for binding in self._layers:
-                    binding.stage_in(spec.block_ids)
+        done = all([f.result() for f in dones])  # the residual lands in place
+        if ok and done:
+            for binding in self._layers:  # host mirrors copy the prompt's tokens once more
+                binding.stage_in(spec.block_ids, spec.num_tokens)
+        self._landed(spec)
+
+    def _landed(self, spec: LoadSpec) -> None:
+        """Anchor mode: the transfer is over (done, failed or cancelled); vLLM may free the blocks once finished."""
+        with self._mu:
+            if spec.request_id in self._landing:
+                self._landing[spec.request_id] = True
 
     def _finish_load(self, spec: LoadSpec, ok: bool) -> None:
         if ok:
             for binding in self._layers:
-                binding.stage_in(spec.block_ids)
+                binding.stage_in(spec.block_ids, spec.num_tokens)
         with self._mu:
             if not ok:
                 self._load_errors.update(spec.block_ids)
@@ -243,7 +293,7 @@ class KvtWorker:
 
     def _cancel(self, transfer_id: str) -> None:
         for layer in range(len(self._layers)):
-            self._cancel_one(layer_request_id(transfer_id, layer))
+            self._cancel_one(self._kvt_id(transfer_id, layer))
 
     def _cancel_one(self, request_id: str) -> None:
         try:
@@ -264,6 +314,7 @@ class KvtWorker:
         self._offers.put(None)
         self._sender.join(timeout=self._config.deadline_s)
         self._pool.shutdown(wait=False)
+        self._layer_pool.shutdown(wait=False)
         for binding in self._layers:
             try:
                 binding.close(self._client)
