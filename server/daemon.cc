@@ -209,9 +209,9 @@ void Daemon::SyncGauges() {
 
 Daemon::~Daemon() {
   // Stop taking calls (bounded: in-flight calls get a short grace), then end live requests, then the rest.
-  const auto grace = absl::ToChronoTime(absl::Now() + absl::Seconds(1));
   // Out of etcd first: peers stop resolving this daemon at once instead of when its lease would expire.
   if (etcd_ != nullptr) etcd_->Stop();
+  const auto grace = absl::ToChronoTime(absl::Now() + absl::Seconds(1));
   if (client_server_ != nullptr) client_server_->Shutdown(grace);
   if (peer_server_ != nullptr) peer_server_->Shutdown(grace);
   stop_sync_.Notify();

@@ -102,6 +102,11 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredent
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A watch has no deadline: HTTP/2 pings find an etcd host that vanished without closing the connection (etcd
+  // accepts pings every 5 s or slower).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (const std::string& target : endpoints_) {
     channels_.push_back(grpc::CreateCustomChannel(target, credentials, args));
   }
@@ -216,7 +221,12 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
     if (stopped_) return absl::OkStatus();
     watches_.push_back(&context);
   }
-  auto stream = etcdserverpb::Watch::NewStub(CurrentChannel())->Watch(&context);
+  size_t index;
+  {
+    kvt::MutexLock lock(&mu_);
+    index = current_;
+  }
+  auto stream = etcdserverpb::Watch::NewStub(channels_[index])->Watch(&context);
   etcdserverpb::WatchRequest request;
   request.mutable_create_request()->set_key(prefix);
   request.mutable_create_request()->set_range_end(PrefixRangeEnd(prefix));
@@ -240,9 +250,9 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
   kvt::MutexLock lock(&mu_);
   watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
   if (stopped_) return absl::OkStatus();
-  if (!finished.ok()) result = FromGrpcStatus(finished);
-  // The stream failed on this endpoint: the next watch tries the next one.
-  current_ = (current_ + 1) % channels_.size();
+  if (!finished.ok() && result.code() != absl::StatusCode::kAborted) result = FromGrpcStatus(finished);
+  // The stream failed on this endpoint: the next watch tries the next one (unless a call moved on already).
+  if (current_ == index) current_ = (current_ + 1) % channels_.size();
   return result;
 }
 

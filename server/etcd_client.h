@@ -1,6 +1,7 @@
 // A small client of etcd v3's gRPC API (proto/etcd/rpc.proto): leases, put, prefix reads and prefix watches,
-// over plaintext gRPC to one of several endpoints (the next one is tried when one is unreachable). Every call has
-// a deadline. Thread-safe.
+// over gRPC (plaintext or TLS) to one of several endpoints (the next one is tried when one is unreachable). Every
+// unary call has a deadline; a watch runs until it fails, HTTP/2 keepalive pings detecting a vanished etcd, or
+// StopWatches. Thread-safe.
 #ifndef KVT_SERVER_ETCD_CLIENT_H_
 #define KVT_SERVER_ETCD_CLIENT_H_
 

@@ -83,7 +83,7 @@ absl::Status EtcdRegistry::Register() {
 
 void EtcdRegistry::KeepAliveLoop() {
   const absl::Duration period = options_.ttl / 3;
-  absl::Duration wait = period;
+  absl::Duration wait = registered() ? period : kRetry;
   while (!stop_.WaitForNotificationWithTimeout(wait)) {
     int64_t lease;
     {
@@ -162,8 +162,13 @@ absl::StatusOr<std::string> EtcdRegistry::Resolve(absl::string_view name) {
     return absl::NotFoundError(absl::StrCat("no daemon \"", id, "\" is registered in etcd under ", options_.prefix,
                                             " (not started, or its lease expired); `kvtctl peers` lists them"));
   }
-  KVT_ASSIGN_OR_RETURN(v1::DaemonRecord record, ParseRecord(**value));
-  return record.peer_address();
+  absl::StatusOr<v1::DaemonRecord> record = ParseRecord(**value);
+  if (!record.ok() || !IsHostPort(record->peer_address())) {
+    return absl::FailedPreconditionError(absl::StrCat("the etcd record of daemon \"", id, "\" has no usable peer "
+                                                      "address (", record.ok() ? record->peer_address() :
+                                                      record.status().message(), ")"));
+  }
+  return record->peer_address();
 }
 
 std::vector<std::string> EtcdRegistry::CachedIds() const {
@@ -183,17 +188,20 @@ void EtcdRegistry::Stop() { Halt(/*revoke=*/true); }
 void EtcdRegistry::Abandon() { Halt(/*revoke=*/false); }
 
 void EtcdRegistry::Halt(bool revoke) {
-  int64_t lease;
   {
     kvt::MutexLock lock(&mu_);
     if (halted_) return;
     halted_ = true;
-    lease = lease_;
   }
   stop_.Notify();
   etcd_->StopWatches();
   if (keepalive_.joinable()) keepalive_.join();
   if (watcher_.joinable()) watcher_.join();
+  int64_t lease;
+  {  // after the joins: a registration the keep-alive thread was making is revoked too
+    kvt::MutexLock lock(&mu_);
+    lease = lease_;
+  }
   if (revoke && lease != 0) {
     if (absl::Status s = etcd_->RevokeLease(lease); !s.ok()) {
       Logger("etcd")->warn("revoking the lease of {}: {} (it expires in {} s)", self_.daemon_id(), s.ToString(),

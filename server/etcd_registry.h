@@ -2,7 +2,8 @@
 // <prefix>/daemons/<daemon_id>, on a lease it keeps alive (a daemon that dies disappears when the lease expires;
 // one that stops revokes it at once), and daemon ids resolved to peer addresses from a cache that a watch on
 // <prefix>/daemons/ keeps current. When etcd is unreachable, registration retries in the background and cached
-// ids keep resolving; an id not in the cache is UNAVAILABLE until etcd is back. Thread-safe.
+// ids keep resolving; an id not in the cache is UNAVAILABLE until etcd is back. A registration that failed is
+// retried every 500 ms. Thread-safe.
 #ifndef KVT_SERVER_ETCD_REGISTRY_H_
 #define KVT_SERVER_ETCD_REGISTRY_H_
 
@@ -38,8 +39,8 @@ absl::StatusOr<std::vector<v1::DaemonRecord>> ListDaemons(EtcdClient& etcd, cons
 class EtcdRegistry final : public PeerResolver {
  public:
   // Registers `self` (trying for up to the etcd call timeout; if etcd is not reachable yet, the daemon starts
-  // anyway and registers as soon as it is) and starts the keep-alive and watch threads. INVALID_ARGUMENT for bad
-  // options.
+  // anyway and the keep-alive thread retries every 500 ms) and starts the keep-alive and watch threads.
+  // INVALID_ARGUMENT for bad options.
   static absl::StatusOr<std::unique_ptr<EtcdRegistry>> Start(EtcdRegistryOptions options, v1::DaemonRecord self);
   ~EtcdRegistry() override;
 

@@ -90,23 +90,31 @@ absl::StatusOr<std::vector<SimArrival>> MakeArrivals(const SimConfig& c) {
 absl::StatusOr<SimResult> Simulate(const SimConfig& c, const SimRun& run, const std::vector<SimArrival>& arrivals) {
   if (!(c.rate_gbps > 0) || c.rate_gbps > 10000) return absl::InvalidArgumentError("--rate-gbps must be in (0, 10000]");
   if (!(c.prefill_tokens_per_s > 0)) return absl::InvalidArgumentError("--prefill-tokens-per-s must be positive");
+  if (c.chunk_bytes == 0 || c.starvation_bound <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("chunk bytes and the starvation bound must be positive");
+  }
+  for (const SimArrival& a : arrivals) {
+    if (a.prefill < 0 || a.prefill >= c.prefill_daemons || a.decode < 0 || a.decode >= c.decode_daemons ||
+        a.tokens < 1 || !(a.at_s >= 0)) {
+      return absl::InvalidArgumentError("an arrival names a daemon the config does not have, or no tokens");
+    }
+  }
   KVT_ASSIGN_OR_RETURN(const codec::eval::ModelShape model, codec::eval::ModelPreset(c.model));
   KVT_ASSIGN_OR_RETURN(const codec::Scheme scheme, codec::ParseScheme(run.scheme));
   const int layers = model.layers;
   const int streams = scheme.num_streams();
 
-  // Bytes of each stream of one layer, from kvtd's own page plan (pages sized by the daemon's rule).
-  std::map<int, std::vector<uint64_t>> layer_bytes;
+  // One layer's pages and their streams' bytes, from kvtd's own page plan (pages sized by the daemon's rule);
+  // kvtd queues one data-plane stream per page and stage, and so does the simulation.
+  std::map<int, std::vector<std::vector<uint64_t>>> layer_pages;
   for (const SimArrival& a : arrivals) {
-    if (layer_bytes.count(a.tokens)) continue;
+    if (layer_pages.count(a.tokens)) continue;
     KVT_ASSIGN_OR_RETURN(const server::TransferPlan plan,
                          server::MakeTransferPlan(scheme, codec::CodecOptions{}.chunk_tokens, 1, a.tokens, 0,
                                                   model.channels()));
-    std::vector<uint64_t> bytes(streams, 0);
-    for (const server::PlannedPage& page : plan.layers[0]) {
-      for (int s = 0; s < streams; ++s) bytes[s] += page.stream_bytes[s];
-    }
-    layer_bytes[a.tokens] = std::move(bytes);
+    std::vector<std::vector<uint64_t>> pages;
+    for (const server::PlannedPage& page : plan.layers[0]) pages.push_back(page.stream_bytes);
+    layer_pages[a.tokens] = std::move(pages);
   }
 
   VirtualClock clock;
@@ -144,11 +152,16 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& c, const SimRun& run, const 
       ready.pop();
       const SimArrival& a = arrivals[r];
       Link& link = *links[a.prefill * c.decode_daemons + a.decode];
-      for (int s = 0; s < streams; ++s) {
-        const uint64_t bytes = layer_bytes[a.tokens][s];
-        left[r * layers + l][s] = bytes;
-        const uint8_t lane = run.policy == LanePolicy::kAnchorFirst ? static_cast<uint8_t>(s) : 0;
-        link.scheduler.Add(StreamKey{r * layers + l, static_cast<uint32_t>(s)}, lane, bytes, now);
+      const std::vector<std::vector<uint64_t>>& pages = layer_pages[a.tokens];
+      // Page by page, each page's streams in order: in one lane that interleaves anchors and residuals as kvtd
+      // would send them; with anchor-first the lanes pull the anchors ahead.
+      for (size_t p = 0; p < pages.size(); ++p) {
+        for (int s = 0; s < streams; ++s) {
+          left[r * layers + l][s] += pages[p][s];
+          const uint8_t lane = run.policy == LanePolicy::kAnchorFirst ? static_cast<uint8_t>(s) : 0;
+          const uint32_t index = static_cast<uint32_t>(p * streams + s);
+          link.scheduler.Add(StreamKey{r * layers + l, index}, lane, pages[p][s], now);
+        }
       }
     }
     absl::Time next = absl::InfiniteFuture();
@@ -167,9 +180,10 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& c, const SimRun& run, const 
         wire_bytes += bytes;
         last_byte = std::max(last_byte, landed);
         const size_t r = cut->key.transfer_id / layers;
-        uint64_t& remaining = left[cut->key.transfer_id][cut->key.index];
+        const uint32_t stream = cut->key.index % streams;
+        uint64_t& remaining = left[cut->key.transfer_id][stream];
         remaining -= cut->length;
-        if (remaining == 0) last[r][cut->key.index] = std::max(last[r][cut->key.index], landed);
+        if (remaining == 0) last[r][stream] = std::max(last[r][stream], landed);
       }
     }
     if (next == absl::InfiniteFuture()) break;
