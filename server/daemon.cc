@@ -136,6 +136,8 @@ absl::Status Daemon::StartRegistry() {
     etcd.etcd.ca_file = options_.etcd_ca_file;
     etcd.etcd.cert_file = options_.etcd_cert_file;
     etcd.etcd.key_file = options_.etcd_key_file;
+    etcd.etcd.username = options_.etcd_username;
+    etcd.etcd.password = options_.etcd_password;
     etcd.prefix = options_.etcd_prefix;
     etcd.ttl = options_.etcd_ttl;
     v1::DaemonRecord self;

@@ -97,7 +97,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions optio
 }
 
 EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : endpoints_(std::move(options.endpoints)), call_timeout_(options.call_timeout) {
+    : endpoints_(std::move(options.endpoints)),
+      call_timeout_(options.call_timeout),
+      username_(std::move(options.username)),
+      password_(std::move(options.password)) {
   // Reconnect within a second of etcd coming back (gRPC's default backoff grows to two minutes).
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -112,9 +115,26 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredent
   }
 }
 
-std::shared_ptr<grpc::Channel> EtcdClient::CurrentChannel() {
+void EtcdClient::AddToken(grpc::ClientContext* context) {
   kvt::MutexLock lock(&mu_);
-  return channels_[current_];
+  if (!token_.empty()) context->AddMetadata("token", token_);
+}
+
+absl::Status EtcdClient::Authenticate(const std::shared_ptr<grpc::Channel>& channel) {
+  etcdserverpb::AuthenticateRequest request;
+  request.set_name(username_);
+  request.set_password(password_);
+  etcdserverpb::AuthenticateResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, call_timeout_);
+  const grpc::Status s = etcdserverpb::Auth::NewStub(channel)->Authenticate(&context, request, &response);
+  if (!s.ok()) {
+    const absl::Status status = FromGrpcStatus(s);
+    return absl::Status(status.code(), absl::StrCat("etcd authentication as \"", username_, "\": ", status.message()));
+  }
+  kvt::MutexLock lock(&mu_);
+  token_ = response.token();
+  return absl::OkStatus();
 }
 
 absl::Status EtcdClient::Call(
@@ -126,9 +146,33 @@ absl::Status EtcdClient::Call(
       kvt::MutexLock lock(&mu_);
       index = current_;
     }
+    bool have_token;
+    {
+      kvt::MutexLock lock(&mu_);
+      have_token = !token_.empty();
+    }
+    if (!username_.empty() && !have_token) {
+      if (absl::Status a = Authenticate(channels_[index]); !a.ok()) {
+        last = a;
+        if (a.code() != absl::StatusCode::kUnavailable && a.code() != absl::StatusCode::kDeadlineExceeded) break;
+        kvt::MutexLock lock(&mu_);
+        if (current_ == index) current_ = (current_ + 1) % channels_.size();
+        continue;
+      }
+    }
     grpc::ClientContext context;
     SetDeadline(&context, call_timeout_);
-    const grpc::Status s = call(channels_[index], &context);
+    AddToken(&context);
+    grpc::Status s = call(channels_[index], &context);
+    if (!s.ok() && !username_.empty() && absl::StrContains(s.error_message(), "invalid auth token")) {
+      // The token expired (etcd's simple tokens last minutes): authenticate again, then retry once.
+      if (absl::Status a = Authenticate(channels_[index]); a.ok()) {
+        grpc::ClientContext retry;
+        SetDeadline(&retry, call_timeout_);
+        AddToken(&retry);
+        s = call(channels_[index], &retry);
+      }
+    }
     if (s.ok()) return absl::OkStatus();
     last = FromGrpcStatus(s);
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -226,6 +270,21 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
     kvt::MutexLock lock(&mu_);
     index = current_;
   }
+  if (!username_.empty()) {
+    bool have_token;
+    {
+      kvt::MutexLock lock(&mu_);
+      have_token = !token_.empty();
+    }
+    if (!have_token) {
+      if (absl::Status a = Authenticate(channels_[index]); !a.ok()) {
+        kvt::MutexLock lock(&mu_);
+        watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
+        return a;
+      }
+    }
+  }
+  AddToken(&context);
   auto stream = etcdserverpb::Watch::NewStub(channels_[index])->Watch(&context);
   etcdserverpb::WatchRequest request;
   request.mutable_create_request()->set_key(prefix);

@@ -29,6 +29,10 @@ struct EtcdOptions {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
+  // etcd's user authentication: with a username, the client authenticates (Auth.Authenticate) before its first
+  // call and again when etcd says the token expired; every call and stream carries the token.
+  std::string username;
+  std::string password;
 };
 
 struct EtcdEntry {
@@ -68,14 +72,20 @@ class EtcdClient {
   // Runs `call` against the current endpoint, moving on to the next ones while they are UNAVAILABLE.
   absl::Status Call(const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>&
                         call);
-  std::shared_ptr<grpc::Channel> CurrentChannel();
+  // Adds the auth token (if any) to a call's metadata.
+  void AddToken(grpc::ClientContext* context);
+  // Authenticates on `channel` and keeps the token. UNAUTHENTICATED for a wrong user or password.
+  absl::Status Authenticate(const std::shared_ptr<grpc::Channel>& channel);
 
   const std::vector<std::string> endpoints_;
   const absl::Duration call_timeout_;
+  const std::string username_;
+  const std::string password_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   kvt::Mutex mu_;
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::string token_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -262,6 +262,59 @@ TEST(EtcdTlsTest, DaemonsRegisterOverMutualTlsAndClientsWithoutCertificatesAreRe
   EXPECT_FALSE((*no_cert)->Get("/kvt-tls/daemons/tls-a").ok());  // etcd --client-cert-auth
 }
 
+// Turns on etcd's authentication: a root user with the root role, then AuthEnable (as `etcdctl user add root;
+// etcdctl user grant-role root root; etcdctl auth enable` would).
+void EnableAuth(const std::string& endpoint, const std::string& password) {
+  auto channel = grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  auto auth = etcdserverpb::Auth::NewStub(channel);
+  auto call = [](auto method) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    return method(&context);
+  };
+  etcdserverpb::AuthRoleAddRequest role;
+  role.set_name("root");
+  etcdserverpb::AuthRoleAddResponse role_response;
+  call([&](grpc::ClientContext* c) { return auth->RoleAdd(c, role, &role_response); });  // may already exist
+  etcdserverpb::AuthUserAddRequest user;
+  user.set_name("root");
+  user.set_password(password);
+  etcdserverpb::AuthUserAddResponse user_response;
+  ASSERT_TRUE(call([&](grpc::ClientContext* c) { return auth->UserAdd(c, user, &user_response); }).ok());
+  etcdserverpb::AuthUserGrantRoleRequest grant;
+  grant.set_user("root");
+  grant.set_role("root");
+  etcdserverpb::AuthUserGrantRoleResponse grant_response;
+  ASSERT_TRUE(call([&](grpc::ClientContext* c) { return auth->UserGrantRole(c, grant, &grant_response); }).ok());
+  etcdserverpb::AuthEnableRequest enable;
+  etcdserverpb::AuthEnableResponse enable_response;
+  const grpc::Status enabled = call([&](grpc::ClientContext* c) { return auth->AuthEnable(c, enable, &enable_response); });
+  ASSERT_TRUE(enabled.ok()) << enabled.error_message();
+}
+
+TEST_F(EtcdRegistryTest, WithAuthenticationOnlyTheRightUserAndPasswordRegister) {
+  ASSERT_NO_FATAL_FAILURE(EnableAuth(etcd_.endpoint(), "s3cret"));
+  EtcdRegistryOptions o = Options(etcd_);
+  o.etcd.username = "root";
+  o.etcd.password = "s3cret";
+  auto a = EtcdRegistry::Start(o, Record("auth-a", "127.0.0.1:1"));
+  auto b = EtcdRegistry::Start(o, Record("auth-b", "127.0.0.1:2"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->registered());
+  EXPECT_TRUE(Eventually([&] { return (*b)->CachedIds() == std::vector<std::string>{"auth-a", "auth-b"}; },
+                         absl::Seconds(5)));  // the watch carries the token too
+  EXPECT_EQ(*(*b)->Resolve("auth-a"), "127.0.0.1:1");
+
+  EtcdOptions wrong = o.etcd;
+  wrong.password = "guess";
+  const auto denied = (*EtcdClient::Create(wrong))->Get("/kvt-test/daemons/auth-a");
+  EXPECT_FALSE(denied.ok());
+  EXPECT_THAT(denied.status().message(), HasSubstr("etcd authentication as \"root\""));
+  EtcdOptions anonymous = o.etcd;
+  anonymous.username.clear();
+  EXPECT_FALSE((*EtcdClient::Create(anonymous))->Get("/kvt-test/daemons/auth-a").ok());
+}
+
 TEST(EtcdOptionsTest, BadOptionsAreRefusedWithWhatToFix) {
   EXPECT_EQ(EtcdClient::Create({}).status().code(), absl::StatusCode::kInvalidArgument);
   const auto tls = EtcdClient::Create({.endpoints = {"https://etcd:2379"}});

@@ -33,6 +33,8 @@ ABSL_FLAG(int, etcd_ttl_s, 10, "etcd lease in seconds: how long a daemon that di
 ABSL_FLAG(std::string, etcd_ca, "", "PEM CA of etcd's certificate: talk TLS to etcd (https:// endpoints)");
 ABSL_FLAG(std::string, etcd_cert, "", "PEM client certificate for etcd's --client-cert-auth (with --etcd_key)");
 ABSL_FLAG(std::string, etcd_key, "", "PEM private key of --etcd_cert");
+ABSL_FLAG(std::string, etcd_user, "", "etcd user, when etcd has authentication enabled (with --etcd_password_file)");
+ABSL_FLAG(std::string, etcd_password_file, "", "file holding --etcd_user's password (its first line)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9470", "host:port for Prometheus /metrics (\"\" = off)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate for mutual TLS between daemons (with --tls_key, --tls_ca)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -86,6 +88,14 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.etcd_ca_file = absl::GetFlag(FLAGS_etcd_ca);
   o.etcd_cert_file = absl::GetFlag(FLAGS_etcd_cert);
   o.etcd_key_file = absl::GetFlag(FLAGS_etcd_key);
+  o.etcd_username = absl::GetFlag(FLAGS_etcd_user);
+  if (const std::string path = absl::GetFlag(FLAGS_etcd_password_file); !path.empty()) {
+    std::ifstream in(path);
+    if (!in || !std::getline(in, o.etcd_password) || o.etcd_password.empty()) {
+      std::fprintf(stderr, "kvtd: cannot read a password from --etcd_password_file=%s\n", path.c_str());
+      std::exit(2);
+    }
+  }
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key);

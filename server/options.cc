@@ -119,6 +119,9 @@ absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions o) {
       return absl::InvalidArgumentError(absl::StrCat("--etcd_prefix must start with '/' and not end with one, got \"",
                                                      o.etcd_prefix, "\""));
     }
+    if (o.etcd_username.empty() != o.etcd_password.empty()) {
+      return absl::InvalidArgumentError("--etcd_user and --etcd_password_file go together");
+    }
     if (o.etcd_ttl < absl::Seconds(2) || o.etcd_ttl > absl::Hours(1)) {
       return absl::InvalidArgumentError("--etcd_ttl_s must be 2..3600 seconds");
     }

@@ -47,6 +47,9 @@ struct DaemonOptions {
   std::string etcd_ca_file;
   std::string etcd_cert_file;
   std::string etcd_key_file;
+  // etcd user authentication (etcd with auth enabled): the user and its password (kvtd reads it from a file).
+  std::string etcd_username;
+  std::string etcd_password;
 
   // Mutual TLS between daemons when all three PEM files are given (none = plaintext). The peer service
   // requires and verifies client certificates signed by tls_ca; dialled peers are verified the same way.

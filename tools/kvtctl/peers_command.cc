@@ -1,6 +1,7 @@
 #include "tools/kvtctl/peers_command.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,10 +31,19 @@ int RunPeers(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("etcd-ca", &etcd_options.ca_file, "PEM CA of etcd's certificate (TLS, as kvtd --etcd_ca)");
   flags.String("etcd-cert", &etcd_options.cert_file, "PEM client certificate (as kvtd --etcd_cert)");
   flags.String("etcd-key", &etcd_options.key_file, "PEM key of --etcd-cert (as kvtd --etcd_key)");
+  std::string password_file;
+  flags.String("etcd-user", &etcd_options.username, "etcd user (etcd with authentication; as kvtd --etcd_user)");
+  flags.String("etcd-password-file", &password_file, "file holding --etcd-user's password (its first line)");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   if (auto exit = ParseCommandLine(flags, args, io, cmd, kPeersUsage)) return *exit;
   if (endpoints.empty()) return UsageError(io, cmd, "where is etcd? give --etcd HOST:PORT", flags.Usage());
   etcd_options.endpoints = endpoints;
+  if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    if (!in || !std::getline(in, etcd_options.password)) {
+      return UsageError(io, cmd, absl::StrCat("cannot read --etcd-password-file ", password_file), flags.Usage());
+    }
+  }
   absl::StatusOr<std::unique_ptr<server::EtcdClient>> etcd = server::EtcdClient::Create(etcd_options);
   if (!etcd.ok()) return UsageError(io, cmd, std::string(etcd.status().message()), flags.Usage());
   absl::StatusOr<std::vector<v1::DaemonRecord>> daemons = server::ListDaemons(**etcd, prefix);
