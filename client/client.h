@@ -40,7 +40,7 @@ struct OfferSpec {
   uint64_t num_tokens = 0;
   std::vector<uint32_t> ready_layers;  // more may follow in later Offers
   std::string scheme = "lynx";
-  std::string decode_daemon;  // host:port of the decode daemon's peer service
+  std::string decode_daemon;  // the decode daemon: its peer service's host:port, or its daemon id (kvtd with etcd)
   absl::Duration deadline = absl::Seconds(60);
 };
 
