@@ -40,6 +40,10 @@ absl::StatusOr<std::string> Target(const std::string& endpoint, bool tls) {
   return target;
 }
 
+bool Unreachable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
+}
+
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
@@ -66,6 +70,15 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
     return absl::NotFoundError(absl::StrCat("cannot read the etcd ", what, " \"", path, "\""));
   }
   return content.str();
+}
+
+absl::StatusOr<std::string> ReadEtcdPassword(const std::string& path) {
+  std::ifstream in(path);
+  std::string password;
+  if (!in || !std::getline(in, password) || password.empty()) {
+    return absl::NotFoundError(absl::StrCat("cannot read a password from \"", path, "\" (its first line)"));
+  }
+  return password;
 }
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
@@ -111,8 +124,20 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredent
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (const std::string& target : endpoints_) {
-    channels_.push_back(grpc::CreateCustomChannel(target, credentials, args));
+    const std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(target, credentials, args);
+    stubs_.push_back({etcdserverpb::KV::NewStub(channel), etcdserverpb::Lease::NewStub(channel),
+                      etcdserverpb::Watch::NewStub(channel), etcdserverpb::Auth::NewStub(channel)});
   }
+}
+
+size_t EtcdClient::CurrentIndex() {
+  kvt::MutexLock lock(&mu_);
+  return current_;
+}
+
+void EtcdClient::MoveOnFrom(size_t index) {
+  kvt::MutexLock lock(&mu_);
+  if (current_ == index) current_ = (current_ + 1) % stubs_.size();  // unless another call moved on already
 }
 
 void EtcdClient::AddToken(grpc::ClientContext* context) {
@@ -120,14 +145,14 @@ void EtcdClient::AddToken(grpc::ClientContext* context) {
   if (!token_.empty()) context->AddMetadata("token", token_);
 }
 
-absl::Status EtcdClient::Authenticate(const std::shared_ptr<grpc::Channel>& channel) {
+absl::Status EtcdClient::Authenticate(const Stubs& stubs) {
   etcdserverpb::AuthenticateRequest request;
   request.set_name(username_);
   request.set_password(password_);
   etcdserverpb::AuthenticateResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, call_timeout_);
-  const grpc::Status s = etcdserverpb::Auth::NewStub(channel)->Authenticate(&context, request, &response);
+  const grpc::Status s = stubs.auth->Authenticate(&context, request, &response);
   if (!s.ok()) {
     const absl::Status status = FromGrpcStatus(s);
     return absl::Status(status.code(), absl::StrCat("etcd authentication as \"", username_, "\": ", status.message()));
@@ -137,49 +162,40 @@ absl::Status EtcdClient::Authenticate(const std::shared_ptr<grpc::Channel>& chan
   return absl::OkStatus();
 }
 
-absl::Status EtcdClient::Call(
-    const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>& call) {
-  absl::Status last;
-  for (size_t attempt = 0; attempt < channels_.size(); ++attempt) {
-    size_t index;
-    {
-      kvt::MutexLock lock(&mu_);
-      index = current_;
-    }
-    bool have_token;
-    {
-      kvt::MutexLock lock(&mu_);
-      have_token = !token_.empty();
-    }
-    if (!username_.empty() && !have_token) {
-      if (absl::Status a = Authenticate(channels_[index]); !a.ok()) {
-        last = a;
-        if (a.code() != absl::StatusCode::kUnavailable && a.code() != absl::StatusCode::kDeadlineExceeded) break;
-        kvt::MutexLock lock(&mu_);
-        if (current_ == index) current_ = (current_ + 1) % channels_.size();
-        continue;
-      }
-    }
-    grpc::ClientContext context;
-    SetDeadline(&context, call_timeout_);
-    AddToken(&context);
-    grpc::Status s = call(channels_[index], &context);
-    if (!s.ok() && !username_.empty() && absl::StrContains(s.error_message(), "invalid auth token")) {
-      // The token expired (etcd's simple tokens last minutes): authenticate again, then retry once.
-      if (absl::Status a = Authenticate(channels_[index]); a.ok()) {
-        grpc::ClientContext retry;
-        SetDeadline(&retry, call_timeout_);
-        AddToken(&retry);
-        s = call(channels_[index], &retry);
-      }
-    }
-    if (s.ok()) return absl::OkStatus();
-    last = FromGrpcStatus(s);
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      break;
-    }
+absl::Status EtcdClient::EnsureToken(const Stubs& stubs) {
+  if (username_.empty()) return absl::OkStatus();
+  {
     kvt::MutexLock lock(&mu_);
-    if (current_ == index) current_ = (current_ + 1) % channels_.size();
+    if (!token_.empty()) return absl::OkStatus();
+  }
+  return Authenticate(stubs);
+}
+
+absl::Status EtcdClient::Call(const std::function<grpc::Status(const Stubs&, grpc::ClientContext*)>& call) {
+  absl::Status last;
+  for (size_t attempt = 0; attempt < stubs_.size(); ++attempt) {
+    const size_t index = CurrentIndex();
+    const Stubs& stubs = stubs_[index];
+    last = EnsureToken(stubs);
+    if (last.ok()) {
+      grpc::ClientContext context;
+      SetDeadline(&context, call_timeout_);
+      AddToken(&context);
+      grpc::Status s = call(stubs, &context);
+      if (!s.ok() && !username_.empty() && absl::StrContains(s.error_message(), "invalid auth token")) {
+        // The token expired (etcd's simple tokens last minutes): authenticate again, then retry once.
+        if (Authenticate(stubs).ok()) {
+          grpc::ClientContext retry;
+          SetDeadline(&retry, call_timeout_);
+          AddToken(&retry);
+          s = call(stubs, &retry);
+        }
+      }
+      if (s.ok()) return absl::OkStatus();
+      last = FromGrpcStatus(s);
+    }
+    if (!Unreachable(last.code())) break;
+    MoveOnFrom(index);
   }
   return absl::Status(last.code(), absl::StrCat("etcd (", absl::StrJoin(endpoints_, ","), "): ", last.message()));
 }
@@ -188,8 +204,8 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
   etcdserverpb::LeaseGrantResponse response;
-  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
-    return etcdserverpb::Lease::NewStub(channel)->LeaseGrant(context, request, &response);
+  KVT_RETURN_IF_ERROR(Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    return stubs.lease->LeaseGrant(context, request, &response);
   }));
   if (!response.error().empty()) return absl::UnavailableError(absl::StrCat("etcd lease: ", response.error()));
   return response.id();
@@ -197,8 +213,8 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
 
 absl::StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
   etcdserverpb::LeaseKeepAliveResponse response;
-  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
-    auto stream = etcdserverpb::Lease::NewStub(channel)->LeaseKeepAlive(context);
+  KVT_RETURN_IF_ERROR(Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    auto stream = stubs.lease->LeaseKeepAlive(context);
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(lease);
     if (!stream->Write(request) || !stream->Read(&response)) {
@@ -216,8 +232,8 @@ absl::Status EtcdClient::RevokeLease(int64_t lease) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  return Call([&](const auto& channel, grpc::ClientContext* context) {
-    return etcdserverpb::Lease::NewStub(channel)->LeaseRevoke(context, request, &response);
+  return Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    return stubs.lease->LeaseRevoke(context, request, &response);
   });
 }
 
@@ -227,8 +243,8 @@ absl::Status EtcdClient::Put(const std::string& key, const std::string& value, i
   request.set_value(value);
   request.set_lease(lease);
   etcdserverpb::PutResponse response;
-  return Call([&](const auto& channel, grpc::ClientContext* context) {
-    return etcdserverpb::KV::NewStub(channel)->Put(context, request, &response);
+  return Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    return stubs.kv->Put(context, request, &response);
   });
 }
 
@@ -236,8 +252,8 @@ absl::StatusOr<std::optional<std::string>> EtcdClient::Get(const std::string& ke
   etcdserverpb::RangeRequest request;
   request.set_key(key);
   etcdserverpb::RangeResponse response;
-  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
-    return etcdserverpb::KV::NewStub(channel)->Range(context, request, &response);
+  KVT_RETURN_IF_ERROR(Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    return stubs.kv->Range(context, request, &response);
   }));
   if (response.kvs_size() == 0) return std::optional<std::string>();
   return std::optional<std::string>(response.kvs(0).value());
@@ -248,8 +264,8 @@ absl::StatusOr<std::vector<EtcdEntry>> EtcdClient::List(const std::string& prefi
   request.set_key(prefix);
   request.set_range_end(PrefixRangeEnd(prefix));
   etcdserverpb::RangeResponse response;
-  KVT_RETURN_IF_ERROR(Call([&](const auto& channel, grpc::ClientContext* context) {
-    return etcdserverpb::KV::NewStub(channel)->Range(context, request, &response);
+  KVT_RETURN_IF_ERROR(Call([&](const Stubs& stubs, grpc::ClientContext* context) {
+    return stubs.kv->Range(context, request, &response);
   }));
   if (revision != nullptr) *revision = response.header().revision();
   std::vector<EtcdEntry> out;
@@ -265,27 +281,14 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
     if (stopped_) return absl::OkStatus();
     watches_.push_back(&context);
   }
-  size_t index;
-  {
+  const size_t index = CurrentIndex();
+  if (absl::Status a = EnsureToken(stubs_[index]); !a.ok()) {
     kvt::MutexLock lock(&mu_);
-    index = current_;
-  }
-  if (!username_.empty()) {
-    bool have_token;
-    {
-      kvt::MutexLock lock(&mu_);
-      have_token = !token_.empty();
-    }
-    if (!have_token) {
-      if (absl::Status a = Authenticate(channels_[index]); !a.ok()) {
-        kvt::MutexLock lock(&mu_);
-        watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
-        return a;
-      }
-    }
+    watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
+    return a;
   }
   AddToken(&context);
-  auto stream = etcdserverpb::Watch::NewStub(channels_[index])->Watch(&context);
+  auto stream = stubs_[index].watch->Watch(&context);
   etcdserverpb::WatchRequest request;
   request.mutable_create_request()->set_key(prefix);
   request.mutable_create_request()->set_range_end(PrefixRangeEnd(prefix));
@@ -306,12 +309,13 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
   }
   context.TryCancel();
   const grpc::Status finished = stream->Finish();
-  kvt::MutexLock lock(&mu_);
-  watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
-  if (stopped_) return absl::OkStatus();
+  {
+    kvt::MutexLock lock(&mu_);
+    watches_.erase(std::find(watches_.begin(), watches_.end(), &context));
+    if (stopped_) return absl::OkStatus();
+  }
   if (!finished.ok() && result.code() != absl::StatusCode::kAborted) result = FromGrpcStatus(finished);
-  // The stream failed on this endpoint: the next watch tries the next one (unless a call moved on already).
-  if (current_ == index) current_ = (current_ + 1) % channels_.size();
+  MoveOnFrom(index);  // the stream failed on this endpoint: the next watch tries the next one
   return result;
 }
 

@@ -68,26 +68,43 @@ class EtcdClient {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
  private:
+  // One endpoint's channel, as the stubs of the services used (made once; gRPC stubs are thread-safe).
+  struct Stubs {
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Watch::Stub> watch;
+    std::unique_ptr<etcdserverpb::Auth::Stub> auth;
+  };
+
   EtcdClient(EtcdOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials);
-  // Runs `call` against the current endpoint, moving on to the next ones while they are UNAVAILABLE.
-  absl::Status Call(const std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>&
-                        call);
+  // Runs `call` against the current endpoint (authenticated when a user is set), moving on to the next ones
+  // while they are unreachable.
+  absl::Status Call(const std::function<grpc::Status(const Stubs&, grpc::ClientContext*)>& call);
+  size_t CurrentIndex();
+  // After a failure on endpoint `index`: the next endpoint becomes current, unless another call moved on already.
+  void MoveOnFrom(size_t index);
   // Adds the auth token (if any) to a call's metadata.
   void AddToken(grpc::ClientContext* context);
-  // Authenticates on `channel` and keeps the token. UNAUTHENTICATED for a wrong user or password.
-  absl::Status Authenticate(const std::shared_ptr<grpc::Channel>& channel);
+  // Authenticates through `stubs` and keeps the token. UNAUTHENTICATED for a wrong user or password.
+  absl::Status Authenticate(const Stubs& stubs);
+  // Authenticates if a user is set and no token is held yet.
+  absl::Status EnsureToken(const Stubs& stubs);
 
   const std::vector<std::string> endpoints_;
   const absl::Duration call_timeout_;
   const std::string username_;
   const std::string password_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<Stubs> stubs_;
   kvt::Mutex mu_;
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string token_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);
 };
+
+// The etcd password in the first line of `path` (kvtd --etcd_password_file, kvtctl peers --etcd-password-file).
+// NOT_FOUND when the file cannot be read or its first line is empty.
+absl::StatusOr<std::string> ReadEtcdPassword(const std::string& path);
 
 // The key range [prefix, end) of every key that starts with `prefix` (etcd's range_end convention).
 std::string PrefixRangeEnd(const std::string& prefix);

@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 #include "server/daemon.h"
+#include "server/etcd_client.h"
 #include "transport/options.h"
 
 ABSL_FLAG(std::string, role, "both", "prefill, decode or both");
@@ -90,11 +91,12 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   o.etcd_key_file = absl::GetFlag(FLAGS_etcd_key);
   o.etcd_username = absl::GetFlag(FLAGS_etcd_user);
   if (const std::string path = absl::GetFlag(FLAGS_etcd_password_file); !path.empty()) {
-    std::ifstream in(path);
-    if (!in || !std::getline(in, o.etcd_password) || o.etcd_password.empty()) {
-      std::fprintf(stderr, "kvtd: cannot read a password from --etcd_password_file=%s\n", path.c_str());
+    absl::StatusOr<std::string> password = kvt::server::ReadEtcdPassword(path);
+    if (!password.ok()) {
+      std::fprintf(stderr, "kvtd: --etcd_password_file: %s\n", std::string(password.status().message()).c_str());
       std::exit(2);
     }
+    o.etcd_password = *std::move(password);
   }
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);

@@ -36,3 +36,17 @@ carry_ucx() {
   ln -sf libuct_cma.so.0 "$dir/lib/ucx/libuct_cma.so"
   copy_needed_libs "$dir/lib" "$@" "$dir"/lib/ucx/*.so.0
 }
+
+# kvt_binaries DIR: prints a folder holding kvtd and kvtctl: $KVT_BIN_DIR when set, else an opt build copied into
+# DIR (bazel-bin moves with the next build's configuration). Bazel's output goes to stderr.
+kvt_binaries() {
+  if [[ -n "${KVT_BIN_DIR:-}" ]]; then
+    echo "$KVT_BIN_DIR"
+    return
+  fi
+  local out
+  bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl >&2
+  out="$(bazel info -c opt bazel-bin 2>/dev/null)"
+  mkdir -p "$1" && cp -f "$out/server/kvtd" "$out/tools/kvtctl/kvtctl" "$1/"
+  echo "$1"
+}

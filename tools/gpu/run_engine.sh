@@ -28,14 +28,7 @@ RATE_GBPS=1   # docs/ENGINE.md, "GPU sweep": at 1 Gbit/s an 8k-token bf16 KV tak
 
 prepare() {
   local bin
-  if [[ -n "${KVT_BIN_DIR:-}" ]]; then
-    bin="$KVT_BIN_DIR"
-  else
-    bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl
-    bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
-    mkdir -p /tmp/kvt-engine-bin && cp -f "$bin/server/kvtd" "$bin/tools/kvtctl/kvtctl" /tmp/kvt-engine-bin/
-    bin=/tmp/kvt-engine-bin
-  fi
+  bin="$(kvt_binaries /tmp/kvt-engine-bin)"
   local model
   model="$(./kvt engine fetch)"  # the engine's own cache path (fetches once; prints where the model is)
   rm -rf "$DIR"

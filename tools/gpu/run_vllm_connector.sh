@@ -16,14 +16,7 @@ DIR=.gpu-vllm
 
 prepare() {
   local bin
-  if [[ -n "${KVT_BIN_DIR:-}" ]]; then
-    bin="$KVT_BIN_DIR"
-  else
-    bazel build -c opt //server:kvtd //tools/kvtctl:kvtctl
-    bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
-    mkdir -p /tmp/kvt-vllm-bin && cp -f "$bin/server/kvtd" "$bin/tools/kvtctl/kvtctl" /tmp/kvt-vllm-bin/
-    bin=/tmp/kvt-vllm-bin
-  fi
+  bin="$(kvt_binaries /tmp/kvt-vllm-bin)"
   local source="${KVT_VLLM_KV_SOURCE:-}"
   if [[ -z "$source" ]]; then
     ./kvt engine --device cpu --prompts 1 --prompt-tokens 1024 --new-tokens 1 --schemes bf16 \

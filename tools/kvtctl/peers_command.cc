@@ -1,7 +1,6 @@
 #include "tools/kvtctl/peers_command.h"
 
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,10 +38,9 @@ int RunPeers(const std::vector<std::string>& args, const CommandIo& io) {
   if (endpoints.empty()) return UsageError(io, cmd, "where is etcd? give --etcd HOST:PORT", flags.Usage());
   etcd_options.endpoints = endpoints;
   if (!password_file.empty()) {
-    std::ifstream in(password_file);
-    if (!in || !std::getline(in, etcd_options.password)) {
-      return UsageError(io, cmd, absl::StrCat("cannot read --etcd-password-file ", password_file), flags.Usage());
-    }
+    absl::StatusOr<std::string> password = server::ReadEtcdPassword(password_file);
+    if (!password.ok()) return UsageError(io, cmd, std::string(password.status().message()), flags.Usage());
+    etcd_options.password = *std::move(password);
   }
   absl::StatusOr<std::unique_ptr<server::EtcdClient>> etcd = server::EtcdClient::Create(etcd_options);
   if (!etcd.ok()) return UsageError(io, cmd, std::string(etcd.status().message()), flags.Usage());

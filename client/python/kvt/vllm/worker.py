@@ -41,7 +41,6 @@ class _Sending:
     spec: SaveSpec
     offered: Set[int] = field(default_factory=set)
     failed: bool = False
-    done: bool = False  # every layer DONE or FAILED on the prefill kvtd
 
 
 class KvtWorker:
@@ -212,7 +211,6 @@ class KvtWorker:
         for future in self._follow_all(sending.spec.transfer_id, Side.PREFILL, EventKind.DONE):
             future.result()
         with self._mu:
-            sending.done = True
             self._sending.pop(sending.spec.request_id, None)
             self._send_done.add(sending.spec.request_id)
 
