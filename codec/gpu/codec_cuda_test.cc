@@ -17,7 +17,7 @@
 #include "codec/gpu/codec_cuda_test_util.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 #include "codec/internal/lynx_math.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"

@@ -18,14 +18,14 @@
 #include "codec/gpu/codec_cuda.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
 
 namespace kvt::codec::gpu::test_util {
 
-namespace ff = ::kvt::codec::internal;
+namespace ff = ::kvt::numerics;
 
 #define SKIP_WITHOUT_CUDA()                                                             \
   do {                                                                                  \

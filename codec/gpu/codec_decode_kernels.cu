@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
       s_table[tid] = tables->decode[tid];
     }
   } else if constexpr (kKind == Kind::kFp8) {
-    s_table[tid] = E4m3IsNan(tid) ? 0.0f : E4m3ToFloat(tid);
+    s_table[tid] = numerics::E4m3IsNan(tid) ? 0.0f : numerics::E4m3ToFloat(tid);
   }
 
   const uint8_t* meta = p.in.meta + page * p.in.meta_stride;
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
         const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi];
         const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi];
         if (((m16 >> 10) & 0x1F) == 0x1F || ((s16 >> 10) & 0x1F) == 0x1F) atomicOr(&p.status->errors, kErrBadFp16Meta);
-        s_p0[kk][cc] = F16ToFloat(m16);
-        s_p1[kk][cc] = F16ToFloat(s16);
+        s_p0[kk][cc] = numerics::F16ToFloat(m16);
+        s_p1[kk][cc] = numerics::F16ToFloat(s16);
       }
     }
   }
@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
           const uint16_t m16 = reinterpret_cast<const uint16_t*>(meta)[mi + e];
           const uint16_t s16 = reinterpret_cast<const uint16_t*>(meta)[chunk_values + mi + e];
           if (((m16 >> 10) & 0x1F) == 0x1F || ((s16 >> 10) & 0x1F) == 0x1F) bad = true;
-          p0[e] = F16ToFloat(m16);
-          p1[e] = F16ToFloat(s16);
+          p0[e] = numerics::F16ToFloat(m16);
+          p1[e] = numerics::F16ToFloat(s16);
         }
         if (bad) atomicOr(&p.status->errors, kErrBadFp16Meta);
       }
@@ -216,14 +216,14 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
     } else if constexpr (kKind == Kind::kFp8) {
       const int groups = (channels + 127) / 128;
       const float scale = reinterpret_cast<const float*>(meta)[static_cast<size_t>(t) * groups + c / 128];
-      bool bad = !isfinite(scale) || !(scale >= 0.0f) || !isfinite(scale * 448.0f);
+      bool bad = !isfinite(scale) || !(scale >= 0.0f) || !isfinite(scale * numerics::kE4m3Max);
       if (bad) atomicOr(&p.status->errors, kErrBadFp8Scale);
       const uint8_t* codes = p.in.codes[0] + page * p.in.codes_stride[0];
       bool nan_code = false;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const uint32_t code = codes[idx + e];
-        nan_code |= E4m3IsNan(code);
+        nan_code |= numerics::E4m3IsNan(code);
         y[e] = s_table[code] * scale;
       }
       if (nan_code) atomicOr(&p.status->errors, kErrNonFiniteCode);

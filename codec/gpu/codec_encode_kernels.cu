@@ -1,6 +1,6 @@
 // CUDA kernels of every codec scheme (codec_kernels.h). Each kernel performs, per value, exactly the float
-// operations of the scalar reference (codec/internal/lynx_math.h, lynx_kernels_ref.cc, baselines.cc,
-// float_formats.cc) in the same order; this file is compiled with --fmad=false so nothing is contracted.
+// operations of the scalar reference (codec/internal/lynx_math.h, lynx_kernels_ref.cc, baselines.cc) in the same
+// order, and the small float formats are numerics/'s own functions, the reference's too; this file is compiled with --fmad=false so nothing is contracted.
 // Minima, maxima and clamps use the reference's own compare-and-select forms (the sign of a zero can reach the
 // int8/int4 metadata); the fp8 group maximum, std::fmax in the reference, is RefFmax (glibc: first operand on
 // ties).
@@ -281,15 +281,15 @@ __global__ void __launch_bounds__(kThreads)
           s_p0[kl][c] = mu;
           s_p1[kl][c] = InverseSigma(sigma);
         } else {
-          const uint16_t m16 = FloatToF16(cmin, 1);
-          const float m = F16ToFloat(m16);
+          const uint16_t m16 = numerics::FloatToF16(cmin, numerics::F16Round::kDown);
+          const float m = numerics::F16ToFloat(m16);
           const float span = cmax - m;
           const float want = span / qmax;
-          const uint16_t s16 = FloatToF16(want, 2);
+          const uint16_t s16 = numerics::FloatToF16(want, numerics::F16Round::kUp);
           reinterpret_cast<uint16_t*>(meta)[i] = m16;
           reinterpret_cast<uint16_t*>(meta)[chunk_values + i] = s16;
           s_p0[kl][c] = m;
-          s_p1[kl][c] = F16ToFloat(s16);
+          s_p1[kl][c] = numerics::F16ToFloat(s16);
         }
       }
     }
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kThreads) EncodeRowKernel(const EncodeParams p
   };
   if constexpr (!kFp8) {
     uint16_t* out = reinterpret_cast<uint16_t*>(codes) + row;
-    for (int c = lane; c < channels; c += 32) out[c] = FloatToBf16Sat(load(c));
+    for (int c = lane; c < channels; c += 32) out[c] = numerics::FloatToBf16(load(c));
   } else {
     const int groups = (channels + 127) / 128;
     for (int g = 0; g < groups; ++g) {
@@ -438,14 +438,14 @@ __global__ void __launch_bounds__(kThreads) EncodeRowKernel(const EncodeParams p
       }
 #pragma unroll
       for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, o));
-      const float scale = amax / 448.0f;
+      const float scale = amax / numerics::kE4m3Max;
       if (lane == 0) reinterpret_cast<float*>(meta)[static_cast<size_t>(t) * groups + g] = scale;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = g * 128 + 32 * j + lane;
         if (c < channels) {
           const float y = scale > 0.0f ? x[j] / scale : 0.0f;
-          codes[row + c] = FloatToE4m3(y);
+          codes[row + c] = numerics::FloatToE4m3(y);
         }
       }
     }

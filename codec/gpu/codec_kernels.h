@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "codec/gpu/host_device.h"
+#include "numerics/host_device.h"
 #include "codec/scheme.h"
 
 namespace kvt::codec::gpu::internal {

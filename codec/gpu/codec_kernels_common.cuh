@@ -17,6 +17,8 @@
 #include "codec/gpu/codec_kernels.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/fast_divisor.h"
+#include "numerics/e4m3.h"
+#include "numerics/float16.h"
 
 namespace kvt::codec::gpu::internal {
 namespace {
@@ -221,74 +223,6 @@ __device__ __forceinline__ float Reconstruct(float v, float mu, float sigma, flo
   float prod = sigma * v;
   float y = mu + prod;
   return Clamp(y, lo, hi);
-}
-
-// float_formats.cc, operation for operation.
-__device__ __forceinline__ float F16ToFloat(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  if (exp == 0) {
-    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;  // 2^-24, exact
-    return sign ? -v : v;
-  }
-  if (exp == 31) return __uint_as_float(sign | 0x7F800000u | (mant << 13));
-  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
-}
-__device__ __forceinline__ uint16_t F16NearestMagnitude(float ax) {
-  uint32_t b = __float_as_uint(ax);
-  int32_t exp = static_cast<int32_t>(b >> 23) - 127;
-  if (exp < -25) return 0;
-  if (exp < -14) return static_cast<uint16_t>(rintf(ax * 16777216.0f));  // ldexp(ax, 24): exact
-  if (exp > 15) return 0x7C00;
-  uint32_t mant = b & 0x7FFFFF;
-  uint32_t h = (static_cast<uint32_t>(exp + 15) << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1FFF;
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
-  return static_cast<uint16_t>(h);
-}
-// mode: 1 = round down, 2 = round up (F16Round::kDown / kUp).
-__device__ __forceinline__ uint16_t FloatToF16(float x, int mode) {
-  constexpr uint16_t kMaxMag = 0x7BFF;
-  bool neg = signbit(x);
-  float ax = fabsf(x);
-  uint16_t mag = F16NearestMagnitude(ax);
-  if (mag > kMaxMag) mag = kMaxMag;
-  float got = F16ToFloat(mag);
-  bool want_smaller = (mode == 1 && !neg) || (mode == 2 && neg);
-  bool want_larger = (mode == 1 && neg) || (mode == 2 && !neg);
-  if (want_smaller && got > ax && mag > 0) --mag;
-  if (want_larger && got < ax && mag < kMaxMag) ++mag;
-  return static_cast<uint16_t>((neg ? 0x8000 : 0) | mag);
-}
-__device__ __forceinline__ uint16_t FloatToBf16Sat(float x) {
-  uint32_t b = __float_as_uint(x);
-  uint32_t rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
-  if ((rounded & 0x7F80) == 0x7F80) rounded = (rounded & 0x8000) | 0x7F7F;
-  return static_cast<uint16_t>(rounded);
-}
-__device__ __forceinline__ bool E4m3IsNan(uint32_t code) { return (code & 0x7F) == 0x7F; }
-__device__ __forceinline__ float E4m3ToFloat(uint32_t code) {
-  uint32_t exp = (code >> 3) & 0xF;
-  uint32_t mant = code & 7;
-  float v = exp == 0 ? ldexpf(static_cast<float>(mant), -9)
-                     : ldexpf(static_cast<float>(8 + mant), static_cast<int>(exp) - 10);
-  return (code & 0x80) ? -v : v;
-}
-__device__ __forceinline__ uint8_t FloatToE4m3(float x) {
-  uint8_t sign = signbit(x) ? 0x80 : 0;
-  float ax = fabsf(x);
-  if (!(ax < 448.0f)) return sign | 0x7E;
-  uint8_t mag;
-  if (ax < 0.015625f) {
-    mag = static_cast<uint8_t>(rintf(ax * 512.0f));
-  } else {
-    uint32_t b = __float_as_uint(ax);
-    uint32_t r = (b + 0x7FFFF + ((b >> 20) & 1)) >> 20;
-    uint32_t m = r - (120u << 3);
-    mag = m > 0x7E ? 0x7E : static_cast<uint8_t>(m);
-  }
-  return sign | mag;
 }
 
 // Stores the low 8 * w bits of v at p (aligned to w bytes when w is a power of two).

@@ -8,7 +8,7 @@
 #include <cassert>
 #include <cstdint>
 
-#include "codec/gpu/host_device.h"
+#include "numerics/host_device.h"
 
 namespace kvt::codec::gpu::internal {
 

@@ -35,7 +35,7 @@
 
 #include <cmath>
 
-#include "codec/gpu/host_device.h"
+#include "numerics/host_device.h"
 
 namespace kvt::codec::gpu::internal {
 

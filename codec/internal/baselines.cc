@@ -9,7 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/internal/bitpack.h"
-#include "codec/internal/float_formats.h"
+#include "numerics/e4m3.h"
+#include "numerics/float16.h"
 
 namespace kvt::codec::internal {
 namespace {
@@ -79,7 +80,7 @@ KVT_AVX2 int QuantizeChunkAvx2(const PageView& page, int t0, int chunk_len, cons
 void EncodeBf16(const PageView& page, uint8_t* payload) {
   for (int t = 0; t < page.tokens; ++t) {
     uint8_t* row = payload + 2 * static_cast<size_t>(t) * page.channels;
-    for (int c = 0; c < page.channels; ++c) Store<uint16_t>(row + 2 * c, FloatToBf16(page.at(t, c)));
+    for (int c = 0; c < page.channels; ++c) Store<uint16_t>(row + 2 * c, numerics::FloatToBf16(page.at(t, c)));
   }
 }
 
@@ -90,7 +91,7 @@ absl::Status DecodeBf16(const uint8_t* payload, const MutablePageView& out) {
     for (int c = 0; c < out.channels; ++c) {
       const uint16_t b = Load<uint16_t>(row + 2 * c);
       non_finite |= (b & 0x7F80) == 0x7F80;
-      out.at(t, c) = Bf16ToFloat(b);
+      out.at(t, c) = numerics::Bf16ToFloat(b);
     }
     if (non_finite) return absl::DataLossError(absl::StrCat("bf16 container: NaN/Inf value in token ", t));
   }
@@ -123,12 +124,12 @@ void EncodeUniform(const PageView& page, int bits, int chunk_len, uint8_t* paylo
       }
     }
     for (int c = 0; c < channels; ++c) {
-      const uint16_t m16 = FloatToF16(cmin[c], F16Round::kDown);
-      m[c] = F16ToFloat(m16);
+      const uint16_t m16 = numerics::FloatToF16(cmin[c], numerics::F16Round::kDown);
+      m[c] = numerics::F16ToFloat(m16);
       const float span = cmax[c] - m[c];
       const float want = span / qmax;
-      const uint16_t s16 = FloatToF16(want, F16Round::kUp);
-      s[c] = F16ToFloat(s16);
+      const uint16_t s16 = numerics::FloatToF16(want, numerics::F16Round::kUp);
+      s[c] = numerics::F16ToFloat(s16);
       const size_t i = static_cast<size_t>(k) * channels + c;
       Store<uint16_t>(mins + 2 * i, m16);
       Store<uint16_t>(scales + 2 * i, s16);
@@ -163,8 +164,8 @@ absl::Status DecodeUniform(const uint8_t* payload, int bits, int chunk_len, cons
       return absl::DataLossError(absl::StrCat("int", bits, " container: non-finite fp16 metadata at chunk ",
                                               i / channels, ", channel ", i % channels));
     }
-    m[i] = F16ToFloat(m16);
-    s[i] = F16ToFloat(s16);
+    m[i] = numerics::F16ToFloat(m16);
+    s[i] = numerics::F16ToFloat(s16);
   }
   std::vector<uint8_t> codes(out.num_values());
   AppendField(payload + 4 * chunk_values, codes.size(), bits, /*first=*/true, codes.data());
@@ -189,11 +190,11 @@ void EncodeFp8(const PageView& page, uint8_t* payload) {
       const int c1 = c0 + 128 < channels ? c0 + 128 : channels;
       float amax = 0.0f;
       for (int c = c0; c < c1; ++c) amax = std::fmax(amax, std::fabs(page.at(t, c)));
-      const float scale = amax / 448.0f;
+      const float scale = amax / numerics::kE4m3Max;
       Store<float>(scales + 4 * (static_cast<size_t>(t) * groups + g), scale);
       for (int c = c0; c < c1; ++c) {
         const float y = scale > 0.0f ? page.at(t, c) / scale : 0.0f;
-        codes[static_cast<size_t>(t) * channels + c] = FloatToE4m3(y);
+        codes[static_cast<size_t>(t) * channels + c] = numerics::FloatToE4m3(y);
       }
     }
   }
@@ -205,18 +206,18 @@ absl::Status DecodeFp8(const uint8_t* payload, const MutablePageView& out) {
   const uint8_t* scales = payload;
   const uint8_t* codes = payload + 4 * static_cast<size_t>(out.tokens) * groups;
   float table[256];
-  for (int i = 0; i < 256; ++i) table[i] = E4m3IsNan(static_cast<uint8_t>(i)) ? 0.0f : E4m3ToFloat(i);
+  for (int i = 0; i < 256; ++i) table[i] = numerics::E4m3IsNan(i) ? 0.0f : numerics::E4m3ToFloat(i);
   for (int t = 0; t < out.tokens; ++t) {
     for (int g = 0; g < groups; ++g) {
       const float scale = Load<float>(scales + 4 * (static_cast<size_t>(t) * groups + g));
-      if (!std::isfinite(scale) || !(scale >= 0.0f) || !std::isfinite(scale * 448.0f)) {
+      if (!std::isfinite(scale) || !(scale >= 0.0f) || !std::isfinite(scale * numerics::kE4m3Max)) {
         return absl::DataLossError(absl::StrCat("fp8 container: bad scale ", scale, " at token ", t, ", group ", g));
       }
       const int c0 = g * 128;
       const int c1 = c0 + 128 < channels ? c0 + 128 : channels;
       for (int c = c0; c < c1; ++c) {
         const uint8_t code = codes[static_cast<size_t>(t) * channels + c];
-        if (E4m3IsNan(code)) {
+        if (numerics::E4m3IsNan(code)) {
           return absl::DataLossError(absl::StrCat("fp8 container: NaN code at token ", t, ", channel ", c));
         }
         out.at(t, c) = table[code] * scale;

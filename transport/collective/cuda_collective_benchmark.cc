@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "codec/gpu/cuda_util.h"
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 #include "transport/collective/all_reduce_testing.h"
 #include "transport/collective/cuda_communicator.h"
 #include "transport/collective/gpu_benchmark_support.h"
@@ -46,7 +46,7 @@ ABSL_FLAG(double, seconds_per_point, 0.05, "timed seconds per (size, mode), at l
 namespace kvt::collective {
 namespace {
 
-namespace ff = ::kvt::codec::internal;
+namespace ff = ::kvt::numerics;
 using codec::gpu::CudaStream;
 using codec::gpu::DeviceBuffer;
 

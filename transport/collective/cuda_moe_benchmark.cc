@@ -20,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "codec/gpu/cuda_util.h"
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 #include "transport/collective/cuda_expert_all_to_all.h"
 #include "transport/collective/moe_testing.h"
 #include "transport/collective/gpu_benchmark_support.h"
@@ -40,7 +40,7 @@ ABSL_FLAG(bool, plain_launches, false, "launch the receive kernels plainly (Cuda
 namespace kvt::collective {
 namespace {
 
-namespace ff = ::kvt::codec::internal;
+namespace ff = ::kvt::numerics;
 using codec::gpu::CudaStream;
 using codec::gpu::DeviceBuffer;
 

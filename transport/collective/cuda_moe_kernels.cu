@@ -1,5 +1,5 @@
-// The CUDA MoE Dispatch/Combine kernels (cuda_moe_kernels.h). The FP8 arithmetic is fp8.cc's operation for
-// operation (fp32 division by the scale, round half to even into E4M3, decode as an fp32 product), and the
+// The CUDA MoE Dispatch/Combine kernels (cuda_moe_kernels.h). The FP8 arithmetic is fp8.cc's, operation for
+// operation (fp32 division by the scale, numerics/e4m3.h's E4M3 conversion, decode as an fp32 product), and the
 // combine sums are moe.cc's (products and sums each rounded once, in the same order: compiled with
 // --fmad=false), so the bytes are the CPU reference's.
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "numerics/e4m3.h"
 #include "transport/collective/cuda_group_codec.cuh"
 #include "transport/collective/cuda_moe_kernels.h"
 #include "transport/collective/cuda_peer_signals.cuh"
@@ -18,36 +19,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxTokensPerBlock = 64;  // DispatchSend's shared routing table
-constexpr float kFp8Max = 448.0f;
-
-// ---- FP8 E4M3, as fp8.cc ---------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t EncodeFp8(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  const uint32_t sign = (bits >> 24) & 0x80u;
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7fu;  // NaN
-  const float a = __uint_as_float(magnitude);
-  if (a >= kFp8Max) return sign | 0x7eu;
-  if (a < 0x1p-6f) return sign | static_cast<uint32_t>(rintf(a * 512.0f));  // exact product; half to even
-  const uint32_t rounded = (magnitude + 0x7ffffu + ((magnitude >> 20) & 1u)) >> 20;
-  const uint32_t exponent = (rounded >> 3) - 127 + 7;
-  return sign | (exponent << 3) | (rounded & 7u);
-}
-
-__device__ __forceinline__ float DecodeFp8(uint32_t code) {
-  const uint32_t exponent = (code >> 3) & 0xfu;
-  const uint32_t mantissa = code & 7u;
-  float v;
-  if (exponent == 0xfu && mantissa == 7u) {
-    v = __uint_as_float(0x7fc00000u);
-  } else if (exponent == 0) {
-    v = static_cast<float>(mantissa) * 0x1p-9f;
-  } else {
-    v = __uint_as_float(((exponent + 120u) << 23) | (mantissa << 20));
-  }
-  return (code & 0x80u) ? -v : v;
-}
+constexpr float kFp8Max = numerics::kE4m3Max;
 
 // fp8.cc's group scale for a group whose largest magnitude is `amax`.
 __device__ __forceinline__ float Fp8Scale(float amax) {
@@ -129,7 +101,7 @@ __device__ __forceinline__ void SendUnit(const MoeCall& c, const T* token, int t
     uint32_t words[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const uint32_t code = scale == 0.0f ? 0u : EncodeFp8(__fdiv_rn(v[i], scale));
+      const uint32_t code = scale == 0.0f ? 0u : numerics::FloatToE4m3(__fdiv_rn(v[i], scale));
       words[i / 4] |= code << (8 * (i % 4));
     }
     const uint4 packed = make_uint4(words[0], words[1], words[2], words[3]);
@@ -293,7 +265,9 @@ __global__ void __launch_bounds__(kThreads) DispatchReceiveKernel(DispatchState 
             *reinterpret_cast<const uint4*>(payload + l.scale_bytes + static_cast<size_t>(u) * kPerThread);
         const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
-        for (int k = 0; k < kPerThread; ++k) v[k] = __fmul_rn(DecodeFp8((words[k / 4] >> (8 * (k % 4))) & 0xffu), scale);
+        for (int k = 0; k < kPerThread; ++k) {
+          v[k] = __fmul_rn(numerics::E4m3ToFloat((words[k / 4] >> (8 * (k % 4))) & 0xffu), scale);
+        }
       } else {
         LoadElements(reinterpret_cast<const T*>(payload) + static_cast<size_t>(u) * kPerThread, kPerThread, v);
       }

@@ -2,11 +2,11 @@
 
 #include <cstring>
 
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 
 namespace kvt::collective {
 
-namespace ff = ::kvt::codec::internal;
+namespace ff = ::kvt::numerics;
 
 size_t DataTypeBytes(DataType type) { return type == DataType::kFloat32 ? 4 : 2; }
 

@@ -1,4 +1,4 @@
-#include "codec/internal/float_formats.h"
+#include "numerics/float16.h"
 
 #include <cmath>
 #include <limits>
@@ -6,10 +6,10 @@
 
 #include "gtest/gtest.h"
 
-namespace kvt::codec::internal {
+namespace kvt::numerics {
 namespace {
 
-TEST(FloatFormatsTest, EveryFiniteF16RoundTripsExactlyInEveryMode) {
+TEST(Float16Test, EveryFiniteF16RoundTripsExactlyInEveryMode) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     if (((h >> 10) & 0x1F) == 0x1F) continue;
     const float x = F16ToFloat(static_cast<uint16_t>(h));
@@ -20,7 +20,7 @@ TEST(FloatFormatsTest, EveryFiniteF16RoundTripsExactlyInEveryMode) {
   }
 }
 
-TEST(FloatFormatsTest, DirectedF16RoundingBracketsTheValueAndSaturates) {
+TEST(Float16Test, DirectedF16RoundingBracketsTheValueAndSaturates) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
   for (int i = 0; i < 200000; ++i) {
@@ -40,7 +40,7 @@ TEST(FloatFormatsTest, DirectedF16RoundingBracketsTheValueAndSaturates) {
   EXPECT_EQ(F16ToFloat(FloatToF16(1.0f + 1.0f / 4096, F16Round::kNearestEven)), 1.0f);  // tie to even
 }
 
-TEST(FloatFormatsTest, Bf16RoundsToNearestEvenAndSaturatesInsteadOfOverflowing) {
+TEST(Float16Test, Bf16RoundsToNearestEvenAndSaturatesInsteadOfOverflowing) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
   EXPECT_EQ(FloatToBf16(1.0f + 1.0f / 256), FloatToBf16(1.0f));          // tie -> even
   EXPECT_EQ(FloatToBf16(1.0f + 3.0f / 256), FloatToBf16(1.0f + 1.0f / 64));  // tie -> even (up)
@@ -49,36 +49,5 @@ TEST(FloatFormatsTest, Bf16RoundsToNearestEvenAndSaturatesInsteadOfOverflowing) 
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(-max)), -Bf16ToFloat(0x7F7F));
 }
 
-TEST(FloatFormatsTest, E4m3MatchesItsDefinitionOnEveryCode) {
-  EXPECT_EQ(E4m3ToFloat(0x7E), 448.0f);
-  EXPECT_EQ(E4m3ToFloat(0x01), std::ldexp(1.0f, -9));
-  EXPECT_EQ(E4m3ToFloat(0x08), std::ldexp(1.0f, -6));
-  EXPECT_TRUE(std::isnan(E4m3ToFloat(0x7F)));
-  for (int code = 0; code < 256; ++code) {
-    if (E4m3IsNan(code)) continue;
-    const float v = E4m3ToFloat(code);
-    const uint8_t back = FloatToE4m3(v);
-    EXPECT_EQ(E4m3ToFloat(back), v) << code;
-  }
-}
-
-TEST(FloatFormatsTest, E4m3RoundsToTheNearestCodeAndSaturates) {
-  std::vector<float> values;
-  for (int code = 0; code < 0x7F; ++code) values.push_back(E4m3ToFloat(code));
-  std::mt19937 rng(2);
-  std::uniform_real_distribution<float> u(0.0f, 460.0f);
-  for (int i = 0; i < 100000; ++i) {
-    const float x = i % 2 ? u(rng) : u(rng) / 1000.0f;
-    const float got = E4m3ToFloat(FloatToE4m3(x));
-    float best = values[0];
-    for (float v : values) {
-      if (std::fabs(v - x) < std::fabs(best - x)) best = v;
-    }
-    ASSERT_EQ(std::fabs(got - x), std::fabs(best - x)) << x;
-    ASSERT_EQ(E4m3ToFloat(FloatToE4m3(-x)), -got);
-  }
-  EXPECT_EQ(E4m3ToFloat(FloatToE4m3(1e30f)), 448.0f);
-}
-
 }  // namespace
-}  // namespace kvt::codec::internal
+}  // namespace kvt::numerics
