@@ -11,6 +11,7 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_worker.h"
 #include "ucp/api/ucp.h"
 
 namespace kvt::collective {
@@ -22,16 +23,6 @@ constexpr int kRankShift = 48;
 constexpr uint64_t kSequenceMask = (uint64_t{1} << kRankShift) - 1;
 constexpr int kMaxRanks = 1 << 15;
 constexpr absl::Duration kCloseDrain = absl::Seconds(2);
-
-struct ConfigDeleter {
-  void operator()(ucp_config_t* c) const { ucp_config_release(c); }
-};
-struct ContextDeleter {
-  void operator()(ucp_context* c) const { ucp_cleanup(c); }
-};
-struct WorkerDeleter {
-  void operator()(ucp_worker* w) const { ucp_worker_destroy(w); }
-};
 
 uint64_t MessageTag(int src, uint64_t sequence) {
   return (static_cast<uint64_t>(src) << kRankShift) | (sequence & kSequenceMask);
@@ -126,40 +117,14 @@ class UcxWire::Mesh {
   int world_size() const { return world_size_; }
 
   absl::Status Init(const UcxWireOptions& options, CollectiveWire& bootstrap) {
-    ucp_config_t* raw_config = nullptr;
-    KVT_RETURN_IF_ERROR(UcsToStatus(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read"));
-    std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
-    if (!options.tls.empty()) {
-      KVT_RETURN_IF_ERROR(UcsToStatus(ucp_config_modify(config.get(), "TLS", options.tls.c_str()),
-                                      absl::StrCat("UCX TLS=", options.tls)));
-    }
-    if (!options.net_devices.empty()) {
-      KVT_RETURN_IF_ERROR(
-          UcsToStatus(ucp_config_modify(config.get(), "NET_DEVICES", options.net_devices.c_str()),
-                      absl::StrCat("UCX NET_DEVICES=", options.net_devices)));
-    }
-    ucp_params_t params = {};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG;
-    ucp_context_h context = nullptr;
-    KVT_RETURN_IF_ERROR(UcsToStatus(ucp_init(&params, config.get(), &context),
-                                    absl::StrCat("ucp_init with TLS=", options.tls)));
-    context_.reset(context);
-    ucp_worker_params_t worker_params = {};
-    worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    ucp_worker_h worker = nullptr;
-    KVT_RETURN_IF_ERROR(
-        UcsToStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create"));
-    worker_.reset(worker);
-
-    ucp_address_t* address = nullptr;
-    size_t address_length = 0;
-    KVT_RETURN_IF_ERROR(
-        UcsToStatus(ucp_worker_get_address(worker, &address, &address_length), "ucp_worker_get_address"));
-    const std::vector<uint8_t> mine(reinterpret_cast<const uint8_t*>(address),
-                                    reinterpret_cast<const uint8_t*>(address) + address_length);
-    ucp_worker_release_address(worker, address);
+    KVT_ASSIGN_OR_RETURN(transport::internal::UcxWorker made,
+                         transport::internal::CreateUcxWorker({.tls = options.tls,
+                                                               .net_devices = options.net_devices,
+                                                               .features = UCP_FEATURE_TAG,
+                                                               .thread_mode = UCS_THREAD_MODE_SERIALIZED}));
+    context_ = std::move(made.context);
+    worker_ = std::move(made.worker);
+    const std::vector<uint8_t> mine(made.address.begin(), made.address.end());
 
     // All-gather of the worker addresses: a length, then the bytes, to every peer.
     const absl::Time deadline = absl::Now() + options.bootstrap_timeout;
@@ -346,8 +311,8 @@ class UcxWire::Mesh {
 
   Mutex mu_;
   // State below is used under mu_ while the progress thread runs (UCX calls included)
-  std::unique_ptr<ucp_context, ContextDeleter> context_;
-  std::unique_ptr<ucp_worker, WorkerDeleter> worker_;
+  transport::internal::UcpContext context_;
+  transport::internal::UcpWorker worker_;  // destroyed before the context
   std::vector<ucp_ep_h> endpoints_;  // released in the destructor
   std::vector<uint64_t> send_sequence_;
   std::vector<uint64_t> receive_sequence_;

@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_worker.h"
 
 namespace kvt::transport::internal {
 namespace {
@@ -66,43 +67,20 @@ struct UcxRail::RequestContext {
 absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Options& options, RailEventSink* sink) {
   std::unique_ptr<UcxRail> rail(new UcxRail(index, sink));
   rail->peer_failure_handling_unsupported_ = SharedMemoryOnly(options.ucx_tls);
-  ucp_config_t* raw_config = nullptr;
-  KVT_RETURN_IF_ERROR(UcsToStatus(ucp_config_read(nullptr, nullptr, &raw_config), "ucp_config_read"));
-  UcpConfig config(raw_config);
-  if (!options.ucx_tls.empty()) {
-    KVT_RETURN_IF_ERROR(UcsToStatus(ucp_config_modify(config.get(), "TLS", options.ucx_tls.c_str()),
-                                    absl::StrCat("UCX TLS=", options.ucx_tls)));
-  }
-  if (!options.ucx_net_devices.empty()) {
-    KVT_RETURN_IF_ERROR(
-        UcsToStatus(ucp_config_modify(config.get(), "NET_DEVICES", options.ucx_net_devices.c_str()),
-                    absl::StrCat("UCX NET_DEVICES=", options.ucx_net_devices)));
-  }
-
   // A context per rail: rails share nothing in UCX, so each worker stays single-threaded.
   // Rails with threads of their own (more than one worker) sleep on UCX's event descriptor when idle, which takes
   // the wakeup feature; a UCX that cannot give it falls back to polling.
-  ucp_params_t params = {};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_AM | (options.ucx_workers > 1 ? UCP_FEATURE_WAKEUP : 0);
-  params.mt_workers_shared = 0;
-  ucp_context_h context = nullptr;
-  ucs_status_t init = ucp_init(&params, config.get(), &context);
-  if (init != UCS_OK && (params.features & UCP_FEATURE_WAKEUP) != 0) {
-    params.features = UCP_FEATURE_AM;
-    init = ucp_init(&params, config.get(), &context);
-  }
-  KVT_RETURN_IF_ERROR(UcsToStatus(init, absl::StrCat("ucp_init with TLS=", options.ucx_tls)));
-  rail->context_.reset(context);
-
-  ucp_worker_params_t worker_params = {};
-  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucp_worker_h worker = nullptr;
-  KVT_RETURN_IF_ERROR(
-      UcsToStatus(ucp_worker_create(rail->context_.get(), &worker_params, &worker), "ucp_worker_create"));
-  rail->worker_.reset(worker);
-  if ((params.features & UCP_FEATURE_WAKEUP) != 0) {
+  const uint64_t features = UCP_FEATURE_AM | (options.ucx_workers > 1 ? UCP_FEATURE_WAKEUP : 0);
+  KVT_ASSIGN_OR_RETURN(UcxWorker made, CreateUcxWorker({.tls = options.ucx_tls,
+                                                        .net_devices = options.ucx_net_devices,
+                                                        .features = features,
+                                                        .workers_unshared = true,
+                                                        .thread_mode = UCS_THREAD_MODE_SINGLE}));
+  rail->context_ = std::move(made.context);
+  rail->worker_ = std::move(made.worker);
+  rail->worker_address_ = std::move(made.address);
+  ucp_worker_h worker = rail->worker_.get();
+  if (made.wakeup) {
     int efd = -1;
     const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake >= 0 && ucp_worker_get_efd(worker, &efd) == UCS_OK) {
@@ -128,12 +106,6 @@ absl::StatusOr<std::unique_ptr<UcxRail>> UcxRail::Create(int index, const Option
         UcsToStatus(ucp_worker_set_am_recv_handler(worker, &am), "ucp_worker_set_am_recv_handler"));
   }
 
-  ucp_address_t* address = nullptr;
-  size_t address_length = 0;
-  KVT_RETURN_IF_ERROR(
-      UcsToStatus(ucp_worker_get_address(worker, &address, &address_length), "ucp_worker_get_address"));
-  rail->worker_address_.assign(reinterpret_cast<const char*>(address), address_length);
-  ucp_worker_release_address(worker, address);
   return rail;
 }
 
