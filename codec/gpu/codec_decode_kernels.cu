@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
           s_lo[cc] = l;
           s_hi[cc] = h;
         }
-        const Frame f = MakeFrame(l, h);
+        const Frame f = MakeChannelFrame(l, h);
         float mu, sigma;
         if (!DecodeChunk(meta + p.in.ends_offset, mi, f, mu, sigma)) atomicOr(&p.status->errors, kErrBadChunkEnds);
         s_p0[kk][cc] = mu;
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
           lo[e] = reinterpret_cast<const float*>(meta)[c + e];
           hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
           if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
-          const Frame f = MakeFrame(lo[e], hi[e]);
+          const Frame f = MakeChannelFrame(lo[e], hi[e]);
           if (!DecodeChunk(meta + p.in.ends_offset, mi + e, f, p0[e], p1[e])) bad_ends = true;
         }
         if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);

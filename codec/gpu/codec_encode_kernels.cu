@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       lo = lo == 0.0f ? 0.0f : lo;  // canonical zero
       hi = hi == 0.0f ? 0.0f : hi;
-      s_frame[tid] = MakeFrame(lo, hi);
+      s_frame[tid] = MakeChannelFrame(lo, hi);
       reinterpret_cast<float*>(meta)[c0 + tid] = lo;
       reinterpret_cast<float*>(meta)[channels + c0 + tid] = hi;
     }

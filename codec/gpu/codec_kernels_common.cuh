@@ -19,6 +19,7 @@
 #include "codec/gpu/fast_divisor.h"
 #include "numerics/e4m3.h"
 #include "numerics/float16.h"
+#include "codec/internal/lynx_grid.h"
 
 namespace kvt::codec::gpu::internal {
 namespace {
@@ -43,90 +44,18 @@ __device__ __forceinline__ float RefFmax(float x, float y) {
   return x >= y ? x : (y > x ? y : (isnan(y) ? x : y));
 }
 
-// lynx_math.h, operation for operation.
-__device__ __forceinline__ float Clamp(float x, float lo, float hi) {
-  float y = x > lo ? x : lo;
-  return y < hi ? y : hi;
-}
-struct Frame {
-  float lo, hi, centre, half;
-};
-__device__ __forceinline__ Frame MakeFrame(float lo, float hi) {
-  Frame f;
-  f.lo = lo;
-  f.hi = hi;
-  f.centre = static_cast<float>((static_cast<double>(lo) + static_cast<double>(hi)) * 0.5);
-  f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
-  return f;
-}
-// The chunk end grid (lynx_math.h ChunkEnd ... EndPairFromIndex), operation for operation.
-constexpr int kEndGridMax = 4094;
-constexpr unsigned kMaxEndPairIndex = 4094u * 4095u / 2u + 4094u;
-constexpr int kEndPairBits = 23;
+// The chunk end grid and the clamp: lynx_grid.h's functions, which the CPU reference runs too.
+using ::kvt::codec::internal::ChunkCentreAndWidth;
+using ::kvt::codec::internal::ChunkEnd;
+using ::kvt::codec::internal::Clamp;
+using ::kvt::codec::internal::EndOffset;
+using ::kvt::codec::internal::kEndGridMax;
+using ::kvt::codec::internal::kEndPairBits;
+using ::kvt::codec::internal::kMaxEndPairIndex;
+using ::kvt::codec::internal::MakeChannelFrame;
+using ::kvt::codec::internal::QuantizeChunkEnds;
+using Frame = ::kvt::codec::internal::ChannelFrame;
 constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 == 0 (lynx_math.h)
-// (q - 2047.0f) / 2047.0f correctly rounded, without a float division: n = q - 2047 in [-2046, 2046] times
-// 1 / 2047 in double is within 2^-52 (relative) of n / 2047, while n / 2047 (2047 is odd and n no multiple of
-// it, or n = 0) lies at least 2^-36 (relative) from every float rounding boundary, so rounding the double to
-// float gives the correctly rounded quotient.
-__device__ __forceinline__ float EndOffset(int q) {
-  return static_cast<float>(static_cast<double>(q - 2047) * (1.0 / 2047.0));
-}
-// Without branches (two selects), so that its many call sites need no divergence bookkeeping: the grid value of
-// any q is computed, then replaced at the ends.
-__device__ __forceinline__ float ChunkEnd(const Frame& f, int q) {
-  const float prod = f.half * EndOffset(q);
-  const float v = Clamp(f.centre + prod, f.lo, f.hi);
-  return q <= 0 ? f.lo : (q >= kEndGridMax ? f.hi : v);
-}
-__device__ __forceinline__ int GuessEnd(const Frame& f, float a) {  // a starting point only
-  const float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
-  const int g = static_cast<int>(floorf(u * 2047.0f + 2047.0f));
-  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
-}
-__device__ __forceinline__ int QuantizeEndBelow(const Frame& f, float a) {
-  if (f.half == 0.0f) return 0;
-  int q = GuessEnd(f, a);
-  while (q > 0 && ChunkEnd(f, q) > a) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
-  return q;
-}
-__device__ __forceinline__ int QuantizeEndAbove(const Frame& f, float b, int q_low) {
-  if (f.half == 0.0f) return 0;
-  int q = GuessEnd(f, b);
-  if (q < q_low) q = q_low;
-  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
-  return q;
-}
-__device__ __forceinline__ void QuantizeChunkEnds(const Frame& f, bool centering_mean, float cmin, float cmax,
-                                                  float m, int& q_low, int& q_high) {
-  float a = cmin, b = cmax;
-  if (centering_mean) {
-    const float up = cmax - m;
-    const float down = m - cmin;
-    const float d = up > down ? up : down;
-    const float ma = m - d;
-    const float mb = m + d;
-    a = ma < cmin ? ma : cmin;
-    a = a > f.lo ? a : f.lo;
-    b = mb > cmax ? mb : cmax;
-    b = b < f.hi ? b : f.hi;
-  }
-  q_low = QuantizeEndBelow(f, a);
-  q_high = QuantizeEndAbove(f, b, q_low);
-}
-__device__ __forceinline__ void ChunkCentreAndWidth(const Frame& f, int q_low, int q_high, float& mu, float& sigma) {
-  const float a = ChunkEnd(f, q_low);
-  const float b = ChunkEnd(f, q_high);
-  const float ha = 0.5f * a;
-  const float hb = 0.5f * b;
-  const float m = Clamp(ha + hb, a, b);
-  const float up = b - m;
-  const float down = m - a;
-  const float sg = up > down ? up : down;
-  mu = m;
-  sigma = sg < 3.40282347e+38f ? sg : 3.40282347e+38f;
-}
 // q_high = h is the largest h with h (h + 1) / 2 <= index, q_low the rest. The f32 square root guesses h within one
 // of it for every valid index: end_pair_guess_test.cc checks all 8386560 of them with the reciprocal square root
 // off by up to 2^-19 (16 times rsqrt.approx.f32's documented bound). So one step each way, without

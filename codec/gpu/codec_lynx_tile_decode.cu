@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       s_lo[cc] = FromFloat<RangeT>(l);
       s_hi[cc] = FromFloat<RangeT>(h);
     }
-    const Frame f = MakeFrame(l, h);
+    const Frame f = MakeChannelFrame(l, h);
     bool bad = false;
     for (int kk = kk0; kk < tile_chunks; kk += kChunkStep) {
       unsigned pair;

@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     for (int h = 0; h < 2; ++h) {
       lo[h] = lo[h] == 0.0f ? 0.0f : lo[h];  // canonical zero
       hi[h] = hi[h] == 0.0f ? 0.0f : hi[h];
-      f[h] = MakeFrame(lo[h], hi[h]);
+      f[h] = MakeChannelFrame(lo[h], hi[h]);
     }
     int ql[2], qh[2];
     float a[2], b[2];  // ChunkEnd(f, ql), ChunkEnd(f, qh)

@@ -230,15 +230,6 @@ float PolyGuess(const LynxTables& t, float a) {
   return std::max(a * p, std::fmaf(a, t.knee_slope, t.knee_offset));
 }
 
-const float* EndOffsetTable() {
-  static const std::array<float, kEndGridMax + 1> table = [] {
-    std::array<float, kEndGridMax + 1> t{};
-    for (int q = 0; q <= kEndGridMax; ++q) t[q] = (static_cast<float>(q) - 2047.0f) / 2047.0f;
-    return t;
-  }();
-  return table.data();
-}
-
 void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
   constexpr uint64_t kField = (uint64_t{1} << kEndPairBits) - 1;
   size_t i = 0, o = 0;

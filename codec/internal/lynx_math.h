@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "codec/internal/lynx_grid.h"
 #include "codec/options.h"
 
 namespace kvt::codec::internal {
@@ -94,40 +95,6 @@ inline int MagnitudeCode(const LynxTables& t, float a) {
 
 // ---- Metadata (per page-channel: lo/hi; per chunk: the ends of its interval) -------------------------------
 
-// The frame of one page-channel, from its stored fp32 lo <= hi (finite; a zero is stored as +0).
-struct ChannelFrame {
-  float lo = 0, hi = 0;
-  float centre = 0;  // float(((double)lo + hi) * 0.5)
-  float half = 0;    // float(((double)hi - lo) * 0.5): finite even for lo = -3e38, hi = 3e38
-};
-inline ChannelFrame MakeChannelFrame(float lo, float hi) {
-  ChannelFrame f;
-  f.lo = lo;
-  f.hi = hi;
-  f.centre = static_cast<float>((static_cast<double>(lo) + static_cast<double>(hi)) * 0.5);
-  f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
-  return f;
-}
-
-// Clamp(x, lo, hi) = min(max(x, lo), hi) for non-NaN operands (the vector min/max instructions' semantics; only
-// the sign of a zero result may differ between implementations, which no code depends on).
-inline float Clamp(float x, float lo, float hi) {
-  float y = x > lo ? x : lo;
-  return y < hi ? y : hi;
-}
-
-// A chunk's interval [ChunkEnd(q_low), ChunkEnd(q_high)] has its ends on a 4095-point grid over the page-channel
-// range: q in 0..kEndGridMax, q = 0 exactly lo, q = kEndGridMax exactly hi, q = kEndGridCentre exactly the
-// channel centre. The pair (q_low <= q_high) is stored as one 23-bit index (docs/FORMAT.md).
-inline constexpr int kEndGridMax = 4094;
-inline constexpr int kEndGridCentre = 2047;
-inline constexpr int kEndPairBits = 23;
-inline constexpr uint32_t kMaxEndPairIndex = kEndGridMax * (kEndGridMax + 1) / 2 + kEndGridMax;  // < 2^23
-static_assert(kMaxEndPairIndex < (1u << kEndPairBits));
-
-// (q - 2047.0f) / 2047.0f (f32 subtract, correctly rounded f32 division) for q in 0..kEndGridMax, precomputed.
-const float* EndOffsetTable();
-
 // The same offset without a division, for vector paths: y = n * r (r = float(1 / 2047)), then one correction
 // y + (n - y * 2047) * r, both fused multiply-adds (the residual n - y * 2047 is exact). Equals
 // EndOffsetTable()[q] for every q in 0..kEndGridMax (checked exhaustively by lynx_math_test); a vector path that
@@ -140,63 +107,6 @@ inline float EndOffsetByReciprocal(int q) {
   return std::fmaf(residual, kInv2047, y);
 }
 
-// Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
-//   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
-// Non-decreasing in q.
-inline float ChunkEnd(const ChannelFrame& f, int q) {
-  if (q <= 0) return f.lo;
-  if (q >= kEndGridMax) return f.hi;
-  const float off = EndOffsetTable()[q];
-  const float prod = f.half * off;
-  return Clamp(f.centre + prod, f.lo, f.hi);
-}
-
-// The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half *
-// 2047 + 2047) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
-inline int GuessEnd(const ChannelFrame& f, float a) {
-  float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
-  int g = static_cast<int>(u * 2047.0f + 2047.0f);  // u in [-1, 1]: truncation is floor
-  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
-}
-
-// q_low for a target lower end a in [lo, hi]: 0 when half == 0, else the largest q in 0..kEndGridMax with
-// ChunkEnd(q) <= a (exists: ChunkEnd(0) = lo).
-inline int QuantizeEndBelow(const ChannelFrame& f, float a) {
-  if (f.half == 0.0f) return 0;
-  int q = GuessEnd(f, a);
-  while (q > 0 && ChunkEnd(f, q) > a) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
-  return q;
-}
-
-// q_high for a target upper end b in [lo, hi]: 0 when half == 0, else the smallest q in q_low..kEndGridMax with
-// ChunkEnd(q) >= b (exists: ChunkEnd(kEndGridMax) = hi).
-inline int QuantizeEndAbove(const ChannelFrame& f, float b, int q_low) {
-  if (f.half == 0.0f) return 0;
-  int q = GuessEnd(f, b);
-  if (q < q_low) q = q_low;
-  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
-  return q;
-}
-
-// The chunk's centre and half-width from its stored ends, f32 ops in this order:
-//   a = ChunkEnd(q_low), b = ChunkEnd(q_high), mu = min(max(0.5f * a + 0.5f * b, a), b),
-//   sigma = min(max(b - mu, mu - a), FLT_MAX)
-// so every x in [a, b] has |x - mu| <= sigma in float arithmetic too (rounding is monotone).
-inline void ChunkCentreAndWidth(const ChannelFrame& f, int q_low, int q_high, float& mu, float& sigma) {
-  const float a = ChunkEnd(f, q_low);
-  const float b = ChunkEnd(f, q_high);
-  const float ha = 0.5f * a;
-  const float hb = 0.5f * b;
-  const float m = Clamp(ha + hb, a, b);
-  const float up = b - m;
-  const float down = m - a;
-  const float s = up > down ? up : down;
-  mu = m;
-  sigma = s < std::numeric_limits<float>::max() ? s : std::numeric_limits<float>::max();
-}
-
 //   inv_sigma = sigma > 0 ? min(1.0f / sigma, FLT_MAX) : 0   (correctly rounded float division; the encoder
 // multiplies by it, so a vector path needs no division per value)
 inline float InverseSigma(float sigma) {
@@ -205,31 +115,12 @@ inline float InverseSigma(float sigma) {
   return inv < std::numeric_limits<float>::max() ? inv : std::numeric_limits<float>::max();
 }
 
-// The target interval of a chunk with minimum cmin, maximum cmax and target centre m (in [cmin, cmax]) in
-// its channel's frame: kMidrange [cmin, cmax]; kMean [m - d, m + d] with d = max(cmax - m, m - cmin), widened
-// to include [cmin, cmax] against rounding and clipped to [lo, hi]. Then its stored ends (q_low, q_high).
+// QuantizeChunkEnds (lynx_grid.h) with the encoder's centering option.
 inline void QuantizeChunkEnds(const ChannelFrame& f, Centering centering, float cmin, float cmax, float m,
                               int& q_low, int& q_high) {
-  float a = cmin, b = cmax;
-  if (centering == Centering::kMean) {
-    const float up = cmax - m;
-    const float down = m - cmin;
-    const float d = up > down ? up : down;
-    const float ma = m - d;
-    const float mb = m + d;
-    a = ma < cmin ? ma : cmin;
-    a = a > f.lo ? a : f.lo;
-    b = mb > cmax ? mb : cmax;
-    b = b < f.hi ? b : f.hi;
-  }
-  q_low = QuantizeEndBelow(f, a);
-  q_high = QuantizeEndAbove(f, b, q_low);
+  QuantizeChunkEnds(f, centering == Centering::kMean, cmin, cmax, m, q_low, q_high);
 }
 
-// The stored 23-bit index of an end pair q_low <= q_high: q_high * (q_high + 1) / 2 + q_low.
-inline uint32_t EndPairIndex(int q_low, int q_high) {
-  return static_cast<uint32_t>(q_high) * static_cast<uint32_t>(q_high + 1) / 2 + static_cast<uint32_t>(q_low);
-}
 // The inverse of EndPairIndex; false for an index above kMaxEndPairIndex (no encoder writes one). The f32
 // square root is only a first guess, corrected exactly in integers.
 inline bool EndPairFromIndex(uint32_t index, int& q_low, int& q_high) {

@@ -275,6 +275,15 @@ TEST(LynxMathTest, DivisionFreeEndOffsetEqualsTheDividedOffsetAtEveryGridPoint) 
   EXPECT_GT(off_by_product, 0);
 }
 
+TEST(LynxMathTest, TheGridsDoubleOffsetEqualsTheDividedOffsetAtEveryGridPoint) {
+  // lynx_grid.h's EndOffset: the table on the host, the double product in the kernels; the two agree.
+  const float* table = EndOffsetTable();
+  for (int q = 0; q <= kEndGridMax; ++q) {
+    const float offset = EndOffsetInDouble(q);
+    ASSERT_EQ(std::memcmp(&offset, &table[q], 4), 0) << "q " << q << ": " << offset << " vs " << table[q];
+  }
+}
+
 TEST(LynxMathTest, EndPairIndexRoundTripsEveryPairAndRejectsIndicesPastTheGrid) {
   for (int q_high = 0; q_high <= kEndGridMax; ++q_high) {
     for (int q_low = 0; q_low <= q_high; ++q_low) {

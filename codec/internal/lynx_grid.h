@@ -1,0 +1,167 @@
+// The lynx chunk-end grid (docs/FORMAT.md, "From metadata to the chunk's centre and half-width"): a page-channel's
+// frame, the 4095-point grid of chunk ends over it, the search for a chunk's stored ends and the centre and width
+// they give. One definition, host and device (numerics/host_device.h): the CPU reference (lynx_math.h) and the
+// CUDA kernels (codec/gpu) both run these functions, so their metadata agree by construction. The vector CPU
+// paths keep their own lane-wise forms, checked against these by the byte-identity tests.
+//
+// Float ops in the order written, no contraction: the codec builds with -ffp-contract=off, the kernels with
+// --fmad=false.
+#ifndef KVT_CODEC_INTERNAL_LYNX_GRID_H_
+#define KVT_CODEC_INTERNAL_LYNX_GRID_H_
+
+#include <array>
+#include <cstdint>
+
+#include "numerics/host_device.h"
+
+namespace kvt::codec::internal {
+
+inline constexpr float kFloatMax = 3.40282347e+38f;  // FLT_MAX
+
+// The frame of one page-channel, from its stored fp32 lo <= hi (finite; a zero is stored as +0).
+struct ChannelFrame {
+  float lo = 0, hi = 0;
+  float centre = 0;  // float(((double)lo + hi) * 0.5)
+  float half = 0;    // float(((double)hi - lo) * 0.5): finite even for lo = -3e38, hi = 3e38
+};
+KVT_HOST_DEVICE ChannelFrame MakeChannelFrame(float lo, float hi) {
+  ChannelFrame f;
+  f.lo = lo;
+  f.hi = hi;
+  f.centre = static_cast<float>((static_cast<double>(lo) + static_cast<double>(hi)) * 0.5);
+  f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
+  return f;
+}
+
+// Clamp(x, lo, hi) = min(max(x, lo), hi) for non-NaN operands (the vector min/max instructions' semantics; only
+// the sign of a zero result may differ between implementations, which no code depends on).
+KVT_HOST_DEVICE float Clamp(float x, float lo, float hi) {
+  float y = x > lo ? x : lo;
+  return y < hi ? y : hi;
+}
+
+// A chunk's interval [ChunkEnd(q_low), ChunkEnd(q_high)] has its ends on a 4095-point grid over the page-channel
+// range: q in 0..kEndGridMax, q = 0 exactly lo, q = kEndGridMax exactly hi, q = kEndGridCentre exactly the
+// channel centre. The pair (q_low <= q_high) is stored as one 23-bit index (docs/FORMAT.md).
+inline constexpr int kEndGridMax = 4094;
+inline constexpr int kEndGridCentre = 2047;
+inline constexpr int kEndPairBits = 23;
+inline constexpr uint32_t kMaxEndPairIndex = kEndGridMax * (kEndGridMax + 1) / 2 + kEndGridMax;  // < 2^23
+static_assert(kMaxEndPairIndex < (1u << kEndPairBits), "the pair index fits its bits");
+
+// (q - 2047.0f) / 2047.0f (f32 subtract, correctly rounded f32 division) for q in 0..kEndGridMax, precomputed on
+// the host.
+#ifndef __CUDA_ARCH__
+inline const float* EndOffsetTable() {
+  static const std::array<float, kEndGridMax + 1> table = [] {
+    std::array<float, kEndGridMax + 1> t{};
+    for (int q = 0; q <= kEndGridMax; ++q) t[q] = (static_cast<float>(q) - 2047.0f) / 2047.0f;
+    return t;
+  }();
+  return table.data();
+}
+#endif
+
+// The same quotient without a float division or a table, for the kernels: n = q - 2047 in [-2047, 2047] times
+// 1 / 2047 in double is within 2^-52 (relative) of n / 2047, while n / 2047 (2047 is odd and n no multiple of
+// it, or n = 0 or +-2047) lies at least 2^-36 (relative) from every float rounding boundary, so rounding the
+// double to float gives the correctly rounded quotient. lynx_math_test checks it against the table for every q.
+KVT_HOST_DEVICE float EndOffsetInDouble(int q) {
+  return static_cast<float>(static_cast<double>(q - kEndGridCentre) * (1.0 / kEndGridCentre));
+}
+
+// The offset of grid point q: the table on the host (a load is cheaper there: the decoder derives every chunk's
+// centre and width), the double product on the device.
+KVT_HOST_DEVICE float EndOffset(int q) {
+#ifdef __CUDA_ARCH__
+  return EndOffsetInDouble(q);
+#else
+  return EndOffsetTable()[q];
+#endif
+}
+
+// Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
+//   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
+// Non-decreasing in q.
+KVT_HOST_DEVICE float ChunkEnd(const ChannelFrame& f, int q) {
+  if (q <= 0) return f.lo;
+  if (q >= kEndGridMax) return f.hi;
+  const float prod = f.half * EndOffset(q);
+  return Clamp(f.centre + prod, f.lo, f.hi);
+}
+
+// The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half *
+// 2047 + 2047) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
+KVT_HOST_DEVICE int GuessEnd(const ChannelFrame& f, float a) {
+  float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
+  int g = static_cast<int>(u * 2047.0f + 2047.0f);  // u in [-1, 1]: truncation is floor
+  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+}
+
+// q_low for a target lower end a in [lo, hi]: 0 when half == 0, else the largest q in 0..kEndGridMax with
+// ChunkEnd(q) <= a (exists: ChunkEnd(0) = lo).
+KVT_HOST_DEVICE int QuantizeEndBelow(const ChannelFrame& f, float a) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, a);
+  while (q > 0 && ChunkEnd(f, q) > a) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
+  return q;
+}
+
+// q_high for a target upper end b in [lo, hi]: 0 when half == 0, else the smallest q in q_low..kEndGridMax with
+// ChunkEnd(q) >= b (exists: ChunkEnd(kEndGridMax) = hi).
+KVT_HOST_DEVICE int QuantizeEndAbove(const ChannelFrame& f, float b, int q_low) {
+  if (f.half == 0.0f) return 0;
+  int q = GuessEnd(f, b);
+  if (q < q_low) q = q_low;
+  while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
+  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
+  return q;
+}
+
+// The chunk's centre and half-width from its stored ends, f32 ops in this order:
+//   a = ChunkEnd(q_low), b = ChunkEnd(q_high), mu = min(max(0.5f * a + 0.5f * b, a), b),
+//   sigma = min(max(b - mu, mu - a), FLT_MAX)
+// so every x in [a, b] has |x - mu| <= sigma in float arithmetic too (rounding is monotone).
+KVT_HOST_DEVICE void ChunkCentreAndWidth(const ChannelFrame& f, int q_low, int q_high, float& mu, float& sigma) {
+  const float a = ChunkEnd(f, q_low);
+  const float b = ChunkEnd(f, q_high);
+  const float ha = 0.5f * a;
+  const float hb = 0.5f * b;
+  const float m = Clamp(ha + hb, a, b);
+  const float up = b - m;
+  const float down = m - a;
+  const float s = up > down ? up : down;
+  mu = m;
+  sigma = s < kFloatMax ? s : kFloatMax;
+}
+
+// The target interval of a chunk with minimum cmin, maximum cmax and target centre m (in [cmin, cmax]) in
+// its channel's frame: midrange [cmin, cmax]; mean (centering_mean) [m - d, m + d] with d = max(cmax - m, m - cmin), widened
+// to include [cmin, cmax] against rounding and clipped to [lo, hi]. Then its stored ends (q_low, q_high).
+KVT_HOST_DEVICE void QuantizeChunkEnds(const ChannelFrame& f, bool centering_mean, float cmin, float cmax, float m,
+                                       int& q_low, int& q_high) {
+  float a = cmin, b = cmax;
+  if (centering_mean) {
+    const float up = cmax - m;
+    const float down = m - cmin;
+    const float d = up > down ? up : down;
+    const float ma = m - d;
+    const float mb = m + d;
+    a = ma < cmin ? ma : cmin;
+    a = a > f.lo ? a : f.lo;
+    b = mb > cmax ? mb : cmax;
+    b = b < f.hi ? b : f.hi;
+  }
+  q_low = QuantizeEndBelow(f, a);
+  q_high = QuantizeEndAbove(f, b, q_low);
+}
+
+// The stored 23-bit index of an end pair q_low <= q_high: q_high * (q_high + 1) / 2 + q_low.
+KVT_HOST_DEVICE uint32_t EndPairIndex(int q_low, int q_high) {
+  return static_cast<uint32_t>(q_high) * static_cast<uint32_t>(q_high + 1) / 2 + static_cast<uint32_t>(q_low);
+}
+
+}  // namespace kvt::codec::internal
+
+#endif  // KVT_CODEC_INTERNAL_LYNX_GRID_H_
