@@ -76,18 +76,18 @@ KVT_HOST_DEVICE float EndOffset(int q) {
 #ifdef __CUDA_ARCH__
   return EndOffsetInDouble(q);
 #else
-  return EndOffsetTable()[q];
+  return EndOffsetTable()[q < 0 ? 0 : (q > kEndGridMax ? kEndGridMax : q)];
 #endif
 }
 
 // Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
 //   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
-// Non-decreasing in q.
+// Non-decreasing in q. Without branches (the grid value of any q is computed, then replaced at the ends by two
+// selects), so that the kernels' many call sites need no divergence bookkeeping.
 KVT_HOST_DEVICE float ChunkEnd(const ChannelFrame& f, int q) {
-  if (q <= 0) return f.lo;
-  if (q >= kEndGridMax) return f.hi;
   const float prod = f.half * EndOffset(q);
-  return Clamp(f.centre + prod, f.lo, f.hi);
+  const float v = Clamp(f.centre + prod, f.lo, f.hi);
+  return q <= 0 ? f.lo : (q >= kEndGridMax ? f.hi : v);
 }
 
 // The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half *
