@@ -2,7 +2,7 @@
 // and scale, docs/FORMAT.md) and bf16 rounded to nearest even (the bf16 scheme; the collectives' bf16 and fp16
 // buffers). Exact, branchy, portable: one definition for the CPU reference, the codec's CUDA kernels and the
 // collectives (host and device, numerics/host_device.h). Engine KV blocks convert with IEEE overflow to inf
-// instead, in bulk: server/float16.h. Pure functions; thread-safe.
+// instead, in bulk: kv/float16.h. Pure functions; thread-safe.
 #ifndef KVT_NUMERICS_FLOAT16_H_
 #define KVT_NUMERICS_FLOAT16_H_
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "kv/layout_proto.h"
 #include "server/proto_convert.h"
 #include "server/stage_profile.h"
 
@@ -65,7 +66,7 @@ grpc::Status ClientService::RegisterRegion(grpc::ServerContext*, const v1::Regis
   absl::Status s = [&]() -> absl::Status {
     KVT_RETURN_IF_ERROR(ValidateId(request->region_id(), "region_id", kMaxRegionIdBytes));
     if (!request->has_layout()) return absl::InvalidArgumentError("layout is missing");
-    KVT_ASSIGN_OR_RETURN(KvLayoutSpec layout, LayoutFromProto(request->layout()));
+    KVT_ASSIGN_OR_RETURN(kv::KvLayoutSpec layout, kv::LayoutFromProto(request->layout()));
     switch (request->memory_case()) {
       case v1::RegisterRegionRequest::kShm:
         return context_->regions->RegisterShm(request->region_id(), layout, request->shm().shm_name(),

@@ -42,7 +42,7 @@ DecodeSide::~DecodeSide() {
 
 absl::Status DecodeSide::Expect(const ExpectArgs& args) {
   KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
-  KVT_RETURN_IF_ERROR(CheckRequestBlocks(region->layout(), args.block_ids, args.num_tokens));
+  KVT_RETURN_IF_ERROR(kv::CheckRequestBlocks(region->layout(), args.block_ids, args.num_tokens));
   auto record = std::make_shared<RequestRecord>(args.request_id, Side::kDecode, absl::Now());
   record->SetLabels("", args.source_daemon);
   record->num_layers = region->layout().spec().num_layers;

@@ -19,13 +19,13 @@ namespace kvt::server {
 namespace {
 
 codec::gpu::PagedKvView View(const Region& region, uint32_t layer, uint32_t kind) {
-  const KvLayoutSpec& s = region.layout().spec();
+  const kv::KvLayoutSpec& s = region.layout().spec();
   codec::gpu::PagedKvView v;
   v.data = static_cast<uint8_t*>(region.device_data()) + s.layer_stride_bytes * layer + s.kv_stride_bytes * kind;
-  v.dtype = s.dtype == KvDType::kBf16   ? codec::gpu::KvDType::kBfloat16
-            : s.dtype == KvDType::kFp16 ? codec::gpu::KvDType::kFloat16
+  v.dtype = s.dtype == kv::KvDType::kBf16   ? codec::gpu::KvDType::kBfloat16
+            : s.dtype == kv::KvDType::kFp16 ? codec::gpu::KvDType::kFloat16
                                         : codec::gpu::KvDType::kFloat32;
-  v.layout = s.order == BlockOrder::kNhd ? codec::gpu::KvLayout::kNHD : codec::gpu::KvLayout::kHND;
+  v.layout = s.order == kv::BlockOrder::kNhd ? codec::gpu::KvLayout::kNHD : codec::gpu::KvLayout::kHND;
   v.num_blocks = static_cast<int>(s.num_blocks);
   v.block_tokens = static_cast<int>(s.block_tokens);
   v.heads = static_cast<int>(s.num_kv_heads);
@@ -34,7 +34,7 @@ codec::gpu::PagedKvView View(const Region& region, uint32_t layer, uint32_t kind
 }
 
 // The engine blocks page `page` covers, as the kernels take them.
-std::vector<int32_t> PageBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids, const PageSpec& page) {
+std::vector<int32_t> PageBlocks(const kv::KvLayout& layout, absl::Span<const uint32_t> block_ids, const kv::PageSpec& page) {
   const uint32_t bt = layout.spec().block_tokens;
   std::vector<int32_t> ids;
   for (uint32_t b = page.first_token / bt; b < (page.first_token + page.tokens + bt - 1) / bt; ++b) {
@@ -132,14 +132,14 @@ void ReturnSlot::operator()(GpuSlot* slot) const { GpuSlots::Get().Release(std::
 
 }  // namespace
 
-absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan) {
+absl::Status CheckGpuPlan(const kv::KvLayout& layout, const kv::TransferPlan& plan) {
   if (plan.scheme.spike_reserve) {
     return absl::UnimplementedError(absl::StrFormat(
         "scheme %s: spike reserving has no GPU kernel yet; use it with host-memory regions", plan.scheme.Name()));
   }
   const uint32_t bt = layout.spec().block_tokens;
   for (const auto& layer : plan.layers) {
-    for (const PlannedPage& p : layer) {
+    for (const kv::PlannedPage& p : layer) {
       if (p.spec.first_token % bt != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "GPU regions need pages that start on engine blocks: a page starts at token %d, blocks hold %d tokens "
@@ -157,7 +157,7 @@ class GpuRegionCodec final : public RegionCodec {
  public:
   GpuRegionCodec(const Region& region, const RegionCodecOptions& options) : region_(region), options_(options) {}
 
-  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const PlannedPage> pages,
+  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const kv::PlannedPage> pages,
                                            const codec::Scheme& scheme, int chunk_tokens) override {
     KVT_RETURN_IF_ERROR(UseCudaDevice(region_.device()));
     codec::CodecOptions options;
@@ -215,16 +215,16 @@ class GpuRegionCodec final : public RegionCodec {
   HostMemory inbox_memory() const override { return HostMemory::kPinned; }
   size_t max_decode_batch() const override { return kMaxGpuDecodeBatch; }
 
-  absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const PageSpec> pages,
+  absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const kv::PageSpec> pages,
                            absl::Span<const absl::Span<const uint8_t>> containers, int stages, bool urgent) override {
     if (pages.empty() || pages.size() != containers.size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("a GPU decode batch needs one container per page (%d pages, %d containers)", pages.size(),
                           containers.size()));
     }
-    const PageSpec& first = pages[0];
+    const kv::PageSpec& first = pages[0];
     std::vector<int32_t> ids;
-    for (const PageSpec& p : pages) {
+    for (const kv::PageSpec& p : pages) {
       if (p.layer != first.layer || p.kind != first.kind || p.tokens != first.tokens) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "a GPU decode batch takes pages of one layer, kind and length: layer %d kind %d %d tokens after layer "

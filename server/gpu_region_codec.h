@@ -25,7 +25,7 @@ inline constexpr size_t kMaxGpuPageHelpers = 8;
 // Whether the GPU path can carry `plan` for a region of `layout`: every page starts on an engine block boundary
 // (the kernels read and write whole blocks) and the scheme has a kernel (spike reserving has none yet). The
 // message says which page or scheme does not fit.
-absl::Status CheckGpuPlan(const KvLayout& layout, const TransferPlan& plan);
+absl::Status CheckGpuPlan(const kv::KvLayout& layout, const kv::TransferPlan& plan);
 
 // The codec of `region` (on_gpu). The decode side must have checked that the region holds the heads the source
 // sends (the GPU path does not re-slice heads).

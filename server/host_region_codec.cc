@@ -5,7 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "codec/codec.h"
 #include "common/status_macros.h"
-#include "server/kv_page_io.h"
+#include "kv/kv_page_io.h"
 
 namespace kvt::server {
 namespace {
@@ -14,7 +14,7 @@ class HostRegionCodec final : public RegionCodec {
  public:
   HostRegionCodec(const Region& region, const RegionCodecOptions& options) : region_(region), options_(options) {}
 
-  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const PlannedPage> pages,
+  absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids, absl::Span<const kv::PlannedPage> pages,
                                            const codec::Scheme& scheme, int chunk_tokens) override {
     std::vector<size_t> offset(pages.size() + 1, 0);
     for (size_t i = 0; i < pages.size(); ++i) offset[i + 1] = offset[i] + pages[i].total_bytes();
@@ -24,15 +24,15 @@ class HostRegionCodec final : public RegionCodec {
     }
     codec::CodecOptions codec_options;
     codec_options.chunk_tokens = chunk_tokens;
-    const KvLayout& layout = region_.layout();
+    const kv::KvLayout& layout = region_.layout();
     const uint32_t channels = layout.spec().num_kv_heads * layout.spec().head_dim;
     std::vector<absl::Status> statuses(pages.size());
     std::vector<std::vector<absl::Span<const uint8_t>>> streams(pages.size());
     options_.workers->ParallelFor(pages.size(), [&](size_t i) {
       thread_local std::vector<float> scratch;
-      const PageSpec& spec = pages[i].spec;
+      const kv::PageSpec& spec = pages[i].spec;
       scratch.resize(static_cast<size_t>(spec.tokens) * channels);
-      absl::Status s = GatherPage(layout, region_.bytes(), block_ids, spec, absl::MakeSpan(scratch));
+      absl::Status s = kv::GatherPage(layout, region_.bytes(), block_ids, spec, absl::MakeSpan(scratch));
       absl::StatusOr<codec::ContainerLayout> encoded = absl::UnknownError("not encoded");
       if (s.ok()) {
         const codec::PageView view{scratch.data(), static_cast<int>(spec.tokens), static_cast<int>(channels)};
@@ -58,13 +58,13 @@ class HostRegionCodec final : public RegionCodec {
   HostMemory inbox_memory() const override { return HostMemory::kPageable; }
   size_t max_decode_batch() const override { return 1; }
 
-  absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const PageSpec> pages,
+  absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const kv::PageSpec> pages,
                            absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                            bool /*urgent*/) override {
     if (pages.size() != containers.size()) {
       return absl::InvalidArgumentError(absl::StrFormat("%d pages, %d containers", pages.size(), containers.size()));
     }
-    const KvLayoutSpec& dst = region_.layout().spec();
+    const kv::KvLayoutSpec& dst = region_.layout().spec();
     const uint32_t heads = options_.source_heads > 0 ? options_.source_heads : dst.num_kv_heads;
     const uint32_t head_begin = options_.source_heads > 0 ? options_.source_head_begin : dst.head_begin;
     const size_t channels = static_cast<size_t>(heads) * dst.head_dim;
@@ -74,7 +74,7 @@ class HostRegionCodec final : public RegionCodec {
       const codec::MutablePageView out{values.data(), static_cast<int>(pages[i].tokens), static_cast<int>(channels)};
       KVT_RETURN_IF_ERROR(codec::DecodePage(containers[i], stages, out));
       KVT_RETURN_IF_ERROR(
-          ScatterPage(region_.layout(), region_.bytes(), block_ids, pages[i], values, head_begin, heads));
+          kv::ScatterPage(region_.layout(), region_.bytes(), block_ids, pages[i], values, head_begin, heads));
     }
     return absl::OkStatus();
   }

@@ -12,7 +12,7 @@
 namespace kvt::server {
 namespace {
 
-uint32_t TotalHeads(const KvLayoutSpec& s) { return s.total_kv_heads == 0 ? s.num_kv_heads : s.total_kv_heads; }
+uint32_t TotalHeads(const kv::KvLayoutSpec& s) { return s.total_kv_heads == 0 ? s.num_kv_heads : s.total_kv_heads; }
 
 }  // namespace
 
@@ -32,8 +32,8 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
     return absl::PermissionDeniedError(absl::StrCat("request \"", args_.request_id, "\" expects source daemon \"",
                                                     args_.source_daemon, "\", not \"", open.source_daemon_id, "\""));
   }
-  const KvLayoutSpec& dst = region_->layout().spec();
-  const KvLayoutSpec& src = open.source_layout;
+  const kv::KvLayoutSpec& dst = region_->layout().spec();
+  const kv::KvLayoutSpec& src = open.source_layout;
   if (open.num_tokens != args_.num_tokens) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the source sends %d tokens, Expect asked for %d", open.num_tokens, args_.num_tokens));
@@ -63,8 +63,8 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
         absl::StrFormat("the source announced %d pages, but %d layers of %d tokens in %d-token pages need at least %d",
                         open.pages.size(), src.num_layers, open.num_tokens, open.page_tokens, min_pages));
   }
-  KVT_ASSIGN_OR_RETURN(TransferPlan plan,
-                       MakeTransferPlan(open.scheme, open.chunk_tokens, src.num_layers, open.num_tokens,
+  KVT_ASSIGN_OR_RETURN(kv::TransferPlan plan,
+                       kv::MakeTransferPlan(open.scheme, open.chunk_tokens, src.num_layers, open.num_tokens,
                                         open.page_tokens, src.num_kv_heads * src.head_dim));
   if (plan.page_tokens != open.page_tokens) {
     return absl::InvalidArgumentError(absl::StrFormat("page_tokens %d is not a whole number of %d-token chunks",
@@ -72,12 +72,12 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   }
   size_t n = 0;
   for (const auto& layer : plan.layers) {
-    for (const PlannedPage& expected : layer) {
+    for (const kv::PlannedPage& expected : layer) {
       if (n >= open.pages.size()) {
         return absl::InvalidArgumentError(
             absl::StrFormat("the source announced %d pages, the plan has more", open.pages.size()));
       }
-      const PlannedPage& got = open.pages[n++];
+      const kv::PlannedPage& got = open.pages[n++];
       if (got.spec.layer != expected.spec.layer || got.spec.kind != expected.spec.kind ||
           got.spec.first_token != expected.spec.first_token || got.spec.tokens != expected.spec.tokens ||
           got.stream_bytes != expected.stream_bytes) {
@@ -107,7 +107,7 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   planned_ = std::move(plan.layers);
   std::vector<LayerState> layers(planned_.size());
   for (size_t l = 0; l < planned_.size(); ++l) {
-    for (const PlannedPage& p : planned_[l]) {
+    for (const kv::PlannedPage& p : planned_[l]) {
       PageState state;
       state.plan = &p;
       layers[l].pages.push_back(state);
@@ -135,7 +135,7 @@ absl::Status InboundRequest::ExpectLayers(uint64_t link_group) {
   // stream's destination before its first chunk. With a warm pool these are buffers kept from earlier requests
   // (docs/DAEMON.md, "Buffers").
   std::vector<std::shared_ptr<LayerInbox>> inboxes;
-  for (const std::vector<PlannedPage>& pages : planned_) {
+  for (const std::vector<kv::PlannedPage>& pages : planned_) {
     KVT_ASSIGN_OR_RETURN(std::shared_ptr<LayerInbox> inbox,
                          LayerInbox::Create(pages, *context_->buffers, codec_->inbox_memory()));
     inboxes.push_back(std::move(inbox));
@@ -204,7 +204,7 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
   bool publish = false;
   absl::Span<const uint8_t> container;
   std::shared_ptr<LayerInbox> inbox;  // kept while the decode reads it
-  PageSpec spec;
+  kv::PageSpec spec;
   bool full = false;
   absl::Time decodable_since;
   {
@@ -270,7 +270,7 @@ void InboundRequest::DecodePageTask(uint32_t layer, uint32_t page_index) {
 
 void InboundRequest::DrainTask(uint32_t layer, uint32_t kind, TaskPriority queued_as) {
   std::vector<uint32_t> batch;
-  std::vector<PageSpec> specs;
+  std::vector<kv::PageSpec> specs;
   std::vector<absl::Span<const uint8_t>> containers;
   std::shared_ptr<LayerInbox> inbox;
   int stages = 0;

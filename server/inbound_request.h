@@ -26,11 +26,11 @@
 #include "absl/time/time.h"
 #include "codec/scheme.h"
 #include "common/mutex.h"
+#include "kv/kv_layout.h"
+#include "kv/transfer_plan.h"
 #include "server/daemon_context.h"
-#include "server/kv_layout.h"
 #include "server/layer_inbox.h"
 #include "server/region_codec.h"
-#include "server/transfer_plan.h"
 #include "transport/transport.h"
 
 namespace kvt::server {
@@ -49,11 +49,11 @@ struct ExpectArgs {
 struct OpenArgs {
   std::string request_id;
   codec::Scheme scheme;
-  KvLayoutSpec source_layout;
+  kv::KvLayoutSpec source_layout;
   uint64_t num_tokens = 0;
   uint32_t page_tokens = 0;
   int chunk_tokens = 0;
-  std::vector<PlannedPage> pages;  // as the source sent them, checked against our own plan
+  std::vector<kv::PlannedPage> pages;  // as the source sent them, checked against our own plan
   std::string source_daemon_id;
   std::string source_address;
 };
@@ -97,7 +97,7 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
 
  private:
   struct PageState {
-    const PlannedPage* plan = nullptr;  // into planned_
+    const kv::PlannedPage* plan = nullptr;  // into planned_
     uint32_t streams_complete = 0;      // bit s: stream s landed whole
     int stages_available = 0;           // leading complete streams
     int stages_decoded = 0;             // what the engine's blocks hold
@@ -154,7 +154,7 @@ class InboundRequest : public std::enable_shared_from_this<InboundRequest> {
   codec::Scheme scheme_;
   std::unique_ptr<RegionCodec> codec_;
   size_t max_batch_ = 1;
-  std::vector<std::vector<PlannedPage>> planned_;  // per layer: the pages' plans, for their states and the inboxes
+  std::vector<std::vector<kv::PlannedPage>> planned_;  // per layer: the pages' plans, for their states and the inboxes
   std::string source_address_;
   uint64_t first_transfer_id_ = 0;
   absl::Time opened_at_;

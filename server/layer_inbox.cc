@@ -4,7 +4,7 @@
 
 namespace kvt::server {
 
-absl::StatusOr<std::shared_ptr<LayerInbox>> LayerInbox::Create(absl::Span<const PlannedPage> pages,
+absl::StatusOr<std::shared_ptr<LayerInbox>> LayerInbox::Create(absl::Span<const kv::PlannedPage> pages,
                                                                HostBufferPool& pool, HostMemory memory) {
   if (pages.empty()) return absl::InvalidArgumentError("a layer inbox needs at least one page");
   std::vector<size_t> offset(pages.size() + 1, 0);

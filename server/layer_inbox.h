@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kv/transfer_plan.h"
 #include "server/host_buffer_pool.h"
-#include "server/transfer_plan.h"
 #include "transport/transport.h"
 
 namespace kvt::server {
@@ -23,7 +23,7 @@ namespace kvt::server {
 class LayerInbox {
  public:
   // An inbox for `pages` (one layer's, plan order). RESOURCE_EXHAUSTED when no memory can be had.
-  static absl::StatusOr<std::shared_ptr<LayerInbox>> Create(absl::Span<const PlannedPage> pages, HostBufferPool& pool,
+  static absl::StatusOr<std::shared_ptr<LayerInbox>> Create(absl::Span<const kv::PlannedPage> pages, HostBufferPool& pool,
                                                             HostMemory memory);
 
   size_t num_pages() const { return offset_.size() - 1; }

@@ -10,16 +10,16 @@
 namespace kvt::server {
 namespace {
 
-PlannedPage Page(uint32_t kind, uint32_t first, uint32_t tokens, std::vector<uint64_t> streams) {
-  PlannedPage p;
-  p.spec = PageSpec{0, kind, first, tokens};
+kv::PlannedPage Page(uint32_t kind, uint32_t first, uint32_t tokens, std::vector<uint64_t> streams) {
+  kv::PlannedPage p;
+  p.spec = kv::PageSpec{0, kind, first, tokens};
   p.stream_bytes = std::move(streams);
   return p;
 }
 
 TEST(LayerInbox, StreamsLieInTheirContainersBackToBackInPlanOrder) {
   auto pool = HostBufferPool::Create({});
-  const std::vector<PlannedPage> pages = {Page(0, 0, 256, {1000, 700}), Page(0, 256, 256, {1000, 700}),
+  const std::vector<kv::PlannedPage> pages = {Page(0, 0, 256, {1000, 700}), Page(0, 256, 256, {1000, 700}),
                                           Page(1, 0, 256, {1000, 700}), Page(1, 256, 64, {300, 200})};
   absl::StatusOr<std::shared_ptr<LayerInbox>> inbox = LayerInbox::Create(pages, *pool, HostMemory::kPageable);
   ASSERT_TRUE(inbox.ok()) << inbox.status();

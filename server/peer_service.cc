@@ -5,6 +5,7 @@
 #include "codec/scheme.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "kv/layout_proto.h"
 #include "server/client_service.h"
 #include "server/proto_convert.h"
 
@@ -23,9 +24,9 @@ absl::StatusOr<OpenArgs> ParseOpen(const v1::OpenTransferRequest& r) {
   if (args.source_address.size() > 255) return absl::InvalidArgumentError("source_address is longer than 255 bytes");
   KVT_ASSIGN_OR_RETURN(args.scheme, SchemeFromProto(r.scheme()));
   if (!r.has_source_layout()) return absl::InvalidArgumentError("source_layout is missing");
-  KVT_ASSIGN_OR_RETURN(args.source_layout, LayoutFromProto(r.source_layout()));
+  KVT_ASSIGN_OR_RETURN(args.source_layout, kv::LayoutFromProto(r.source_layout()));
   // The dims and strides must make sense on their own; the source's region size is not ours to check.
-  KVT_RETURN_IF_ERROR(KvLayout::Create(args.source_layout, ~uint64_t{0}).status());
+  KVT_RETURN_IF_ERROR(kv::KvLayout::Create(args.source_layout, ~uint64_t{0}).status());
   args.num_tokens = r.num_tokens();
   args.page_tokens = r.page_tokens();
   if (r.chunk_tokens() < 1 || r.chunk_tokens() > 256) {
@@ -42,8 +43,8 @@ absl::StatusOr<OpenArgs> ParseOpen(const v1::OpenTransferRequest& r) {
       return absl::InvalidArgumentError(absl::StrFormat("a page announces %d streams, 1..%d allowed",
                                                         p.stream_bytes_size(), codec::kMaxStreams));
     }
-    PlannedPage page;
-    page.spec = PageSpec{p.layer(), p.kind(), p.first_token(), p.tokens()};
+    kv::PlannedPage page;
+    page.spec = kv::PageSpec{p.layer(), p.kind(), p.first_token(), p.tokens()};
     page.stream_bytes.assign(p.stream_bytes().begin(), p.stream_bytes().end());
     args.pages.push_back(std::move(page));
   }

@@ -14,12 +14,13 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kv/layout_proto.h"
+#include "kv/transfer_plan.h"
 #include "proto/kvt/v1/peer.grpc.pb.h"
 #include "server/encoded_layer.h"
 #include "server/gpu_region_codec.h"
 #include "server/proto_convert.h"
 #include "server/region_codec.h"
-#include "server/transfer_plan.h"
 
 namespace kvt::server {
 namespace {
@@ -44,7 +45,7 @@ absl::Status CheckReadyLayers(const std::vector<uint32_t>& ready_layers, uint32_
 
 class PrefillSide::OutboundRequest {
  public:
-  OutboundRequest(DaemonContext* context, OfferArgs args, RegionLease region, TransferPlan plan,
+  OutboundRequest(DaemonContext* context, OfferArgs args, RegionLease region, kv::TransferPlan plan,
                   std::shared_ptr<RequestRecord> record)
       : context_(context),
         args_(std::move(args)),
@@ -180,7 +181,7 @@ class PrefillSide::OutboundRequest {
     v1::OpenTransferRequest open;
     open.set_request_id(args_.request_id);
     open.mutable_scheme()->set_name(args_.scheme.Name());
-    *open.mutable_source_layout() = LayoutToProto(region_->layout().spec());
+    *open.mutable_source_layout() = kv::LayoutToProto(region_->layout().spec());
     open.set_num_tokens(args_.num_tokens);
     open.set_page_tokens(plan_.page_tokens);
     open.set_chunk_tokens(plan_.chunk_tokens);
@@ -190,7 +191,7 @@ class PrefillSide::OutboundRequest {
     open.set_deadline_ms(static_cast<uint32_t>(
         std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 1, 3600000)));
     for (const auto& layer : plan_.layers) {
-      for (const PlannedPage& page : layer) {
+      for (const kv::PlannedPage& page : layer) {
         v1::PageSpan* span = open.add_pages();
         span->set_layer(page.spec.layer);
         span->set_kind(page.spec.kind);
@@ -230,7 +231,7 @@ class PrefillSide::OutboundRequest {
     job->layer = layer;
     // A GPU encode holds a slot while it runs (and may wait for one): on the device workers, never a codec thread.
     CodecWorkers(*context_, codec_->on_device())->Submit([this, job] {
-      const std::vector<PlannedPage>& planned = plan_.layers[job->layer];
+      const std::vector<kv::PlannedPage>& planned = plan_.layers[job->layer];
       job->start = absl::Now();
       job->result = codec_->EncodeLayer(args_.block_ids, planned, args_.scheme, plan_.chunk_tokens);
       job->end = absl::Now();
@@ -365,14 +366,14 @@ class PrefillSide::OutboundRequest {
   // The planned wire bytes of `layer`.
   uint64_t LayerBytes(uint32_t layer) const {
     uint64_t bytes = 0;
-    for (const PlannedPage& p : plan_.layers[layer]) bytes += p.total_bytes();
+    for (const kv::PlannedPage& p : plan_.layers[layer]) bytes += p.total_bytes();
     return bytes;
   }
 
   DaemonContext* const context_;
   const OfferArgs args_;
   RegionLease region_;
-  const TransferPlan plan_;
+  const kv::TransferPlan plan_;
   const std::shared_ptr<RequestRecord> record_;
   const absl::Time deadline_;
   std::unique_ptr<RegionCodec> codec_;  // the region's (host or CUDA); used on the request's thread
@@ -421,11 +422,11 @@ absl::Status PrefillSide::Offer(const OfferArgs& args) {
     return live->second->AddLayers(args);
   }
   KVT_ASSIGN_OR_RETURN(RegionLease region, context_->regions->Acquire(args.region_id));
-  const KvLayout& layout = region->layout();
-  KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, args.block_ids, args.num_tokens));
+  const kv::KvLayout& layout = region->layout();
+  KVT_RETURN_IF_ERROR(kv::CheckRequestBlocks(layout, args.block_ids, args.num_tokens));
   KVT_RETURN_IF_ERROR(CheckReadyLayers(args.ready_layers, layout.spec().num_layers));
-  KVT_ASSIGN_OR_RETURN(TransferPlan plan,
-                       MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
+  KVT_ASSIGN_OR_RETURN(kv::TransferPlan plan,
+                       kv::MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
                                         args.num_tokens, context_->options->page_tokens,
                                         layout.spec().num_kv_heads * layout.spec().head_dim));
   if (region->on_gpu()) KVT_RETURN_IF_ERROR(CheckGpuPlan(layout, plan));

@@ -17,11 +17,11 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/scheme.h"
+#include "kv/page_plan.h"
+#include "kv/transfer_plan.h"
 #include "server/encoded_layer.h"
 #include "server/host_buffer_pool.h"
-#include "server/page_plan.h"
 #include "server/region_registry.h"
-#include "server/transfer_plan.h"
 #include "server/worker_pool.h"
 
 namespace kvt::server {
@@ -33,7 +33,7 @@ class RegionCodec {
   // Encodes one layer's `pages` (plan order) of the request whose blocks are `block_ids` into containers that lie
   // in one pooled buffer, released when the result is destroyed. Errors name the page.
   virtual absl::StatusOr<EncodedLayer> EncodeLayer(absl::Span<const uint32_t> block_ids,
-                                                   absl::Span<const PlannedPage> pages, const codec::Scheme& scheme,
+                                                   absl::Span<const kv::PlannedPage> pages, const codec::Scheme& scheme,
                                                    int chunk_tokens) = 0;
 
   // Whether encodes and decodes hold a GPU slot (and wait for one when all are busy): such calls run on the
@@ -49,7 +49,7 @@ class RegionCodec {
   // are checked as the codec checks any (header, lengths, CRCs): INVALID_ARGUMENT / DATA_LOSS name the page.
   // `urgent`: none of the pages' stages is in the blocks yet, which is what the engine waits for first; the codec
   // may let such a batch ahead of others (the GPU keeps slots for them).
-  virtual absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const PageSpec> pages,
+  virtual absl::Status DecodePages(absl::Span<const uint32_t> block_ids, absl::Span<const kv::PageSpec> pages,
                                    absl::Span<const absl::Span<const uint8_t>> containers, int stages, bool urgent) = 0;
 };
 

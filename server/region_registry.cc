@@ -22,7 +22,7 @@ RegionLease::~RegionLease() {
   if (region_ != nullptr) region_->leases_.fetch_sub(1);
 }
 
-absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvLayoutSpec& spec,
+absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const kv::KvLayoutSpec& spec,
                                          const std::string& shm_name, uint64_t size_bytes) {
   KVT_RETURN_IF_ERROR(ValidateId(region_id, "region_id", 128));
   {
@@ -31,16 +31,16 @@ absl::Status RegionRegistry::RegisterShm(const std::string& region_id, const KvL
       return absl::AlreadyExistsError(absl::StrCat("region \"", region_id, "\" is already registered"));
     }
   }
-  KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
+  KVT_ASSIGN_OR_RETURN(kv::KvLayout layout, kv::KvLayout::Create(spec, size_bytes));
   KVT_ASSIGN_OR_RETURN(std::unique_ptr<ShmRegion> memory, ShmRegion::Open(shm_name, size_bytes));
   return Publish(std::make_shared<Region>(region_id, layout, std::move(memory)));
 }
 
-absl::Status RegionRegistry::RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& spec,
+absl::Status RegionRegistry::RegisterCudaIpc(const std::string& region_id, const kv::KvLayoutSpec& spec,
                                              const std::string& handle, uint64_t size_bytes, int device,
                                              uint64_t offset_bytes) {
   KVT_RETURN_IF_ERROR(ValidateId(region_id, "region_id", 128));
-  KVT_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create(spec, size_bytes));
+  KVT_ASSIGN_OR_RETURN(kv::KvLayout layout, kv::KvLayout::Create(spec, size_bytes));
   KVT_ASSIGN_OR_RETURN(std::unique_ptr<IpcMapping> memory, IpcMapping::Open(handle, size_bytes, device, offset_bytes));
   return Publish(std::make_shared<Region>(region_id, layout, std::move(memory)));
 }

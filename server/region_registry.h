@@ -12,10 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "absl/types/span.h"
 #include "common/cuda_ipc.h"
-#include "server/kv_layout.h"
+#include "common/mutex.h"
+#include "kv/kv_layout.h"
 #include "server/shm_region.h"
 
 namespace kvt::server {
@@ -24,13 +24,13 @@ namespace kvt::server {
 // registration.
 class Region {
  public:
-  Region(std::string id, KvLayout layout, std::unique_ptr<ShmRegion> memory)
+  Region(std::string id, kv::KvLayout layout, std::unique_ptr<ShmRegion> memory)
       : id_(std::move(id)), layout_(layout), memory_(std::move(memory)) {}
-  Region(std::string id, KvLayout layout, std::unique_ptr<IpcMapping> gpu_memory)
+  Region(std::string id, kv::KvLayout layout, std::unique_ptr<IpcMapping> gpu_memory)
       : id_(std::move(id)), layout_(layout), gpu_memory_(std::move(gpu_memory)) {}
 
   const std::string& id() const { return id_; }
-  const KvLayout& layout() const { return layout_; }
+  const kv::KvLayout& layout() const { return layout_; }
   bool on_gpu() const { return gpu_memory_ != nullptr; }
   // Host regions: the whole mapped region; every access through it is checked by the page readers against its
   // size. Empty for GPU regions.
@@ -46,7 +46,7 @@ class Region {
   friend class RegionLease;
 
   const std::string id_;
-  const KvLayout layout_;
+  const kv::KvLayout layout_;
   const std::unique_ptr<ShmRegion> memory_;
   const std::unique_ptr<IpcMapping> gpu_memory_;
   std::atomic<int> leases_{0};
@@ -74,13 +74,13 @@ class RegionRegistry {
   // Maps `size_bytes` of shm segment `shm_name` and validates `layout` against it. INVALID_ARGUMENT for a bad
   // id, name or layout (the message names the field); ALREADY_EXISTS for a registered id; NOT_FOUND,
   // PERMISSION_DENIED or OUT_OF_RANGE from mapping the segment.
-  absl::Status RegisterShm(const std::string& region_id, const KvLayoutSpec& layout, const std::string& shm_name,
+  absl::Status RegisterShm(const std::string& region_id, const kv::KvLayoutSpec& layout, const std::string& shm_name,
                            uint64_t size_bytes);
   // Opens a CUDA IPC handle to another process's device allocation on `device`, takes its bytes
   // [offset_bytes, offset_bytes + size_bytes) as the region and validates `layout` against them.
   // FAILED_PRECONDITION when this daemon has no such GPU; INVALID_ARGUMENT for a range outside the allocation;
   // errors as RegisterShm otherwise.
-  absl::Status RegisterCudaIpc(const std::string& region_id, const KvLayoutSpec& layout, const std::string& handle,
+  absl::Status RegisterCudaIpc(const std::string& region_id, const kv::KvLayoutSpec& layout, const std::string& handle,
                                uint64_t size_bytes, int device, uint64_t offset_bytes = 0);
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION while a request holds a lease on it.
   absl::Status Unregister(const std::string& region_id);

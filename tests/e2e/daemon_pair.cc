@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "common/status_macros.h"
+#include "kv/float16.h"
+#include "kv/kv_page_io.h"
+#include "kv/layout_proto.h"
+#include "kv/reference_transfer.h"
 #include "proto/kvt/v1/layout.pb.h"
-#include "server/float16.h"
-#include "server/kv_page_io.h"
-#include "server/proto_convert.h"
-#include "server/reference_transfer.h"
 
 namespace kvt::e2e {
 namespace {
@@ -23,18 +23,18 @@ std::atomic<int> next_segment{0};
 
 }  // namespace
 
-v1::KvLayout KvCache::proto() const { return server::LayoutToProto(spec); }
+v1::KvLayout KvCache::proto() const { return kv::LayoutToProto(spec); }
 
-server::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
-                                 uint32_t head_dim, server::KvDType dtype, server::BlockOrder order,
+kv::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
+                                 uint32_t head_dim, kv::KvDType dtype, kv::BlockOrder order,
                                  uint32_t head_begin, uint32_t total_heads) {
-  server::KvLayoutSpec s = server::DenseLayoutSpec(layers, blocks, block_tokens, heads, head_dim, dtype, order);
+  kv::KvLayoutSpec s = kv::DenseLayoutSpec(layers, blocks, block_tokens, heads, head_dim, dtype, order);
   s.head_begin = head_begin;
   s.total_kv_heads = total_heads;
   return s;
 }
 
-absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t seed, bool fill) {
+absl::StatusOr<KvCache> MakeKvCache(const kv::KvLayoutSpec& spec, uint32_t seed, bool fill) {
   KvCache cache;
   cache.spec = spec;
   const uint64_t bytes = spec.layer_stride_bytes * spec.num_layers;
@@ -43,7 +43,7 @@ absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t s
   if (!fill) return cache;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const size_t values = bytes / server::DTypeBytes(spec.dtype);
+  const size_t values = bytes / kv::DTypeBytes(spec.dtype);
   const uint32_t channels = spec.num_kv_heads * spec.head_dim;
   std::vector<float> scale(channels);
   for (uint32_t c = 0; c < channels; ++c) scale[c] = (c % 37 == 5) ? 20.0f : 0.5f + 0.05f * (c % 11);
@@ -51,13 +51,13 @@ absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t s
   for (size_t i = 0; i < values; ++i) v[i] = normal(rng) * scale[(i / 1) % channels];
   uint8_t* out = cache.memory->data();
   switch (spec.dtype) {
-    case server::KvDType::kBf16:
-      server::FloatToBf16(v.data(), values, out);
+    case kv::KvDType::kBf16:
+      kv::FloatToBf16(v.data(), values, out);
       break;
-    case server::KvDType::kFp16:
-      server::FloatToFp16(v.data(), values, out);
+    case kv::KvDType::kFp16:
+      kv::FloatToFp16(v.data(), values, out);
       break;
-    case server::KvDType::kFp32:
+    case kv::KvDType::kFp32:
       std::memcpy(out, v.data(), values * sizeof(float));
       break;
   }
@@ -65,13 +65,13 @@ absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t s
 }
 
 absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, const std::vector<uint32_t>& blocks_src,
-                                                           const server::KvLayoutSpec& dst,
+                                                           const kv::KvLayoutSpec& dst,
                                                            const std::vector<uint32_t>& blocks_dst,
                                                            uint64_t num_tokens, const std::string& scheme_name,
                                                            const std::vector<uint8_t>& dst_before, int stages) {
-  KVT_ASSIGN_OR_RETURN(server::KvLayout src_layout, server::KvLayout::Create(src.spec, src.memory->size()));
-  KVT_ASSIGN_OR_RETURN(server::KvLayout dst_layout, server::KvLayout::Create(dst, dst_before.size()));
-  server::ReferenceTransfer t;
+  KVT_ASSIGN_OR_RETURN(kv::KvLayout src_layout, kv::KvLayout::Create(src.spec, src.memory->size()));
+  KVT_ASSIGN_OR_RETURN(kv::KvLayout dst_layout, kv::KvLayout::Create(dst, dst_before.size()));
+  kv::ReferenceTransfer t;
   t.src_layout = &src_layout;
   t.src = absl::MakeConstSpan(src.memory->data(), src.memory->size());
   t.src_blocks = blocks_src;
@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, c
   KVT_ASSIGN_OR_RETURN(t.scheme, codec::ParseScheme(scheme_name));
   t.stages = stages;
   std::vector<uint8_t> expected = dst_before;
-  KVT_RETURN_IF_ERROR(server::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
+  KVT_RETURN_IF_ERROR(kv::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
   return expected;
 }
 

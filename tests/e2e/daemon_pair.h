@@ -11,33 +11,33 @@
 #include "absl/status/statusor.h"
 #include "client/client.h"
 #include "client/shm_segment.h"
+#include "kv/kv_layout.h"
 #include "proto/kvt/v1/layout.pb.h"
 #include "server/daemon.h"
-#include "server/kv_layout.h"
 
 namespace kvt::e2e {
 
 // A KV cache in a shared-memory segment, with its layout.
 struct KvCache {
-  server::KvLayoutSpec spec;
+  kv::KvLayoutSpec spec;
   std::unique_ptr<client::ShmSegment> memory;
   v1::KvLayout proto() const;
 };
 
 // Dense layout: [layer][K/V][num_blocks][...] with the given order and dtype.
-server::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
-                                 uint32_t head_dim, server::KvDType dtype = server::KvDType::kBf16,
-                                 server::BlockOrder order = server::BlockOrder::kNhd, uint32_t head_begin = 0,
+kv::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
+                                 uint32_t head_dim, kv::KvDType dtype = kv::KvDType::kBf16,
+                                 kv::BlockOrder order = kv::BlockOrder::kNhd, uint32_t head_begin = 0,
                                  uint32_t total_heads = 0);
 
 // Creates the segment (name unique per process and call) and fills every value with a seeded KV-like pattern
 // (per-channel scale, a few outlier channels); `fill` false leaves zeros.
-absl::StatusOr<KvCache> MakeKvCache(const server::KvLayoutSpec& spec, uint32_t seed, bool fill);
+absl::StatusOr<KvCache> MakeKvCache(const kv::KvLayoutSpec& spec, uint32_t seed, bool fill);
 
 // What the decode region's bytes must be after a full-precision transfer of `blocks_src` of `src` into
 // `blocks_dst` of a region shaped like `dst` (other bytes as in `dst_before`).
 absl::StatusOr<std::vector<uint8_t>> ExpectedAfterTransfer(const KvCache& src, const std::vector<uint32_t>& blocks_src,
-                                                           const server::KvLayoutSpec& dst,
+                                                           const kv::KvLayoutSpec& dst,
                                                            const std::vector<uint32_t>& blocks_dst,
                                                            uint64_t num_tokens, const std::string& scheme,
                                                            const std::vector<uint8_t>& dst_before, int stages = 0);

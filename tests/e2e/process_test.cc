@@ -185,7 +185,7 @@ class ProcessTest : public ::testing::Test {
 
   // A filled source cache registered as "src" on `prefill` and an empty one registered as "dst" on `decode`.
   void MakeRegions(const std::string& prefill, const std::string& decode, uint32_t layers, uint32_t blocks) {
-    const server::KvLayoutSpec layout = DenseLayout(layers, blocks, kBlockTokens, kHeads, kHeadDim);
+    const kv::KvLayoutSpec layout = DenseLayout(layers, blocks, kBlockTokens, kHeads, kHeadDim);
     absl::StatusOr<KvCache> src = MakeKvCache(layout, 11, true);
     ASSERT_TRUE(src.ok()) << src.status();
     src_ = *std::move(src);

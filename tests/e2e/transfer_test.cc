@@ -43,7 +43,7 @@ class TransferTest : public ::testing::Test {
   }
 
   // Registers a filled source cache on the prefill daemon and an empty one on the decode daemon.
-  void MakeRegions(const server::KvLayoutSpec& src, const server::KvLayoutSpec& dst) {
+  void MakeRegions(const kv::KvLayoutSpec& src, const kv::KvLayoutSpec& dst) {
     auto s = MakeKvCache(src, 7, true);
     ASSERT_TRUE(s.ok()) << s.status();
     src_ = *std::move(s);
@@ -188,8 +188,8 @@ TEST_F(TransferTest, LayersOfferedOneByOneAllArrive) {
 TEST_F(TransferTest, DecodeRegionWithASubsetOfHeadsGetsOnlyThoseHeads) {
   const auto src_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, kHeads, kHeadDim);
   // The decode engine shards KV heads two ways; this region holds heads [2, 4).
-  const auto dst_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, 2, kHeadDim, server::KvDType::kBf16,
-                                      server::BlockOrder::kHnd, /*head_begin=*/2, /*total_heads=*/kHeads);
+  const auto dst_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, 2, kHeadDim, kv::KvDType::kBf16,
+                                      kv::BlockOrder::kHnd, /*head_begin=*/2, /*total_heads=*/kHeads);
   MakeRegions(src_layout, dst_layout);
   const std::vector<uint32_t> blocks = Shuffled(12, 0, 5);
   const std::vector<uint8_t> before = DstBytes();

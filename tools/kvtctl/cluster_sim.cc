@@ -13,7 +13,7 @@
 #include "codec/options.h"
 #include "codec/scheme.h"
 #include "common/status_macros.h"
-#include "server/transfer_plan.h"
+#include "kv/transfer_plan.h"
 #include "transport/chunk_header.h"
 #include "transport/clock.h"
 #include "transport/lane_scheduler.h"
@@ -109,11 +109,11 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& c, const SimRun& run, const 
   std::map<int, std::vector<std::vector<uint64_t>>> layer_pages;
   for (const SimArrival& a : arrivals) {
     if (layer_pages.count(a.tokens)) continue;
-    KVT_ASSIGN_OR_RETURN(const server::TransferPlan plan,
-                         server::MakeTransferPlan(scheme, codec::CodecOptions{}.chunk_tokens, 1, a.tokens, 0,
+    KVT_ASSIGN_OR_RETURN(const kv::TransferPlan plan,
+                         kv::MakeTransferPlan(scheme, codec::CodecOptions{}.chunk_tokens, 1, a.tokens, 0,
                                                   model.channels()));
     std::vector<std::vector<uint64_t>> pages;
-    for (const server::PlannedPage& page : plan.layers[0]) pages.push_back(page.stream_bytes);
+    for (const kv::PlannedPage& page : plan.layers[0]) pages.push_back(page.stream_bytes);
     layer_pages[a.tokens] = std::move(pages);
   }
 

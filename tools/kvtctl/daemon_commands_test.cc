@@ -68,7 +68,7 @@ class DaemonCommandsTest : public ::testing::Test {
     prefill_client_ = std::move(pair->prefill_client);
     decode_client_ = std::move(pair->decode_client);
 
-    const server::KvLayoutSpec layout = e2e::DenseLayout(kLayers, kBlocks, kBlockTokens, 2, 64);
+    const kv::KvLayoutSpec layout = e2e::DenseLayout(kLayers, kBlocks, kBlockTokens, 2, 64);
     auto src = e2e::MakeKvCache(layout, 7, true);
     ASSERT_TRUE(src.ok()) << src.status();
     src_ = std::make_unique<e2e::KvCache>(*std::move(src));

@@ -21,12 +21,12 @@
 #include "codec/gpu/cuda_util.h"
 #include "common/cuda_ipc.h"
 #include "common/status_macros.h"
-#include "server/float16.h"
-#include "server/kv_layout.h"
-#include "server/kv_page_io.h"
-#include "server/proto_convert.h"
-#include "server/reference_transfer.h"
-#include "server/transfer_plan.h"
+#include "kv/float16.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_page_io.h"
+#include "kv/layout_proto.h"
+#include "kv/reference_transfer.h"
+#include "kv/transfer_plan.h"
 #include "tools/kvtctl/daemon_process.h"
 #include "tools/kvtctl/host_cpu.h"
 #include "tools/kvtctl/stage_table.h"
@@ -148,10 +148,10 @@ class DemoKvCache {
 // What a decode of `stages` streams gives for one layer's K or V, paged as the daemons page it.
 absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, const std::vector<float>& x, int tokens,
                                                int channels, int page_tokens, int stages) {
-  KVT_ASSIGN_OR_RETURN(server::TransferPlan plan,
-                       server::MakeTransferPlan(scheme, 32, 1, tokens, page_tokens, channels));
+  KVT_ASSIGN_OR_RETURN(kv::TransferPlan plan,
+                       kv::MakeTransferPlan(scheme, 32, 1, tokens, page_tokens, channels));
   std::vector<float> out(x.size());
-  for (const server::PlannedPage& page : plan.layers[0]) {
+  for (const kv::PlannedPage& page : plan.layers[0]) {
     if (page.spec.kind != 0) continue;
     const size_t offset = static_cast<size_t>(page.spec.first_token) * channels;
     const int t = static_cast<int>(page.spec.tokens);
@@ -163,11 +163,11 @@ absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, cons
 }
 
 // Layer `layer`'s K (kind 0) or V of a request as float [tokens, channels].
-absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, absl::Span<const uint8_t> region,
+absl::StatusOr<std::vector<float>> ReadLayer(const kv::KvLayout& layout, absl::Span<const uint8_t> region,
                                              const std::vector<uint32_t>& blocks, int tokens, int layer, int kind) {
   std::vector<float> out(static_cast<size_t>(tokens) * layout.spec().num_kv_heads * layout.spec().head_dim);
-  KVT_RETURN_IF_ERROR(server::GatherPage(layout, region, blocks,
-                                         server::PageSpec{static_cast<uint32_t>(layer), static_cast<uint32_t>(kind),
+  KVT_RETURN_IF_ERROR(kv::GatherPage(layout, region, blocks,
+                                         kv::PageSpec{static_cast<uint32_t>(layer), static_cast<uint32_t>(kind),
                                                           0, static_cast<uint32_t>(tokens)},
                                          absl::MakeSpan(out)));
   return out;
@@ -175,11 +175,11 @@ absl::StatusOr<std::vector<float>> ReadLayer(const server::KvLayout& layout, abs
 
 // Whether layers `layers` of the decode region hold exactly what the codec's own full decode of the source
 // gives, rounded to the region's dtype (the daemons' contract, CPU or GPU path alike).
-absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<const uint8_t> src,
+absl::StatusOr<bool> VerifyLayers(const kv::KvLayout& layout, absl::Span<const uint8_t> src,
                                   const std::vector<uint32_t>& src_blocks, absl::Span<const uint8_t> dst,
                                   const std::vector<uint32_t>& dst_blocks, int tokens, int page_tokens,
                                   const codec::Scheme& scheme, const std::vector<int>& layers) {
-  server::ReferenceTransfer t;
+  kv::ReferenceTransfer t;
   t.src_layout = &layout;
   t.src = src;
   t.src_blocks = src_blocks;
@@ -190,7 +190,7 @@ absl::StatusOr<bool> VerifyLayers(const server::KvLayout& layout, absl::Span<con
   t.scheme = scheme;
   t.layers = layers;
   std::vector<uint8_t> expected(dst.begin(), dst.end());
-  KVT_RETURN_IF_ERROR(server::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
+  KVT_RETURN_IF_ERROR(kv::ApplyReferenceTransfer(t, absl::MakeSpan(expected)));
   return std::equal(expected.begin(), expected.end(), dst.begin());
 }
 
@@ -259,8 +259,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   const int channels = kv.model.channels();
   const int total_tokens = std::max(o.tokens, o.warmup_tokens);
   const uint32_t blocks = static_cast<uint32_t>((total_tokens + kBlockTokens - 1) / kBlockTokens);
-  const server::KvLayoutSpec spec =
-      server::DenseLayoutSpec(report.layers, blocks, kBlockTokens, kv.model.kv_heads, kv.model.head_dim);
+  const kv::KvLayoutSpec spec =
+      kv::DenseLayoutSpec(report.layers, blocks, kBlockTokens, kv.model.kv_heads, kv.model.head_dim);
   const uint64_t region_bytes = spec.layer_stride_bytes * spec.num_layers;
   report.kv_bytes_bf16 = uint64_t{2} * report.layers * o.tokens * channels * 2;
   report.transports = absl::StrCat("UCX ", o.ucx_tls, " on loopback, ", report.ucx_workers, " UCX worker(s) a daemon");
@@ -269,7 +269,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   const std::string stem = absl::StrCat("/kvt-demo-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
   KVT_ASSIGN_OR_RETURN(auto src_kv, DemoKvCache::Create(stem + "-prefill", region_bytes, o.gpu));
   KVT_ASSIGN_OR_RETURN(auto dst_kv, DemoKvCache::Create(stem + "-decode", region_bytes, o.gpu));
-  KVT_ASSIGN_OR_RETURN(server::KvLayout layout, server::KvLayout::Create(spec, region_bytes));
+  KVT_ASSIGN_OR_RETURN(kv::KvLayout layout, kv::KvLayout::Create(spec, region_bytes));
   std::vector<uint32_t> src_blocks(blocks), dst_blocks(blocks);
   std::iota(src_blocks.begin(), src_blocks.end(), 0);
   std::iota(dst_blocks.begin(), dst_blocks.end(), 0);
@@ -283,11 +283,11 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   // written into its own blocks of the source region, and kept for the fidelity check if it is an eval layer.
   auto make_layer = [&](int l, std::optional<EvalLayer>* kept) -> absl::Status {
     codec::eval::LayerKv layer = codec::eval::GenerateLayer(kv, l);
-    const server::PageSpec whole_k{static_cast<uint32_t>(l), 0, 0, static_cast<uint32_t>(o.tokens)};
-    const server::PageSpec whole_v{static_cast<uint32_t>(l), 1, 0, static_cast<uint32_t>(o.tokens)};
+    const kv::PageSpec whole_k{static_cast<uint32_t>(l), 0, 0, static_cast<uint32_t>(o.tokens)};
+    const kv::PageSpec whole_v{static_cast<uint32_t>(l), 1, 0, static_cast<uint32_t>(o.tokens)};
     const absl::Span<uint8_t> region = src_kv->host();
-    KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_k, layer.k, 0, kv.model.kv_heads));
-    KVT_RETURN_IF_ERROR(server::ScatterPage(layout, region, src_blocks, whole_v, layer.v, 0, kv.model.kv_heads));
+    KVT_RETURN_IF_ERROR(kv::ScatterPage(layout, region, src_blocks, whole_k, layer.k, 0, kv.model.kv_heads));
+    KVT_RETURN_IF_ERROR(kv::ScatterPage(layout, region, src_blocks, whole_v, layer.v, 0, kv.model.kv_heads));
     if (std::find(eval_layer_ids.begin(), eval_layer_ids.end(), l) != eval_layer_ids.end()) {
       EvalLayer e;
       e.layer = l;
@@ -325,7 +325,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     }
   }
   KVT_RETURN_IF_ERROR(src_kv->Upload());
-  const v1::KvLayout proto = server::LayoutToProto(spec);
+  const v1::KvLayout proto = kv::LayoutToProto(spec);
   std::vector<uint32_t> all_layers(report.layers);
   std::iota(all_layers.begin(), all_layers.end(), 0);
 
@@ -449,7 +449,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
                              LocalDecode(schemes[i], e.v, o.tokens, channels, o.page_tokens, 1));
         // The decode blocks hold bf16: round the anchor view the same way.
         for (std::vector<float>* x : {&k_anchor, &v_anchor}) {
-          for (float& value : *x) value = server::Bf16BitsToFloat(server::FloatToBf16Bits(value));
+          for (float& value : *x) value = kv::Bf16BitsToFloat(kv::FloatToBf16Bits(value));
         }
         KVT_ASSIGN_OR_RETURN(codec::eval::MeanAccumulator a, e.probe->Evaluate(k_anchor, v_anchor));
         anchor_acc.Merge(a);

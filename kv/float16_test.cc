@@ -1,4 +1,4 @@
-#include "server/float16.h"
+#include "kv/float16.h"
 
 #include <cfloat>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 // Reference widening, written from the formats' definitions.
@@ -122,12 +122,12 @@ TEST(Float16, NanStaysNanInfStaysInfAndOverflowBecomesInf) {
   EXPECT_TRUE(std::isnan(Fp16BitsToFloat(FloatToFp16Bits(nan))));
   EXPECT_TRUE(std::isnan(Fp16BitsToFloat(FloatToFp16Bits(neg_nan))));
   // A NaN whose payload lies only in the bits bf16 drops must not become inf.
-  EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(BitsFloat(0x7F800001u)))));
-  EXPECT_TRUE(std::isnan(Fp16BitsToFloat(FloatToFp16Bits(BitsFloat(0x7F800001u)))));
+  EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(BitsToFloat(0x7F800001u)))));
+  EXPECT_TRUE(std::isnan(Fp16BitsToFloat(FloatToFp16Bits(BitsToFloat(0x7F800001u)))));
   // Payload rules (those of x86's F16C): set the quiet bit, keep the payload's top bits.
-  EXPECT_EQ(FloatToFp16Bits(BitsFloat(0x7FA00001u)), 0x7F00);
-  EXPECT_EQ(FloatToFp16Bits(BitsFloat(0xFFC12345u)), 0xFE09);
-  EXPECT_EQ(FloatToBf16Bits(BitsFloat(0x7FA00001u)), 0x7FE0);
+  EXPECT_EQ(FloatToFp16Bits(BitsToFloat(0x7FA00001u)), 0x7F00);
+  EXPECT_EQ(FloatToFp16Bits(BitsToFloat(0xFFC12345u)), 0xFE09);
+  EXPECT_EQ(FloatToBf16Bits(BitsToFloat(0x7FA00001u)), 0x7FE0);
   EXPECT_EQ(FloatBits(Fp16BitsToFloat(0xFDFF)), 0xFFFFE000u);
   EXPECT_EQ(FloatToBf16Bits(INFINITY), 0x7F80);
   EXPECT_EQ(FloatToBf16Bits(-INFINITY), 0xFF80);
@@ -148,7 +148,7 @@ std::vector<float> RandomFloats(size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) {
     switch (i % 3) {
       case 0:  // any bit pattern: NaNs, infs, float subnormals, huge values
-        v[i] = BitsFloat(static_cast<uint32_t>(rng()));
+        v[i] = BitsToFloat(static_cast<uint32_t>(rng()));
         break;
       case 1:  // fp16's range, subnormals included
         v[i] = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
@@ -253,4 +253,4 @@ TEST(Float16, TheDefaultBulkFunctionsGiveTheScalarBits) {
 }
 
 }  // namespace
-}  // namespace kvt::server
+}  // namespace kvt::kv

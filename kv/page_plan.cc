@@ -1,10 +1,10 @@
-#include "server/page_plan.h"
+#include "kv/page_plan.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids,
                                 uint64_t num_tokens) {
@@ -43,4 +43,4 @@ absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_
   return absl::OkStatus();
 }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv

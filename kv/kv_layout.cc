@@ -1,10 +1,10 @@
-#include "server/kv_layout.h"
+#include "kv/kv_layout.h"
 
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 // a * b, or nullopt-like failure through `ok`.
@@ -94,4 +94,4 @@ KvLayoutSpec DenseLayoutSpec(uint32_t num_layers, uint32_t num_blocks, uint32_t 
   return s;
 }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -1,4 +1,4 @@
-#include "server/transfer_plan.h"
+#include "kv/transfer_plan.h"
 
 #include <cstdint>
 
@@ -6,7 +6,7 @@
 #include "codec/scheme.h"
 #include "gtest/gtest.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 codec::Scheme Lynx() { return *codec::ParseScheme("lynx"); }
@@ -58,4 +58,4 @@ TEST(MakeTransferPlan, BadDimensionsAreStillRejected) {
 }
 
 }  // namespace
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -1,11 +1,11 @@
-#include "server/float16.h"
+#include "kv/float16.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
 
 #define KVT_AVX2_F16C __attribute__((target("avx2,f16c")))
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 // The scalar conversions over an index, inlined into each path's function so that the compiler vectorizes
@@ -102,4 +102,4 @@ void Fp16ToFloat(const uint8_t* src, size_t n, float* dst) { Fp16ToFloatOn(Best(
 void FloatToBf16(const float* src, size_t n, uint8_t* dst) { FloatToBf16On(Best(), src, n, dst); }
 void FloatToFp16(const float* src, size_t n, uint8_t* dst) { FloatToFp16On(Best(), src, n, dst); }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv

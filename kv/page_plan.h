@@ -1,18 +1,18 @@
 // A request's pages (docs/FORMAT.md) as the page readers take them, and whether a request's engine blocks can
-// hold its tokens. The page plan itself is server/transfer_plan.h. Pure functions; thread-safe.
+// hold its tokens. The page plan itself is kv/transfer_plan.h. Pure functions; thread-safe.
 //
 //   KVT_RETURN_IF_ERROR(CheckRequestBlocks(layout, block_ids, num_tokens));   // once per request
-#ifndef KVT_SERVER_PAGE_PLAN_H_
-#define KVT_SERVER_PAGE_PLAN_H_
+#ifndef KVT_KV_PAGE_PLAN_H_
+#define KVT_KV_PAGE_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "server/kv_layout.h"
+#include "kv/kv_layout.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 // Most tokens one request may have: token numbers are uint32 in PageSpec.
 inline constexpr uint64_t kMaxRequestTokens = UINT32_MAX;
@@ -38,6 +38,6 @@ struct PageSpec {
 absl::Status CheckRequestBlocks(const KvLayout& layout, absl::Span<const uint32_t> block_ids,
                                 uint64_t num_tokens);
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_PAGE_PLAN_H_
+#endif  // KVT_KV_PAGE_PLAN_H_

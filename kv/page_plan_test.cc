@@ -1,11 +1,11 @@
-#include "server/page_plan.h"
+#include "kv/page_plan.h"
 
 #include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 KvLayout MakeLayout(uint32_t block_tokens, uint32_t num_blocks = 10) {
@@ -83,4 +83,4 @@ TEST(CheckRequestBlocks, ARepeatedIdIsRejectedWithBothPositions) {
 }
 
 }  // namespace
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -1,12 +1,12 @@
-#include "server/kv_page_io.h"
+#include "kv/kv_page_io.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/float16.h"
+#include "kv/float16.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 // The part of a page that lies in one block: `count` tokens from token `first_in_block` of the block at byte
@@ -171,4 +171,4 @@ absl::Status ScatterPage(const KvLayout& layout, absl::Span<uint8_t> region,
   });
 }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -6,17 +6,17 @@
 //
 //   std::vector<float> page_values(page.tokens * layout.spec().num_kv_heads * layout.spec().head_dim);
 //   KVT_RETURN_IF_ERROR(GatherPage(layout, region_bytes, block_ids, page, absl::MakeSpan(page_values)));
-#ifndef KVT_SERVER_KV_PAGE_IO_H_
-#define KVT_SERVER_KV_PAGE_IO_H_
+#ifndef KVT_KV_KV_PAGE_IO_H_
+#define KVT_KV_KV_PAGE_IO_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "server/kv_layout.h"
-#include "server/page_plan.h"
+#include "kv/kv_layout.h"
+#include "kv/page_plan.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 // Common to both directions:
 // - `region` is the region's mapped bytes (offset 0 = the region's start, as the layout's offsets count);
@@ -42,6 +42,6 @@ absl::Status ScatterPage(const KvLayout& layout, absl::Span<uint8_t> region,
                          absl::Span<const uint32_t> block_ids, const PageSpec& page,
                          absl::Span<const float> page_values, uint32_t page_head_begin, uint32_t page_heads);
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_KV_PAGE_IO_H_
+#endif  // KVT_KV_KV_PAGE_IO_H_

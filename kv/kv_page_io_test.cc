@@ -1,4 +1,4 @@
-#include "server/kv_page_io.h"
+#include "kv/kv_page_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/float16.h"
+#include "kv/float16.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 constexpr uint8_t kSentinel = 0xA5;
@@ -367,4 +367,4 @@ TEST(ScatterNarrowing, Fp16RoundsTiesToEvenKeepsNanAndOverflowsToInf) {
 }
 
 }  // namespace
-}  // namespace kvt::server
+}  // namespace kvt::kv

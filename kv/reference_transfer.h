@@ -2,17 +2,17 @@
 // tests and `kvtctl demo --verify` check it. The source's pages, planned as the daemons plan them, encoded with the
 // codec, decoded with the first `stages` streams, rounded into the destination's dtype and heads.
 // Thread-compatible (pure function of its inputs).
-#ifndef KVT_SERVER_REFERENCE_TRANSFER_H_
-#define KVT_SERVER_REFERENCE_TRANSFER_H_
+#ifndef KVT_KV_REFERENCE_TRANSFER_H_
+#define KVT_KV_REFERENCE_TRANSFER_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "codec/scheme.h"
-#include "server/kv_layout.h"
+#include "kv/kv_layout.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 struct ReferenceTransfer {
   const KvLayout* src_layout = nullptr;
@@ -31,6 +31,6 @@ struct ReferenceTransfer {
 // Writes the pages `t` names into `dst` (bytes of a region shaped like *t.dst_layout); other bytes stay as they are.
 absl::Status ApplyReferenceTransfer(const ReferenceTransfer& t, absl::Span<uint8_t> dst);
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_REFERENCE_TRANSFER_H_
+#endif  // KVT_KV_REFERENCE_TRANSFER_H_

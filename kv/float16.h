@@ -1,34 +1,27 @@
 // IEEE binary16 (fp16) and bfloat16 <-> float32 conversions for moving engine KV blocks, one value at a time
 // and in bulk. Narrowing rounds to nearest, ties to even; overflow gives +-inf, as IEEE does (unlike the
-// codec's saturating formats in codec/internal). A NaN stays NaN, made quiet, keeping as much of its payload
+// codec's saturating formats in numerics/float16.h). A NaN stays NaN, made quiet, keeping as much of its payload
 // as fits: bit for bit what x86's F16C instructions do, so every path below gives the same bytes. Pure
 // functions; thread-safe.
 //
-//   server::Bf16ToFloat(block_bytes, n, page_row);    // engine bytes (host order, any alignment) -> float
-//   server::FloatToFp16(page_row, n, block_bytes);
-#ifndef KVT_SERVER_FLOAT16_H_
-#define KVT_SERVER_FLOAT16_H_
+//   kv::Bf16ToFloat(block_bytes, n, page_row);    // engine bytes (host order, any alignment) -> float
+//   kv::FloatToFp16(page_row, n, block_bytes);
+#ifndef KVT_KV_FLOAT16_H_
+#define KVT_KV_FLOAT16_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-namespace kvt::server {
+#include "numerics/bits.h"
 
-inline uint32_t FloatBits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof(b));
-  return b;
-}
+namespace kvt::kv {
 
-inline float BitsFloat(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof(x));
-  return x;
-}
+using numerics::BitsToFloat;
+using numerics::FloatBits;
 
 // Exact.
-inline float Bf16BitsToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
+inline float Bf16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 inline uint16_t FloatToBf16Bits(float x) {
   const uint32_t u = FloatBits(x);
@@ -46,13 +39,13 @@ inline float Fp16BitsToFloat(uint16_t h) {
   const uint32_t quiet = (0u - static_cast<uint32_t>((body & 0x007FE000u) != 0)) & 0x00400000u;
   const uint32_t special = (normal + 0x38000000u) | quiet;  // inf / NaN: exponent 255; a NaN made quiet
   const uint32_t subnormal =
-      FloatBits(BitsFloat(normal + 0x00800000u) - 6.103515625e-05f);  // (1+m)2^-14 - 2^-14
+      FloatBits(BitsToFloat(normal + 0x00800000u) - 6.103515625e-05f);  // (1+m)2^-14 - 2^-14
   // Selects by mask, not ?: on values, so that GCC keeps the float subtraction unconditional.
   const uint32_t is_special = 0u - static_cast<uint32_t>(exp == 0x0F800000u);
   const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exp == 0);
   const uint32_t bits =
       (special & is_special) | (subnormal & is_subnormal) | (normal & ~(is_special | is_subnormal));
-  return BitsFloat(bits | sign);
+  return BitsToFloat(bits | sign);
 }
 
 // Branch-free (every candidate is computed, one is selected) so that loops over it vectorize.
@@ -65,7 +58,7 @@ inline uint16_t FloatToFp16Bits(float x) {
   const uint32_t normal = (a + 0xC8000FFFu + ((a >> 13) & 1u)) >> 13;
   // |x| < 2^-14: adding 0.5 puts the fp16 subnormal quantum (2^-24) at the float's last mantissa bit, so the
   // FPU's own round-to-nearest-even does the rounding.
-  const uint32_t subnormal = FloatBits(BitsFloat(a) + 0.5f) - 0x3F000000u;
+  const uint32_t subnormal = FloatBits(BitsToFloat(a) + 0.5f) - 0x3F000000u;
   // NaN -> quiet NaN with the payload's top bits; inf and |x| >= 2^16 -> inf.
   const uint32_t special = a > 0x7F800000u ? 0x7E00u | ((a >> 13) & 0x3FFu) : 0x7C00u;
   const uint32_t is_special = 0u - static_cast<uint32_t>(a >= 0x47800000u);
@@ -95,6 +88,6 @@ void Fp16ToFloatOn(ConvertPath path, const uint8_t* src, size_t n, float* dst);
 void FloatToBf16On(ConvertPath path, const float* src, size_t n, uint8_t* dst);
 void FloatToFp16On(ConvertPath path, const float* src, size_t n, uint8_t* dst);
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_FLOAT16_H_
+#endif  // KVT_KV_FLOAT16_H_

@@ -2,15 +2,15 @@
 // layer l's K or V tensor starts, where token t of head h lives inside a block. All offsets are checked against
 // 64-bit overflow once, at validation, so accessors can be used on the hot path without re-checking.
 // Plain value; thread-compatible.
-#ifndef KVT_SERVER_KV_LAYOUT_H_
-#define KVT_SERVER_KV_LAYOUT_H_
+#ifndef KVT_KV_KV_LAYOUT_H_
+#define KVT_KV_KV_LAYOUT_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 enum class KvDType : uint8_t { kBf16 = 1, kFp16 = 2, kFp32 = 3 };
 enum class BlockOrder : uint8_t { kNhd = 1, kHnd = 2 };
@@ -72,6 +72,6 @@ class KvLayout {
   uint64_t block_bytes_;
 };
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_KV_LAYOUT_H_
+#endif  // KVT_KV_KV_LAYOUT_H_

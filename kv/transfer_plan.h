@@ -3,17 +3,17 @@
 // then a page shorter than one chunk (the codec's rule). Each page carries the byte length of every stream of
 // its container, so the decode side can bound each chunk before anything arrives. Layer l travels as one
 // data-plane transfer whose streams are (page index within the layer, stage). Plain value.
-#ifndef KVT_SERVER_TRANSFER_PLAN_H_
-#define KVT_SERVER_TRANSFER_PLAN_H_
+#ifndef KVT_KV_TRANSFER_PLAN_H_
+#define KVT_KV_TRANSFER_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "codec/scheme.h"
-#include "server/page_plan.h"
+#include "kv/page_plan.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 struct PlannedPage {
   PageSpec spec;
@@ -39,6 +39,6 @@ struct TransferPlan {
 absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int chunk_tokens, uint32_t num_layers,
                                               uint64_t num_tokens, uint32_t target_page_tokens, uint32_t channels);
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
 
-#endif  // KVT_SERVER_TRANSFER_PLAN_H_
+#endif  // KVT_KV_TRANSFER_PLAN_H_

@@ -1,14 +1,14 @@
-#include "server/reference_transfer.h"
+#include "kv/reference_transfer.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "codec/codec.h"
 #include "common/status_macros.h"
-#include "server/kv_page_io.h"
-#include "server/transfer_plan.h"
+#include "kv/kv_page_io.h"
+#include "kv/transfer_plan.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 
 absl::Status ApplyReferenceTransfer(const ReferenceTransfer& t, absl::Span<uint8_t> dst) {
   const KvLayoutSpec& src = t.src_layout->spec();
@@ -38,4 +38,4 @@ absl::Status ApplyReferenceTransfer(const ReferenceTransfer& t, absl::Span<uint8
   return absl::OkStatus();
 }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -1,10 +1,10 @@
-#include "server/kv_layout.h"
+#include "kv/kv_layout.h"
 
 #include <cstdint>
 
 #include "gtest/gtest.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 // Llama-3.1-8B-like: 32 layers, 8 KV heads of 128, bf16, 16-token blocks, 100 blocks, dense.
@@ -92,4 +92,4 @@ TEST(KvLayout, ElementIndexFollowsTheBlockOrder) {
 }
 
 }  // namespace
-}  // namespace kvt::server
+}  // namespace kvt::kv

@@ -1,11 +1,11 @@
-#include "server/transfer_plan.h"
+#include "kv/transfer_plan.h"
 
 #include "absl/strings/str_cat.h"
 #include "codec/container.h"
 #include "codec/page.h"
 #include "common/status_macros.h"
 
-namespace kvt::server {
+namespace kvt::kv {
 namespace {
 
 constexpr uint64_t kMaxPlannedTokens = uint64_t{1} << 24;
@@ -107,4 +107,4 @@ absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int c
   return plan;
 }
 
-}  // namespace kvt::server
+}  // namespace kvt::kv
