@@ -20,17 +20,6 @@ absl::Status CheckRange(const char* field, uint64_t value, uint64_t max) {
 
 }  // namespace
 
-size_t DTypeBytes(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::kBf16:
-    case KvDType::kFp16:
-      return 2;
-    case KvDType::kFp32:
-      return 4;
-  }
-  return 0;
-}
-
 absl::StatusOr<KvLayout> KvLayout::Create(const KvLayoutSpec& spec, uint64_t region_bytes) {
   for (auto s : {CheckRange("num_layers", spec.num_layers, kMaxLayers),
                  CheckRange("num_blocks", spec.num_blocks, kMaxBlocks),

@@ -9,13 +9,14 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "numerics/dtype.h"
 
 namespace kvt::kv {
 
-enum class KvDType : uint8_t { kBf16 = 1, kFp16 = 2, kFp32 = 3 };
+using KvDType = ::kvt::numerics::DType;
 enum class BlockOrder : uint8_t { kNhd = 1, kHnd = 2 };
 
-size_t DTypeBytes(KvDType dtype);
+using ::kvt::numerics::DTypeBytes;
 
 struct KvLayoutSpec {
   uint32_t num_layers = 0;
@@ -23,7 +24,7 @@ struct KvLayoutSpec {
   uint32_t block_tokens = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
-  KvDType dtype = KvDType::kBf16;
+  KvDType dtype = KvDType::kBfloat16;
   BlockOrder order = BlockOrder::kNhd;
   uint64_t layer_stride_bytes = 0;
   uint64_t kv_stride_bytes = 0;
@@ -41,7 +42,7 @@ inline constexpr uint32_t kMaxHeadDim = 1024;
 // A layout with nothing between its tensors: layer l's K, then its V, each num_blocks blocks, packed; the whole
 // model's heads (head_begin 0, unsharded).
 KvLayoutSpec DenseLayoutSpec(uint32_t num_layers, uint32_t num_blocks, uint32_t block_tokens, uint32_t num_kv_heads,
-                             uint32_t head_dim, KvDType dtype = KvDType::kBf16, BlockOrder order = BlockOrder::kNhd);
+                             uint32_t head_dim, KvDType dtype = KvDType::kBfloat16, BlockOrder order = BlockOrder::kNhd);
 
 class KvLayout {
  public:

@@ -15,7 +15,7 @@ KvLayoutSpec DenseSpec() {
   s.block_tokens = 16;
   s.num_kv_heads = 8;
   s.head_dim = 128;
-  s.dtype = KvDType::kBf16;
+  s.dtype = KvDType::kBfloat16;
   s.order = BlockOrder::kNhd;
   s.kv_stride_bytes = uint64_t{100} * 16 * 8 * 128 * 2;
   s.layer_stride_bytes = 2 * s.kv_stride_bytes;

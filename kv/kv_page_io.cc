@@ -65,13 +65,13 @@ absl::Status ForEachSegment(const KvLayout& layout, uint64_t region_size,
 
 void ReadRun(KvDType dtype, const uint8_t* src, size_t n, float* dst) {
   switch (dtype) {
-    case KvDType::kBf16:
+    case KvDType::kBfloat16:
       Bf16ToFloat(src, n, dst);
       return;
-    case KvDType::kFp16:
+    case KvDType::kFloat16:
       Fp16ToFloat(src, n, dst);
       return;
-    case KvDType::kFp32:
+    case KvDType::kFloat32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
   }
@@ -79,13 +79,13 @@ void ReadRun(KvDType dtype, const uint8_t* src, size_t n, float* dst) {
 
 void WriteRun(KvDType dtype, const float* src, size_t n, uint8_t* dst) {
   switch (dtype) {
-    case KvDType::kBf16:
+    case KvDType::kBfloat16:
       FloatToBf16(src, n, dst);
       return;
-    case KvDType::kFp16:
+    case KvDType::kFloat16:
       FloatToFp16(src, n, dst);
       return;
-    case KvDType::kFp32:
+    case KvDType::kFloat32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
   }

@@ -71,17 +71,17 @@ float ValueAt(uint32_t layer, uint32_t kind, uint32_t token, uint32_t head, uint
 
 void StoreAt(const KvLayoutSpec& s, std::vector<uint8_t>& region, uint64_t offset, float v) {
   switch (s.dtype) {
-    case KvDType::kBf16: {
+    case KvDType::kBfloat16: {
       const uint16_t b = static_cast<uint16_t>(FloatBits(v) >> 16);  // exact: ValueAt has 8 significant bits
       std::memcpy(&region[offset], &b, 2);
       return;
     }
-    case KvDType::kFp16: {
+    case KvDType::kFloat16: {
       const uint16_t h = FloatToFp16Bits(v);
       std::memcpy(&region[offset], &h, 2);
       return;
     }
-    case KvDType::kFp32:
+    case KvDType::kFloat32:
       std::memcpy(&region[offset], &v, 4);
       return;
   }
@@ -89,8 +89,8 @@ void StoreAt(const KvLayoutSpec& s, std::vector<uint8_t>& region, uint64_t offse
 
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvDType, BlockOrder>>& info) {
   const KvDType dtype = std::get<0>(info.param);
-  return std::string(dtype == KvDType::kBf16   ? "Bf16"
-                     : dtype == KvDType::kFp16 ? "Fp16"
+  return std::string(dtype == KvDType::kBfloat16   ? "Bf16"
+                     : dtype == KvDType::kFloat16 ? "Fp16"
                                                : "Fp32") +
          (std::get<1>(info.param) == BlockOrder::kNhd ? "Nhd" : "Hnd");
 }
@@ -303,7 +303,7 @@ TEST_P(KvPageIoTest, PagesOutsideTheRequestOrLayoutAreInvalidArguments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypesAndOrders, KvPageIoTest,
-                         ::testing::Combine(::testing::Values(KvDType::kBf16, KvDType::kFp16, KvDType::kFp32),
+                         ::testing::Combine(::testing::Values(KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32),
                                             ::testing::Values(BlockOrder::kNhd, BlockOrder::kHnd)),
                          ParamName);
 
@@ -337,7 +337,7 @@ TEST(ScatterNarrowing, Bf16RoundsTiesToEvenKeepsNanAndOverflowsToInf) {
                                   -3.4e38f,
                                   -0.0f};
   const std::vector<uint16_t> want = {0x3F80, 0x3F82, 0x3F81, 0xBF82, 0, 0x7F80, 0xFF80, 0x8000};
-  const std::vector<uint16_t> got = ScatterOneRow(KvDType::kBf16, row);
+  const std::vector<uint16_t> got = ScatterOneRow(KvDType::kBfloat16, row);
   for (size_t i = 0; i < row.size(); ++i) {
     if (std::isnan(row[i])) {
       EXPECT_TRUE(std::isnan(Bf16BitsToFloat(got[i]))) << std::hex << got[i];
@@ -356,7 +356,7 @@ TEST(ScatterNarrowing, Fp16RoundsTiesToEvenKeepsNanAndOverflowsToInf) {
                                   65520.0f,  // midpoint between 65504 and 2^16: inf
                                   -1e9f,           65519.0f};
   const std::vector<uint16_t> want = {0x3C00, 0x3C02, 0x0000, 0x0002, 0, 0x7C00, 0xFC00, 0x7BFF};
-  const std::vector<uint16_t> got = ScatterOneRow(KvDType::kFp16, row);
+  const std::vector<uint16_t> got = ScatterOneRow(KvDType::kFloat16, row);
   for (size_t i = 0; i < row.size(); ++i) {
     if (std::isnan(row[i])) {
       EXPECT_TRUE(std::isnan(Fp16BitsToFloat(got[i]))) << std::hex << got[i];

@@ -13,13 +13,13 @@ absl::StatusOr<KvLayoutSpec> LayoutFromProto(const v1::KvLayout& p) {
   s.head_dim = p.head_dim();
   switch (p.dtype()) {
     case v1::DTYPE_BF16:
-      s.dtype = KvDType::kBf16;
+      s.dtype = KvDType::kBfloat16;
       break;
     case v1::DTYPE_FP16:
-      s.dtype = KvDType::kFp16;
+      s.dtype = KvDType::kFloat16;
       break;
     case v1::DTYPE_FP32:
-      s.dtype = KvDType::kFp32;
+      s.dtype = KvDType::kFloat32;
       break;
     default:
       return absl::InvalidArgumentError(
@@ -50,8 +50,8 @@ v1::KvLayout LayoutToProto(const KvLayoutSpec& s) {
   p.set_block_tokens(s.block_tokens);
   p.set_num_kv_heads(s.num_kv_heads);
   p.set_head_dim(s.head_dim);
-  p.set_dtype(s.dtype == KvDType::kBf16   ? v1::DTYPE_BF16
-              : s.dtype == KvDType::kFp16 ? v1::DTYPE_FP16
+  p.set_dtype(s.dtype == KvDType::kBfloat16   ? v1::DTYPE_BF16
+              : s.dtype == KvDType::kFloat16 ? v1::DTYPE_FP16
                                           : v1::DTYPE_FP32);
   p.set_order(s.order == BlockOrder::kNhd ? v1::BLOCK_ORDER_NHD : v1::BLOCK_ORDER_HND);
   p.set_layer_stride_bytes(s.layer_stride_bytes);

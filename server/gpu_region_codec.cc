@@ -22,9 +22,7 @@ codec::gpu::PagedKvView View(const Region& region, uint32_t layer, uint32_t kind
   const kv::KvLayoutSpec& s = region.layout().spec();
   codec::gpu::PagedKvView v;
   v.data = static_cast<uint8_t*>(region.device_data()) + s.layer_stride_bytes * layer + s.kv_stride_bytes * kind;
-  v.dtype = s.dtype == kv::KvDType::kBf16   ? codec::gpu::KvDType::kBfloat16
-            : s.dtype == kv::KvDType::kFp16 ? codec::gpu::KvDType::kFloat16
-                                        : codec::gpu::KvDType::kFloat32;
+  v.dtype = s.dtype;
   v.layout = s.order == kv::BlockOrder::kNhd ? codec::gpu::KvLayout::kNHD : codec::gpu::KvLayout::kHND;
   v.num_blocks = static_cast<int>(s.num_blocks);
   v.block_tokens = static_cast<int>(s.block_tokens);

@@ -58,7 +58,7 @@ class NpySource : public KvSource {
   }
   std::string Describe() const override {
     return absl::StrCat(name_, " [", absl::StrJoin(a_.shape, ", "), "] ",
-                        DtypeName(a_.source_dtype));
+                        numerics::DTypeName(a_.source_dtype));
   }
 
  private:

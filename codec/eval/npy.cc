@@ -155,18 +155,6 @@ float BitsFloat(uint32_t u) {
 
 }  // namespace
 
-const char* DtypeName(NpyDtype d) {
-  switch (d) {
-    case NpyDtype::kFloat32:
-      return "float32";
-    case NpyDtype::kFloat16:
-      return "float16";
-    case NpyDtype::kBfloat16:
-      return "bfloat16";
-  }
-  return "unknown";
-}
-
 int64_t NpyArray::num_values() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -15,17 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "numerics/dtype.h"
 
 namespace kvt::codec::eval {
 
-enum class NpyDtype {
-  kFloat32,   // '<f4'
-  kFloat16,   // '<f2'
-  kBfloat16,  // read from .safetensors only (.npy has no bfloat16); never written
-};
-
-// "float32", "float16", "bfloat16".
-const char* DtypeName(NpyDtype d);
+// An array's stored element type: kFloat32 '<f4', kFloat16 '<f2', kBfloat16 (read from .safetensors only: .npy
+// has no bfloat16; never written). numerics::DTypeName names it.
+using NpyDtype = ::kvt::numerics::DType;
 
 // A dense C-order array, values widened to float32. data.size() == product of shape.
 struct NpyArray {

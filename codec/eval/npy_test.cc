@@ -185,7 +185,7 @@ TEST(NpyTest, Bfloat16IsNeverWritten) {
   a.shape = {1};
   a.data = {1.0f};
   EXPECT_EQ(SerializeNpy(a, NpyDtype::kBfloat16).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_STREQ(DtypeName(NpyDtype::kBfloat16), "bfloat16");
+  EXPECT_STREQ(numerics::DTypeName(NpyDtype::kBfloat16), "bfloat16");
 }
 
 TEST(NpyTest, FilesRoundTripAndMissingFilesAreNotFound) {

@@ -61,18 +61,6 @@ absl::Status SpikeUnimplemented(const Scheme& scheme) {
                                                "CPU codec (EncodePage / DecodePage)"));
 }
 
-internal::DType ToInternal(KvDType d) {
-  switch (d) {
-    case KvDType::kFloat32:
-      return internal::DType::kFloat32;
-    case KvDType::kFloat16:
-      return internal::DType::kFloat16;
-    case KvDType::kBfloat16:
-      break;
-  }
-  return internal::DType::kBfloat16;
-}
-
 absl::Status ValidateKv(const PagedKvView& kv, int tokens_per_page, const char* what) {
   if (kv.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, " has no data"));
   if (kv.num_blocks <= 0 || kv.block_tokens <= 0 || kv.heads <= 0 || kv.head_dim <= 0) {
@@ -93,7 +81,7 @@ absl::Status ValidateKv(const PagedKvView& kv, int tokens_per_page, const char* 
 internal::KvGeometry Geometry(const PagedKvView& kv, int tokens, const int32_t* device_block_ids) {
   internal::KvGeometry g;
   g.data = kv.data;
-  g.dtype = ToInternal(kv.dtype);
+  g.dtype = kv.dtype;
   g.layout = kv.layout == KvLayout::kNHD ? internal::Layout::kNHD : internal::Layout::kHND;
   g.num_blocks = kv.num_blocks;
   g.block_tokens = kv.block_tokens;
@@ -185,7 +173,6 @@ DeviceEncodedPages::TablesKey TablesKeyOf(const ContainerLayout& l) {
 
 }  // namespace
 
-size_t KvDTypeBytes(KvDType dtype) { return dtype == KvDType::kFloat32 ? 4 : 2; }
 
 int BlocksPerPage(const PagedKvView& kv, int tokens) {
   return kv.block_tokens <= 0 ? 0 : (tokens + kv.block_tokens - 1) / kv.block_tokens;

@@ -30,15 +30,15 @@
 #include "codec/scheme.h"
 #include "codec/gpu/cuda_util.h"
 #include "codec/gpu/host_containers.h"
+#include "numerics/dtype.h"
 
 namespace kvt::codec::gpu {
 
-enum class KvDType : uint8_t { kFloat32, kBfloat16, kFloat16 };
+using KvDType = ::kvt::numerics::DType;
 enum class KvLayout : uint8_t {
   kNHD,  // [num_blocks, block_tokens, heads, head_dim]
   kHND,  // [num_blocks, heads, block_tokens, head_dim]
 };
-size_t KvDTypeBytes(KvDType dtype);
 
 // One layer's K or V of a paged KV cache in device memory. A channel is (head, dim): c = head * head_dim + dim.
 // A page of `tokens` tokens occupies ceil(tokens / block_tokens) blocks, named by a block-id list; token t of
@@ -54,7 +54,7 @@ struct PagedKvView {
 
   int channels() const { return heads * head_dim; }
   size_t bytes() const {
-    return static_cast<size_t>(num_blocks) * block_tokens * heads * head_dim * KvDTypeBytes(dtype);
+    return static_cast<size_t>(num_blocks) * block_tokens * heads * head_dim * numerics::DTypeBytes(dtype);
   }
 };
 

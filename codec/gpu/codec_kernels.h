@@ -8,12 +8,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "numerics/dtype.h"
 #include "numerics/host_device.h"
 #include "codec/scheme.h"
 
 namespace kvt::codec::gpu::internal {
 
-enum class DType : uint8_t { kFloat32, kBfloat16, kFloat16 };
+using DType = ::kvt::numerics::DType;
 enum class Layout : uint8_t { kNHD, kHND };
 
 // Where value (page p, token t, channel c) lives: block block_ids[p * blocks_per_page + t / block_tokens],

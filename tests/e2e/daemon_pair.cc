@@ -51,13 +51,13 @@ absl::StatusOr<KvCache> MakeKvCache(const kv::KvLayoutSpec& spec, uint32_t seed,
   for (size_t i = 0; i < values; ++i) v[i] = normal(rng) * scale[(i / 1) % channels];
   uint8_t* out = cache.memory->data();
   switch (spec.dtype) {
-    case kv::KvDType::kBf16:
+    case kv::KvDType::kBfloat16:
       kv::FloatToBf16(v.data(), values, out);
       break;
-    case kv::KvDType::kFp16:
+    case kv::KvDType::kFloat16:
       kv::FloatToFp16(v.data(), values, out);
       break;
-    case kv::KvDType::kFp32:
+    case kv::KvDType::kFloat32:
       std::memcpy(out, v.data(), values * sizeof(float));
       break;
   }

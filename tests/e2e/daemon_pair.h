@@ -26,7 +26,7 @@ struct KvCache {
 
 // Dense layout: [layer][K/V][num_blocks][...] with the given order and dtype.
 kv::KvLayoutSpec DenseLayout(uint32_t layers, uint32_t blocks, uint32_t block_tokens, uint32_t heads,
-                                 uint32_t head_dim, kv::KvDType dtype = kv::KvDType::kBf16,
+                                 uint32_t head_dim, kv::KvDType dtype = kv::KvDType::kBfloat16,
                                  kv::BlockOrder order = kv::BlockOrder::kNhd, uint32_t head_begin = 0,
                                  uint32_t total_heads = 0);
 

@@ -72,7 +72,7 @@ TEST_F(SchemesProcessTest, EverySchemeInFlightAtOnceLandsBitForBitAsTheCodecDeco
   constexpr uint32_t kBlocksPerRequest = 9;  // 144 tokens: a 128-token page of whole chunks and a 16-token tail
   constexpr uint64_t kTokens = 140;
   const uint32_t blocks = kBlocksPerRequest * static_cast<uint32_t>(schemes.size());
-  const auto layout = DenseLayout(3, blocks, 16, 4, 32, kv::KvDType::kFp16, kv::BlockOrder::kHnd);
+  const auto layout = DenseLayout(3, blocks, 16, 4, 32, kv::KvDType::kFloat16, kv::BlockOrder::kHnd);
   auto src = MakeKvCache(layout, 11, true);
   ASSERT_TRUE(src.ok()) << src.status();
   auto dst = MakeKvCache(layout, 0, false);

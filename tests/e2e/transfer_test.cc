@@ -188,7 +188,7 @@ TEST_F(TransferTest, LayersOfferedOneByOneAllArrive) {
 TEST_F(TransferTest, DecodeRegionWithASubsetOfHeadsGetsOnlyThoseHeads) {
   const auto src_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, kHeads, kHeadDim);
   // The decode engine shards KV heads two ways; this region holds heads [2, 4).
-  const auto dst_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, 2, kHeadDim, kv::KvDType::kBf16,
+  const auto dst_layout = DenseLayout(kLayers, kBlocks, kBlockTokens, 2, kHeadDim, kv::KvDType::kBfloat16,
                                       kv::BlockOrder::kHnd, /*head_begin=*/2, /*total_heads=*/kHeads);
   MakeRegions(src_layout, dst_layout);
   const std::vector<uint32_t> blocks = Shuffled(12, 0, 5);

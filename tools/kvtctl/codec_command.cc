@@ -242,7 +242,7 @@ int RunRoundTrip(const std::vector<std::string>& args, const CommandIo& io) {
   const std::vector<std::string> names = codec::eval::RoundTripFileNames(out_prefix, scheme->num_streams());
   const double values = static_cast<double>(array->num_values());
   io.out << absl::StrFormat("%s [%s] %s through %s (pages of %d tokens):\n", in, absl::StrJoin(array->shape, ", "),
-                            codec::eval::DtypeName(array->source_dtype),
+                            numerics::DTypeName(array->source_dtype),
                             scheme->Name(), cf.page_tokens);
   double cumulative_bits = 0;
   for (size_t i = 0; i < result->stages.size(); ++i) {

@@ -366,7 +366,6 @@ absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool e
 
 }  // namespace
 
-size_t ElementBytes(ElementType type) { return type == ElementType::kFloat32 ? 4 : 2; }
 
 uint64_t EncodedBytes(const StepFormat& f, uint64_t values, size_t raw_bytes) {
   if (f.bits == 0) return values * raw_bytes;

@@ -27,22 +27,9 @@
 
 namespace kvt::collective::internal {
 
-enum class ElementType : uint8_t { kFloat32, kBfloat16, kFloat16 };
-
-size_t ElementBytes(ElementType type);
-
-// The kernels' element type of a DataType (the same three, in the same order).
-inline ElementType ToElementType(DataType type) {
-  switch (type) {
-    case DataType::kBfloat16:
-      return ElementType::kBfloat16;
-    case DataType::kFloat16:
-      return ElementType::kFloat16;
-    case DataType::kFloat32:
-      break;
-  }
-  return ElementType::kFloat32;
-}
+// The kernels' element type: the collectives' DataType (numerics::DType) itself.
+using ElementType = DataType;
+inline size_t ElementBytes(ElementType type) { return numerics::DTypeBytes(type); }
 
 // How one step's shards are encoded. The planes follow from `bits` (GroupQuantizer's PlaneWidths); the kernels
 // lay them out at compile time.

@@ -138,7 +138,7 @@ absl::Status CudaCommunicator::NcclAllReduce(const void* in, void* out, size_t c
   void* const s = group_->StreamOr(stream);
   KVT_RETURN_IF_ERROR(nccl_comm_->AllReduce(in, out, count, nccl_type, s));
   if (!routing_.check_finite) return absl::OkStatus();
-  return internal::LaunchFindNonFinite(out, count, internal::ToElementType(type), group_->sm_count(),
+  return internal::LaunchFindNonFinite(out, count, type, group_->sm_count(),
                                        group_->status(), s);
 }
 
@@ -164,7 +164,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   const size_t workspace_bytes = group_->area_bytes();
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
   const StepFormat step2 = MakeFormat(options.step2_bits, options);
-  const ElementType element = internal::ToElementType(type);
+  const ElementType element = type;
   const size_t element_bytes = internal::ElementBytes(element);
   const uint64_t chunk_values = options.chunk_bytes / sizeof(float);
   const uint64_t total_chunks = (count + chunk_values - 1) / chunk_values;

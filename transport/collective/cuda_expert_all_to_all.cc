@@ -58,7 +58,7 @@ MoeLayout MakeLayout(const CudaExpertAllToAllOptions& o, int world, int rank) {
   l.topk = o.topk;
   l.experts_per_rank = o.num_experts / world;
   l.max_tokens = o.max_tokens;
-  l.type = internal::ToElementType(o.type);
+  l.type = o.type;
   l.fp8 = o.quant == DispatchQuant::kFp8;
   l.group_size = l.fp8 ? o.group_size : 16;
   internal::FinishMoeLayout(l);

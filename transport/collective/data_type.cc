@@ -8,7 +8,7 @@ namespace kvt::collective {
 
 namespace ff = ::kvt::numerics;
 
-size_t DataTypeBytes(DataType type) { return type == DataType::kFloat32 ? 4 : 2; }
+size_t DataTypeBytes(DataType type) { return numerics::DTypeBytes(type); }
 
 float RoundTo(DataType type, float x) {
   switch (type) {

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "numerics/dtype.h"
 
 namespace kvt::collective {
 
-enum class DataType : uint8_t { kFloat32, kBfloat16, kFloat16 };
+using DataType = ::kvt::numerics::DType;
 
 // Bytes of one element: 4 or 2.
 size_t DataTypeBytes(DataType type);
