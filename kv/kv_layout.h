@@ -14,7 +14,7 @@
 namespace kvt::kv {
 
 using KvDType = ::kvt::numerics::DType;
-enum class BlockOrder : uint8_t { kNhd = 1, kHnd = 2 };
+using BlockOrder = ::kvt::numerics::BlockOrder;
 
 using ::kvt::numerics::DTypeBytes;
 

@@ -1,5 +1,6 @@
-// The element types kvt moves and computes on: an engine's KV blocks, the GPU codec's views of them, the
-// collectives' buffers and the eval tool's arrays all name their element type with this one enum.
+// The element types kvt moves and computes on, and the two orders of a paged KV block: an engine's KV blocks
+// (kv/kv_layout.h), the GPU codec's views of them, the collectives' buffers and the eval tool's arrays all name
+// their element type and block order with these enums.
 #ifndef KVT_NUMERICS_DTYPE_H_
 #define KVT_NUMERICS_DTYPE_H_
 
@@ -23,6 +24,10 @@ KVT_HOST_DEVICE size_t DTypeBytes(DType dtype) {
   }
   return 0;
 }
+
+// How a block of a paged KV cache holds its values: kNhd [blocks, block_tokens, heads, head_dim] (vLLM's default),
+// kHnd [blocks, heads, block_tokens, head_dim].
+enum class BlockOrder : uint8_t { kNhd, kHnd };
 
 // "float32", "bfloat16", "float16"; "invalid" outside the enum.
 inline const char* DTypeName(DType dtype) {

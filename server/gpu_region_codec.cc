@@ -23,7 +23,7 @@ codec::gpu::PagedKvView View(const Region& region, uint32_t layer, uint32_t kind
   codec::gpu::PagedKvView v;
   v.data = static_cast<uint8_t*>(region.device_data()) + s.layer_stride_bytes * layer + s.kv_stride_bytes * kind;
   v.dtype = s.dtype;
-  v.layout = s.order == kv::BlockOrder::kNhd ? codec::gpu::KvLayout::kNHD : codec::gpu::KvLayout::kHND;
+  v.layout = s.order;
   v.num_blocks = static_cast<int>(s.num_blocks);
   v.block_tokens = static_cast<int>(s.block_tokens);
   v.heads = static_cast<int>(s.num_kv_heads);

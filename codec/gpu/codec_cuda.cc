@@ -82,7 +82,7 @@ internal::KvGeometry Geometry(const PagedKvView& kv, int tokens, const int32_t* 
   internal::KvGeometry g;
   g.data = kv.data;
   g.dtype = kv.dtype;
-  g.layout = kv.layout == KvLayout::kNHD ? internal::Layout::kNHD : internal::Layout::kHND;
+  g.layout = kv.layout;
   g.num_blocks = kv.num_blocks;
   g.block_tokens = kv.block_tokens;
   g.heads = kv.heads;

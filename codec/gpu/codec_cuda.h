@@ -5,7 +5,7 @@
 // scheme); decoded values equal the CPU DecodePage's floats rounded once to the output dtype.
 // Functions are thread-compatible: calls on different streams may run concurrently.
 //
-//   PagedKvView kv{d_cache, KvDType::kBfloat16, KvLayout::kNHD, num_blocks, 16, 8, 128};
+//   PagedKvView kv{d_cache, KvDType::kBfloat16, KvLayout::kNhd, num_blocks, 16, 8, 128};
 //   KVT_ASSIGN_OR_RETURN(std::vector<EncodedPage> pages,
 //                        EncodePagesCuda(scheme, CodecOptions{}, kv, /*tokens_per_page=*/256, block_ids));
 //   ... send pages[i].stream(0), then pages[i].stream(1) ...
@@ -35,10 +35,7 @@
 namespace kvt::codec::gpu {
 
 using KvDType = ::kvt::numerics::DType;
-enum class KvLayout : uint8_t {
-  kNHD,  // [num_blocks, block_tokens, heads, head_dim]
-  kHND,  // [num_blocks, heads, block_tokens, head_dim]
-};
+using KvLayout = ::kvt::numerics::BlockOrder;  // kNhd [num_blocks, block_tokens, heads, head_dim], kHnd
 
 // One layer's K or V of a paged KV cache in device memory. A channel is (head, dim): c = head * head_dim + dim.
 // A page of `tokens` tokens occupies ceil(tokens / block_tokens) blocks, named by a block-id list; token t of
@@ -46,7 +43,7 @@ enum class KvLayout : uint8_t {
 struct PagedKvView {
   void* data = nullptr;  // device memory; 16-byte alignment enables the vectorized kernels
   KvDType dtype = KvDType::kBfloat16;
-  KvLayout layout = KvLayout::kNHD;
+  KvLayout layout = KvLayout::kNhd;
   int num_blocks = 0;
   int block_tokens = 0;
   int heads = 0;

@@ -90,7 +90,7 @@ TEST(CudaDecodeTest, EverySchemeAndStageDecodesIntoPagedLayoutsAsTheCpuDecodeRou
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
     for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
-      for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+      for (KvLayout layout : {KvLayout::kNhd, KvLayout::kHnd}) {
         ExpectDecodeMatchesCpu(name, 256, 512, 4, dtype, layout, 16, AnchorRule::kConditionalMean);
       }
     }
@@ -100,12 +100,12 @@ TEST(CudaDecodeTest, EverySchemeAndStageDecodesIntoPagedLayoutsAsTheCpuDecodeRou
 TEST(CudaDecodeTest, CodeCentreAnchorsOddShapesAndPartialBlocksDecodeAsTheCpuDecode) {
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
-    ExpectDecodeMatchesCpu(name, 64, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kCodeCentre);
-    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kValueCentre);
-    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kValueCentre);
-    ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHND, 128, AnchorRule::kValueCentre);
-    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean);
-    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNHD, 16, AnchorRule::kConditionalMean);
+    ExpectDecodeMatchesCpu(name, 64, 256, 2, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kCodeCentre);
+    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHnd, 16, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNhd, 16, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 512, 64, 2, KvDType::kBfloat16, KvLayout::kHnd, 128, AnchorRule::kValueCentre);
+    ExpectDecodeMatchesCpu(name, 64, 7, 1, KvDType::kFloat16, KvLayout::kHnd, 16, AnchorRule::kConditionalMean);
+    ExpectDecodeMatchesCpu(name, 20, 40, 5, KvDType::kFloat32, KvLayout::kNhd, 16, AnchorRule::kConditionalMean);
   }
 }
 
@@ -120,7 +120,7 @@ TEST(CudaDecodeTest, AdversarialPagesInTheTileDecodersShapeDecodeAsTheCpuDecodeR
     const TestPage tiled = InTileShape(page);
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
       for (KvDType dtype : {KvDType::kBfloat16, KvDType::kFloat16, KvDType::kFloat32}) {
-        const KvLayout layout = dtype == KvDType::kFloat16 ? KvLayout::kHND : KvLayout::kNHD;
+        const KvLayout layout = dtype == KvDType::kFloat16 ? KvLayout::kHnd : KvLayout::kNhd;
         ExpectDecodeMatchesCpu(name, tiled.tokens, tiled.channels, tiled.channels / 64, dtype, layout, 16,
                                AnchorRule::kConditionalMean, 32, 2, &tiled.data);
       }
@@ -133,7 +133,7 @@ TEST(CudaDecodeTest, AdversarialPagesInTheTileDecodersShapeDecodeAsTheCpuDecodeR
 TEST(CudaDecodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuDecode) {
   SKIP_WITHOUT_CUDA();
   for (const std::string name : {"lynx", "lynx4", "lynx-a2r6"}) {
-    ExpectDecodeMatchesCpu(name, 256, 512, 4, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 256, 512, 4, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kConditionalMean,
                            32, 160);
   }
 }
@@ -143,15 +143,15 @@ TEST(CudaDecodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuDecode)
 TEST(CudaDecodeTest, ExactExtremesHoldForChunksThatStraddleDecodeTiles) {
   SKIP_WITHOUT_CUDA();
   for (const std::string name : {"lynx", "lynx-a2r2r4"}) {
-    ExpectDecodeMatchesCpu(name, 384, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 384, 256, 2, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kConditionalMean,
                            48);
-    ExpectDecodeMatchesCpu(name, 512, 256, 2, KvDType::kBfloat16, KvLayout::kHND, 16, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 512, 256, 2, KvDType::kBfloat16, KvLayout::kHnd, 16, AnchorRule::kConditionalMean,
                            256);
-    ExpectDecodeMatchesCpu(name, 200, 128, 1, KvDType::kFloat16, KvLayout::kNHD, 8, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 200, 128, 1, KvDType::kFloat16, KvLayout::kNhd, 8, AnchorRule::kConditionalMean,
                            256);
-    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kConditionalMean,
                            128);
-    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNHD, 16, AnchorRule::kConditionalMean,
+    ExpectDecodeMatchesCpu(name, 256, 256, 2, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kConditionalMean,
                            16);
   }
 }
@@ -195,8 +195,8 @@ TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailu
     const int heads = step.channels / 128;
     const int bpp = step.tokens / 16;
     const std::vector<int32_t> ids = ScatteredIds(step.pages * bpp, step.pages * bpp + 3, 7 + i);
-    DeviceKv fresh(KvDType::kBfloat16, KvLayout::kNHD, step.pages * bpp + 3, 16, heads, 128);
-    DeviceKv kept(KvDType::kBfloat16, KvLayout::kNHD, step.pages * bpp + 3, 16, heads, 128);
+    DeviceKv fresh(KvDType::kBfloat16, KvLayout::kNhd, step.pages * bpp + 3, 16, heads, 128);
+    DeviceKv kept(KvDType::kBfloat16, KvLayout::kNhd, step.pages * bpp + 3, 16, heads, 128);
     absl::StatusOr<ContainerLayout> layout = ParseContainerHeader(enc[0].bytes);
     ASSERT_TRUE(layout.ok()) << layout.status();
     EXPECT_EQ(staging.FitsUpTo(*layout, step.pages), std::string(step.staging) == "kept");
@@ -260,8 +260,8 @@ TEST(CudaDecodeTest, ContainersUploadedStraightFromTheirMemoryDecodeAsTheCopying
       }
       const int bpp = tokens / 16;
       const std::vector<int32_t> ids = ScatteredIds(pages * bpp, pages * bpp + 5, 11);
-      DeviceKv a(KvDType::kBfloat16, KvLayout::kHND, pages * bpp + 5, 16, channels / 128, 128);
-      DeviceKv b(KvDType::kBfloat16, KvLayout::kHND, pages * bpp + 5, 16, channels / 128, 128);
+      DeviceKv a(KvDType::kBfloat16, KvLayout::kHnd, pages * bpp + 5, 16, channels / 128, 128);
+      DeviceKv b(KvDType::kBfloat16, KvLayout::kHnd, pages * bpp + 5, 16, channels / 128, 128);
       PageStaging sa, sb;
       ASSERT_TRUE(DecodePagesCudaWith(sa, copies, stages, CodecOptions{}, a.view(), ids).ok());
       std::atomic<int> checked{0};
@@ -297,7 +297,7 @@ TEST(CudaDecodeTest, ContainersUploadedStraightFromTheirMemoryDecodeAsTheCopying
 TEST(CudaDecodeTest, AnEncodeAfterASmallerDecodeInTheSameStagingLaysOutItsWholeBatch) {
   SKIP_WITHOUT_CUDA();
   const Scheme lynx = MustParse("lynx");
-  DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 4, 128);
+  DeviceKv src(KvDType::kBfloat16, KvLayout::kNhd, 32, 16, 4, 128);
   const std::vector<int32_t> ids = ReversedIds(32);
   src.Place(Realistic(256, 512, 50), 256, ids, 0);
   src.Place(Realistic(256, 512, 51), 256, ids, 1);
@@ -309,7 +309,7 @@ TEST(CudaDecodeTest, AnEncodeAfterASmallerDecodeInTheSameStagingLaysOutItsWholeB
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(staging.pages->capacity(), 2);
   // One page decoded through the same staging lays out a batch of one in its memory.
-  DeviceKv dst(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 4, 128);
+  DeviceKv dst(KvDType::kBfloat16, KvLayout::kNhd, 32, 16, 4, 128);
   const absl::Span<const uint8_t> one[] = {(*want)[0].bytes};
   const std::vector<int32_t> one_ids(ids.begin(), ids.begin() + 16);
   const absl::Status decoded = DecodePagesCudaWith(staging, one, 2, CodecOptions{}, dst.view(), one_ids);
@@ -331,7 +331,7 @@ TEST(CudaDecodeTest, AnEncodeAfterASmallerDecodeInTheSameStagingLaysOutItsWholeB
 TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   SKIP_WITHOUT_CUDA();
   const Scheme lynx = MustParse("lynx");
-  DeviceKv src(KvDType::kBfloat16, KvLayout::kNHD, 32, 16, 8, 128);
+  DeviceKv src(KvDType::kBfloat16, KvLayout::kNhd, 32, 16, 8, 128);
   const std::vector<int32_t> ids = ReversedIds(32);
   std::vector<float> a = src.Place(Realistic(256, 1024, 30), 256, ids, 0);
   std::vector<float> b = src.Place(Realistic(256, 1024, 31), 256, ids, 1);
@@ -355,7 +355,7 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   CodecOptions plain;
   plain.top_width = 0.0f;
   EXPECT_EQ(EncodePagesCudaAsync(plain, src.view(), dev_ids, **pages).code(), absl::StatusCode::kInvalidArgument);
-  DeviceKv dst(KvDType::kBfloat16, KvLayout::kHND, 32, 16, 8, 128);
+  DeviceKv dst(KvDType::kBfloat16, KvLayout::kHnd, 32, 16, 8, 128);
   CodecOptions decode_options;
   decode_options.anchor_rule = AnchorRule::kValueCentre;
   ASSERT_TRUE(DecodePagesCudaAsync(**pages, 2, decode_options, dst.view(), dev_ids).ok());
@@ -381,7 +381,7 @@ TEST(CudaDecodeTest, CorruptContainersAndBadArgumentsGiveTheirStatusCodes) {
   std::vector<float> page = Realistic(32, 64, 40);
   absl::StatusOr<EncodedPage> enc = EncodePage(MustParse("lynx"), CodecOptions{}, PageView{page.data(), 32, 64, 0});
   ASSERT_TRUE(enc.ok());
-  DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, 2, 32, 1, 64);
+  DeviceKv kv(KvDType::kBfloat16, KvLayout::kNhd, 2, 32, 1, 64);
   const absl::Span<const uint8_t> good = enc->bytes;
   EXPECT_TRUE(DecodePagesCuda({good}, 2, CodecOptions{}, kv.view(), {1}).ok());
   EXPECT_EQ(DecodePagesCuda({good}, 0, CodecOptions{}, kv.view(), {1}).code(), absl::StatusCode::kInvalidArgument);

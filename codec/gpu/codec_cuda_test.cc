@@ -82,7 +82,7 @@ TEST(CudaEncodeTest, EveryFullSizeSchemeMatchesTheCpuReferenceByteForByte) {
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(256, 1024, 1), Realistic(256, 1024, 2)}, 256, 1024,
-                           KvDType::kFloat32, KvLayout::kNHD, 16, 8);
+                           KvDType::kFloat32, KvLayout::kNhd, 16, 8);
   }
 }
 
@@ -90,9 +90,9 @@ TEST(CudaEncodeTest, Bf16AndFp16InputsInHndLayoutMatchTheCpuReferenceOfTheStored
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(256, 512, 3), Realistic(256, 512, 4)}, 256, 512,
-                           KvDType::kBfloat16, KvLayout::kHND, 32, 4);
+                           KvDType::kBfloat16, KvLayout::kHnd, 32, 4);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(64, 256, 5)}, 64, 256, KvDType::kFloat16,
-                           KvLayout::kNHD, 16, 2);
+                           KvLayout::kNhd, 16, 2);
   }
 }
 
@@ -102,7 +102,7 @@ TEST(CudaEncodeTest, AdversarialPagesMatchTheCpuReferenceByteForByte) {
     SCOPED_TRACE(page.name);
     for (const std::string& name : AllGpuSchemes()) {
       ExpectEncodeMatchesCpu(name, CodecOptions{}, {page.data}, page.tokens, page.channels, KvDType::kFloat32,
-                             KvLayout::kNHD, page.tokens, 1);
+                             KvLayout::kNhd, page.tokens, 1);
     }
   }
 }
@@ -117,9 +117,9 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
     const int tokens = tiled.tokens, channels = tiled.channels;
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
       ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data}, tokens, channels, KvDType::kFloat32,
-                             KvLayout::kNHD, 16, channels / 64);
+                             KvLayout::kNhd, 16, channels / 64);
       ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data, tiled.data}, tokens, channels, KvDType::kBfloat16,
-                             KvLayout::kHND, 32, channels / 64);
+                             KvLayout::kHnd, 32, channels / 64);
     }
   }
 }
@@ -138,9 +138,9 @@ struct LargeBatch {
   int pages;
 };
 constexpr int kLargeTokens = 256, kLargeChannels = 1024, kLargeHeads = 8;
-const LargeBatch kLargeBatches[] = {{KvDType::kBfloat16, KvLayout::kNHD, 16, 80},
-                                    {KvDType::kFloat32, KvLayout::kHND, 12, 40},
-                                    {KvDType::kFloat16, KvLayout::kNHD, 16, 40}};
+const LargeBatch kLargeBatches[] = {{KvDType::kBfloat16, KvLayout::kNhd, 16, 80},
+                                    {KvDType::kFloat32, KvLayout::kHnd, 12, 40},
+                                    {KvDType::kFloat16, KvLayout::kNhd, 16, 40}};
 
 TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
@@ -163,7 +163,7 @@ TEST(CudaEncodeTest, LargeBatchesThroughKeptStagingEncodeAsFreshStaging) {
   PageStaging staging;
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, kPages * kBlocksPerPage, 16, kLargeHeads,
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNhd, kPages * kBlocksPerPage, 16, kLargeHeads,
                 kLargeChannels / kLargeHeads);
     const std::vector<int32_t> ids = ScatteredIds(kPages * kBlocksPerPage, kPages * kBlocksPerPage, 9 + round);
     for (int p = 0; p < kPages; ++p) {
@@ -226,14 +226,14 @@ TEST(CudaEncodeTest, OddChannelCountsLongPagesAndSmallBlocksMatchTheCpuReference
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
     // 7 and 40 channels: rows that do not fill 32-bit words; 512 tokens: pages read from global memory twice.
-    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(64, 7, 6)}, 64, 7, KvDType::kFloat32, KvLayout::kHND,
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(64, 7, 6)}, 64, 7, KvDType::kFloat32, KvLayout::kHnd,
                            16, 1);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(96, 40, 7), Realistic(96, 40, 8)}, 96, 40,
-                           KvDType::kFloat32, KvLayout::kNHD, 32, 5);
+                           KvDType::kFloat32, KvLayout::kNhd, 32, 5);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(512, 96, 9)}, 512, 96, KvDType::kBfloat16,
-                           KvLayout::kNHD, 16, 3);
+                           KvLayout::kNhd, 16, 3);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {Realistic(1, 128, 10)}, 1, 128, KvDType::kFloat32,
-                           KvLayout::kNHD, 16, 1);
+                           KvLayout::kNhd, 16, 1);
   }
 }
 
@@ -251,7 +251,7 @@ TEST(CudaEncodeTest, EveryOptionVariantMatchesTheCpuReference) {
             o.alpha = alpha;
             o.top_width = top_width;
             ExpectEncodeMatchesCpu(name, o, {Realistic(256, 64, chunk)}, 256, 64, KvDType::kFloat32,
-                                   KvLayout::kNHD, 256, 2);
+                                   KvLayout::kNhd, 256, 2);
           }
         }
       }
@@ -276,9 +276,9 @@ TEST(CudaEncodeTest, LynxTileEncodersOnEveryCurvePathMatchTheCpuReference) {
         CodecOptions o;
         o.alpha = alpha;
         o.top_width = top_width;
-        ExpectEncodeMatchesCpu(name, o, {Realistic(256, 128, 11)}, 256, 128, KvDType::kFloat32, KvLayout::kNHD, 16, 2);
+        ExpectEncodeMatchesCpu(name, o, {Realistic(256, 128, 11)}, 256, 128, KvDType::kFloat32, KvLayout::kNhd, 16, 2);
         ExpectEncodeMatchesCpu(name, o, {underflow.data}, underflow.tokens, underflow.channels, KvDType::kBfloat16,
-                               KvLayout::kHND, 32, underflow.channels / 64);
+                               KvLayout::kHnd, 32, underflow.channels / 64);
       }
     }
   }
@@ -324,10 +324,10 @@ TEST(CudaEncodeTest, AnchorTablesWithAndWithoutTheExactExtremesRuleMatchTheCpuRe
       CodecOptions o;
       o.exact_extremes = exact;
       ExpectEncodeMatchesCpu(name, o, {Realistic(256, 1024, 11), Realistic(256, 1024, 12)}, 256, 1024,
-                             KvDType::kBfloat16, KvLayout::kNHD, 16, 8);
-      ExpectEncodeMatchesCpu(name, o, {Realistic(96, 40, 13)}, 96, 40, KvDType::kFloat32, KvLayout::kHND, 16, 5);
+                             KvDType::kBfloat16, KvLayout::kNhd, 16, 8);
+      ExpectEncodeMatchesCpu(name, o, {Realistic(96, 40, 13)}, 96, 40, KvDType::kFloat32, KvLayout::kHnd, 16, 5);
       ExpectEncodeMatchesCpu(name, o, {LoneExtremes(256, 128, 14), LoneExtremes(256, 128, 15)}, 256, 128,
-                             KvDType::kBfloat16, KvLayout::kNHD, 16, 2);
+                             KvDType::kBfloat16, KvLayout::kNhd, 16, 2);
     }
   }
   // The rule does change the tables of such pages (else this test could not fail).
@@ -384,9 +384,9 @@ TEST(CudaEncodeTest, ChunkEndsOnAndBesideGridPointsMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
   for (const char* name : {"lynx", "lynx8", "lynx4"}) {
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(256, 128, 21), GridPointChunkEnds(256, 128, 22)},
-                           256, 128, KvDType::kFloat32, KvLayout::kNHD, 16, 2);
+                           256, 128, KvDType::kFloat32, KvLayout::kNhd, 16, 2);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(128, 192, 23)}, 128, 192, KvDType::kFloat32,
-                           KvLayout::kHND, 8, 3);
+                           KvLayout::kHnd, 8, 3);
   }
 }
 
@@ -398,7 +398,7 @@ TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {
       std::vector<float> page = Realistic(64, 64, 11);
       page[5 * 64 + 3] = bad;
       page[9 * 64 + 1] = bad;
-      DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 4, 16, 1, 64);
+      DeviceKv kv(KvDType::kFloat32, KvLayout::kNhd, 4, 16, 1, 64);
       const std::vector<int32_t> ids = {3, 0, 2, 1};
       kv.Place(page, 64, ids, 0);
       kv.Upload();
@@ -421,7 +421,7 @@ TEST(CudaEncodeTest, KeptStagingEncodesAsFreshStagingAcrossLayersSchemesAndFailu
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& [name, nan] = steps[i];
     SCOPED_TRACE("step " + std::to_string(i) + ": " + name + (nan ? " with a NaN" : ""));
-    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNHD, 8, 16, 2, 128);
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNhd, 8, 16, 2, 128);
     for (int p = 0; p < 2; ++p) {
       std::vector<float> page = Realistic(64, 256, 60 + 2 * i + p);
       if (nan && p == 1) page[3 * 256 + 9] = std::numeric_limits<float>::quiet_NaN();
@@ -475,7 +475,7 @@ TEST(CudaEncodeTest, ContainersEncodedIntoHostContainersAreThoseOfEncodePagesCud
     std::vector<int32_t> ids(st.pages * bpp);
     for (size_t b = 0; b < ids.size(); ++b) ids[b] = static_cast<int32_t>((b * 5 + 3) % ids.size());
     const int heads = st.channels % 128 == 0 ? st.channels / 128 : 1;
-    DeviceKv kv(KvDType::kBfloat16, KvLayout::kHND, static_cast<int>(ids.size()), 16, heads, st.channels / heads);
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kHnd, static_cast<int>(ids.size()), 16, heads, st.channels / heads);
     for (int p = 0; p < st.pages; ++p) {
       std::vector<float> page = Realistic(st.tokens, st.channels, 90 + 7 * i + p);
       if (st.nan && p == st.pages - 1) page[5 * st.channels + 1] = std::numeric_limits<float>::infinity();
@@ -504,7 +504,7 @@ TEST(CudaEncodeTest, ContainersEncodedIntoHostContainersAreThoseOfEncodePagesCud
 
 TEST(CudaEncodeTest, SpikeReservingIsUnimplementedOnTheGpu) {
   SKIP_WITHOUT_CUDA();
-  DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 1, 32, 1, 32);
+  DeviceKv kv(KvDType::kFloat32, KvLayout::kNhd, 1, 32, 1, 32);
   kv.Place(Realistic(32, 32, 12), 32, {0}, 0);
   kv.Upload();
   absl::StatusOr<std::vector<EncodedPage>> got = EncodePagesCuda(MustParse("lynx+spike"), CodecOptions{}, kv.view(), 32, {0});
@@ -519,7 +519,7 @@ TEST(CudaEncodeTest, SpikeReservingIsUnimplementedOnTheGpu) {
 
 TEST(CudaEncodeTest, BadArgumentsAreRejectedBeforeAnyLaunch) {
   SKIP_WITHOUT_CUDA();
-  DeviceKv kv(KvDType::kFloat32, KvLayout::kNHD, 2, 16, 1, 32);
+  DeviceKv kv(KvDType::kFloat32, KvLayout::kNhd, 2, 16, 1, 32);
   const Scheme lynx = MustParse("lynx");
   EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 32, {0, 2}).status().code(),
             absl::StatusCode::kOutOfRange);

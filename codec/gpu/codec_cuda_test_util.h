@@ -84,7 +84,7 @@ class DeviceKv {
 
   size_t Index(int block, int row, int c) const {
     const int h = c / view_.head_dim, d = c % view_.head_dim;
-    if (view_.layout == KvLayout::kNHD) {
+    if (view_.layout == KvLayout::kNhd) {
       return ((static_cast<size_t>(block) * view_.block_tokens + row) * view_.heads + h) * view_.head_dim + d;
     }
     return ((static_cast<size_t>(block) * view_.heads + h) * view_.block_tokens + row) * view_.head_dim + d;

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
   int kc = t_first / p.shape.chunk_len, kr = t_first - kc * p.shape.chunk_len;
   int bj = first_bj, br = t_first - bj * p.dst.block_tokens;
   const size_t coff = ChannelOffset(p.dst, 0, c);
-  const bool nhd = p.dst.layout == Layout::kNHD;
+  const bool nhd = p.dst.layout == Layout::kNhd;
   auto row_base = [&](int b, int row) -> size_t {
     return nhd ? (static_cast<size_t>(b) * p.dst.block_tokens + row) * channels
                : static_cast<size_t>(b) * p.dst.heads * p.dst.block_tokens * p.dst.head_dim +

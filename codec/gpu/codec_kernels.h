@@ -15,7 +15,7 @@
 namespace kvt::codec::gpu::internal {
 
 using DType = ::kvt::numerics::DType;
-enum class Layout : uint8_t { kNHD, kHND };
+using Layout = ::kvt::numerics::BlockOrder;
 
 // Where value (page p, token t, channel c) lives: block block_ids[p * blocks_per_page + t / block_tokens],
 // row t % block_tokens, in a [blocks, block_tokens, heads, head_dim] (NHD) or [blocks, heads, block_tokens,
@@ -23,7 +23,7 @@ enum class Layout : uint8_t { kNHD, kHND };
 struct KvGeometry {
   void* data = nullptr;
   DType dtype = DType::kBfloat16;
-  Layout layout = Layout::kNHD;
+  Layout layout = Layout::kNhd;
   int num_blocks = 0, block_tokens = 0, heads = 0, head_dim = 0;
   const int32_t* block_ids = nullptr;  // device
   int blocks_per_page = 0;

@@ -211,7 +211,7 @@ __device__ __forceinline__ bool RowBase(const KvGeometry& g, int channels, int p
   const int r = t - j * g.block_tokens;
   const int b = g.block_ids[static_cast<size_t>(page) * g.blocks_per_page + j];
   if (b < 0 || b >= g.num_blocks) return false;
-  if (g.layout == Layout::kNHD) {
+  if (g.layout == Layout::kNhd) {
     base = (static_cast<size_t>(b) * g.block_tokens + r) * channels;
   } else {
     base = static_cast<size_t>(b) * g.heads * g.block_tokens * g.head_dim + static_cast<size_t>(r) * g.head_dim;
@@ -219,7 +219,7 @@ __device__ __forceinline__ bool RowBase(const KvGeometry& g, int channels, int p
   return true;
 }
 __device__ __forceinline__ size_t ChannelOffset(const KvGeometry& g, size_t base, int c) {
-  if (g.layout == Layout::kNHD) return base + c;
+  if (g.layout == Layout::kNhd) return base + c;
   const int h = c / g.head_dim;
   const int d = c - h * g.head_dim;
   return base + static_cast<size_t>(h) * g.block_tokens * g.head_dim + d;

@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
   RowClamp<OutT> clamp;
   clamp.Load(&s_lo[c - cg0], &s_hi[c - cg0]);
-  const bool nhd = p.dst.layout == Layout::kNHD;
+  const bool nhd = p.dst.layout == Layout::kNhd;
   const int row = t_first - bj * bt;  // in that block
   OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
               (nhd ? (static_cast<size_t>(block) * bt + row) * channels

@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
   {
     const int bt = p.src.block_tokens;
     const T* src = static_cast<const T*>(p.src.data) + ChannelOffset(p.src, 0, c0 + 8 * g);
-    const bool nhd = p.src.layout == Layout::kNHD;
+    const bool nhd = p.src.layout == Layout::kNhd;
     auto row_offset = [&](int b, int r) -> size_t {
       return nhd ? (static_cast<size_t>(b) * bt + r) * channels
                  : static_cast<size_t>(b) * p.src.heads * bt * p.src.head_dim + static_cast<size_t>(r) * p.src.head_dim;

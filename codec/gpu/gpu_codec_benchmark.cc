@@ -217,7 +217,7 @@ void Run(const std::vector<std::string>& only) {
   const CudaStream stream = owned_stream->get();
 
   // Inputs: kSets copies of the layer, each filled with realistic (bf16-rounded) pages; identity block ids.
-  const PagedKvView shape{nullptr, KvDType::kBfloat16, KvLayout::kNHD, kBlocks, kBlockTokens, kHeads, kHeadDim};
+  const PagedKvView shape{nullptr, KvDType::kBfloat16, KvLayout::kNhd, kBlocks, kBlockTokens, kHeads, kHeadDim};
   const size_t kv_bytes = shape.bytes();
   std::vector<uint16_t> host(kv_bytes / 2);
   for (int p = 0; p < PageCount(); ++p) {
