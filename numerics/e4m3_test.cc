@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 
 // The one E4M3 conversion (numerics/e4m3.h), on the host. The kernels compile the same header; their tests
-// (codec/gpu, transport/collective) compare their bytes with the host paths that call it.
+// (codec/gpu, collective) compare their bytes with the host paths that call it.
 namespace kvt::numerics {
 namespace {
 

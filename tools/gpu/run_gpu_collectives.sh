@@ -21,12 +21,12 @@ DIR=.gpu-coll
 
 prepare() {
   local targets=(cuda_communicator_test cuda_expert_all_to_all_test cuda_collective_benchmark cuda_moe_benchmark)
-  bazel build -c opt "${targets[@]/#/\/\/transport\/collective:}"
+  bazel build -c opt "${targets[@]/#/\/\/collective:}"
   local out
   out="$(bazel info -c opt bazel-bin 2>/dev/null)"
   rm -rf "$DIR/bin" "$DIR/lib"
   mkdir -p "$DIR/bin" "$DIR/lib"
-  cp -f "${targets[@]/#/$out\/transport\/collective\/}" "$DIR/bin/"
+  cp -f "${targets[@]/#/$out\/collective\/}" "$DIR/bin/"
   chmod u+w "$DIR"/bin/*
   strip "$DIR"/bin/*
   copy_needed_libs "$DIR/lib" "$DIR"/bin/*

@@ -1,7 +1,7 @@
 // One UCX context and worker, made the one way kvt makes them: UCX's configuration from the environment, then
 // the caller's TLS and NET_DEVICES on top, the features asked for (wakeup dropped where UCX cannot give it), a
 // worker in the asked thread mode, and the worker's address for peers. Used by the data plane's rails
-// (ucx_rail.h) and the collectives' UcxWire (transport/collective/ucx_wire.h), so a UCX setting means the same in
+// (ucx_rail.h) and the collectives' UcxWire (collective/ucx_wire.h), so a UCX setting means the same in
 // both.
 //
 //   KVT_ASSIGN_OR_RETURN(UcxWorker w, CreateUcxWorker({.tls = "tcp", .features = UCP_FEATURE_TAG,
