@@ -54,13 +54,6 @@ absl::StatusOr<std::shared_ptr<RequestRecord>> FindRecord(RequestBook* book, v1:
 
 }  // namespace
 
-absl::StatusOr<absl::Duration> DeadlineFromMs(uint32_t ms, const char* field) {
-  if (ms < 1 || ms > 3600000) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " must be 1..3600000 milliseconds, got ", ms));
-  }
-  return absl::Milliseconds(ms);
-}
-
 grpc::Status ClientService::RegisterRegion(grpc::ServerContext*, const v1::RegisterRegionRequest* request,
                                            v1::RegisterRegionResponse*) {
   absl::Status s = [&]() -> absl::Status {

@@ -38,9 +38,6 @@ class ClientService final : public v1::KvtClient::Service {
   DecodeSide* const decode_;
 };
 
-// Checks a deadline_ms field: 1..3600000.
-absl::StatusOr<absl::Duration> DeadlineFromMs(uint32_t ms, const char* field);
-
 }  // namespace kvt::server
 
 #endif  // KVT_SERVER_CLIENT_SERVICE_H_

@@ -73,6 +73,13 @@ absl::Status ValidateId(absl::string_view id, absl::string_view what, size_t max
   return absl::OkStatus();
 }
 
+absl::StatusOr<absl::Duration> DeadlineFromMs(uint32_t ms, const char* field) {
+  if (ms < 1 || ms > 3600000) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be 1..3600000 milliseconds, got ", ms));
+  }
+  return absl::Milliseconds(ms);
+}
+
 absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions o) {
   if (o.daemon_id.empty()) {
     char host[256] = {};

@@ -99,6 +99,9 @@ absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions options);
 // it in the message.
 absl::Status ValidateId(absl::string_view id, absl::string_view what, size_t max_bytes);
 
+// Checks a deadline_ms field of a client or peer RPC: 1..3600000.
+absl::StatusOr<absl::Duration> DeadlineFromMs(uint32_t ms, const char* field);
+
 }  // namespace kvt::server
 
 #endif  // KVT_SERVER_OPTIONS_H_

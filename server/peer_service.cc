@@ -6,7 +6,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "kv/layout_proto.h"
-#include "server/client_service.h"
+#include "server/options.h"
 #include "server/proto_convert.h"
 
 namespace kvt::server {

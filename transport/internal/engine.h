@@ -28,7 +28,7 @@
 #include "transport/internal/send_crc_precomputer.h"
 #include "transport/internal/wire.h"
 #include "transport/options.h"
-#include "transport/transfer_table.h"
+#include "transport/internal/transfer_table.h"
 #include "transport/transport.h"
 #include "transport/internal/mutex.h"
 

@@ -1,4 +1,4 @@
-#include "transport/transfer_table.h"
+#include "transport/internal/transfer_table.h"
 
 #include <algorithm>
 #include <deque>

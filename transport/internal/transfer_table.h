@@ -4,8 +4,8 @@
 // offset order; a chunk that arrives early waits (within the link's receive-buffer credit) until the gap before it
 // is filled.
 // Thread-safe.
-#ifndef KVT_TRANSPORT_TRANSFER_TABLE_H_
-#define KVT_TRANSPORT_TRANSFER_TABLE_H_
+#ifndef KVT_TRANSPORT_INTERNAL_TRANSFER_TABLE_H_
+#define KVT_TRANSPORT_INTERNAL_TRANSFER_TABLE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -105,4 +105,4 @@ class TransferTable {
 
 }  // namespace kvt::transport
 
-#endif  // KVT_TRANSPORT_TRANSFER_TABLE_H_
+#endif  // KVT_TRANSPORT_INTERNAL_TRANSFER_TABLE_H_
