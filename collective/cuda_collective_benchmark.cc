@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "numerics/float16.h"
 #include "collective/all_reduce_testing.h"
 #include "collective/cuda_communicator.h"
@@ -47,8 +47,6 @@ namespace kvt::collective {
 namespace {
 
 namespace ff = ::kvt::numerics;
-using codec::gpu::CudaStream;
-using codec::gpu::DeviceBuffer;
 
 struct Mode {
   std::string name;
@@ -141,12 +139,12 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
     const size_t tile = std::min<size_t>(max_bytes / 2, size_t{8} << 20);
     const std::vector<uint16_t> a = Activations(tile, self.rank);
     for (size_t at = 0; at < max_bytes; at += tile * 2) {
-      BENCH_CHECK(codec::gpu::CopyToDevice(static_cast<char*>((*in)->get()) + at, a.data(),
+      BENCH_CHECK(::kvt::CopyToDevice(static_cast<char*>((*in)->get()) + at, a.data(),
                                            std::min(tile * 2, max_bytes - at)));
     }
   }
   void* const stream = kvt.stream();
-  auto timer = codec::gpu::CudaEventTimer::Create();
+  auto timer = CudaEventTimer::Create();
   BENCH_CHECK(timer.status());
   const auto run_once = [&](const Mode& mode, size_t count) -> absl::Status {
     if (mode.nccl) return nccl_comm->AllReduce((*in)->get(), (*out)->get(), count, NcclType::kBfloat16, stream);
@@ -196,7 +194,7 @@ int RunRank(ForkedRank& self, int world, const std::vector<size_t>& sizes, const
       BENCH_CHECK(run_once(mode, acc_count));
       BENCH_CHECK(kvt.Synchronize(stream, absl::Now() + absl::Seconds(60)));
       std::vector<uint16_t> got(acc_count);
-      BENCH_CHECK(codec::gpu::CopyToHost(got.data(), (*out)->get(), acc_count * 2));
+      BENCH_CHECK(::kvt::CopyToHost(got.data(), (*out)->get(), acc_count * 2));
       std::vector<float> values;
       if (self.rank == 0) {
         values.resize(acc_count);

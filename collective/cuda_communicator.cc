@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/status_macros.h"
 #include "collective/all_reduce.h"
 #include "collective/call_tag.h"
@@ -16,7 +16,6 @@
 namespace kvt::collective {
 namespace {
 
-using codec::gpu::CudaStream;
 using internal::DeviceStatus;
 using internal::ElementType;
 using internal::StepFormat;
@@ -239,13 +238,13 @@ absl::Status CudaCommunicator::AllReduce(absl::Span<const float> in, absl::Span<
   const size_t bytes = in.size() * sizeof(float);
   if (staging_ == nullptr || staging_->size() < bytes) {
     staging_.reset();
-    KVT_ASSIGN_OR_RETURN(staging_, codec::gpu::DeviceBuffer::Create(bytes));
+    KVT_ASSIGN_OR_RETURN(staging_, DeviceBuffer::Create(bytes));
   }
   const CudaStream s{group_->StreamOr(nullptr)};
-  KVT_RETURN_IF_ERROR(codec::gpu::CopyToDevice(staging_->get(), in.data(), bytes, s));
+  KVT_RETURN_IF_ERROR(::kvt::CopyToDevice(staging_->get(), in.data(), bytes, s));
   KVT_RETURN_IF_ERROR(
       AllReduceAsync(staging_->get(), staging_->get(), in.size(), DataType::kFloat32, options, s.handle));
-  KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(out.data(), staging_->get(), bytes, s));
+  KVT_RETURN_IF_ERROR(::kvt::CopyToHost(out.data(), staging_->get(), bytes, s));
   return Synchronize(s.handle, absl::Now() + options.timeout + absl::Seconds(10));
 }
 

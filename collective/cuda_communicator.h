@@ -46,9 +46,9 @@
 #include "collective/data_type.h"
 #include "collective/nccl_routing.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 class DeviceBuffer;
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
 
 namespace kvt::collective::internal {
 class CudaPeerGroup;
@@ -138,7 +138,7 @@ class CudaCommunicator : public Communicator {
   absl::Status NcclAllReduce(const void* in, void* out, size_t count, DataType type, void* stream);
 
   std::unique_ptr<internal::CudaPeerGroup> group_;  // flags, then the step-1 and step-2 areas
-  std::unique_ptr<codec::gpu::DeviceBuffer> staging_;  // for the host AllReduce
+  std::unique_ptr<DeviceBuffer> staging_;  // for the host AllReduce
   uint64_t calls_ = 0;
   uint64_t epoch_ = 0;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "gtest/gtest.h"
 #include "collective/all_reduce.h"
 #include "collective/all_reduce_testing.h"
@@ -32,7 +32,7 @@ namespace {
 
 
 #define SKIP_WITHOUT_CUDA() \
-  if (codec::gpu::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
+  if (::kvt::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
 
 constexpr size_t kWorkspace = 96 << 10;  // small, so that several cases run in more than one round
 
@@ -116,13 +116,13 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
   }
   std::vector<uint8_t> bytes = EncodeAs(c.type, in);
   if (edit_bytes) edit_bytes(bytes);
-  absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_in = codec::gpu::DeviceBuffer::Create(bytes.size());
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> d_in = DeviceBuffer::Create(bytes.size());
   if (!d_in.ok()) return d_in.status();
-  absl::StatusOr<std::unique_ptr<codec::gpu::DeviceBuffer>> d_out = codec::gpu::DeviceBuffer::Create(bytes.size());
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> d_out = DeviceBuffer::Create(bytes.size());
   if (!d_out.ok()) return d_out.status();
-  absl::Status s = codec::gpu::CopyToDevice((*d_in)->get(), bytes.data(), bytes.size());
+  absl::Status s = ::kvt::CopyToDevice((*d_in)->get(), bytes.data(), bytes.size());
   // The copy is asynchronous on the default stream, which the communicator's stream does not wait for.
-  if (s.ok()) s = codec::gpu::Synchronize();
+  if (s.ok()) s = ::kvt::Synchronize();
   if (!s.ok()) return s;
   void* out = c.in_place ? (*d_in)->get() : (*d_out)->get();
   s = comm.AllReduceAsync((*d_in)->get(), out, c.values, c.type, c.options);
@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<float>> RunCase(CudaCommunicator& comm, const Case& c
   s = comm.Synchronize(nullptr, absl::Now() + absl::Seconds(60));
   if (!s.ok()) return s;
   std::vector<uint8_t> got(bytes.size());
-  s = codec::gpu::CopyToHost(got.data(), out, got.size());
+  s = ::kvt::CopyToHost(got.data(), out, got.size());
   if (!s.ok()) return s;
   return DecodeAs(c.type, got);
 }
@@ -284,7 +284,7 @@ std::string NcclPath() {
 #define SKIP_WITHOUT_NCCL()                                                                  \
   SKIP_WITHOUT_CUDA();                                                                       \
   if (NcclPath().empty()) GTEST_SKIP() << "KVT_NCCL_LIB is not set (no NCCL to route to)"; \
-  if (codec::gpu::CudaDeviceCountInChild() < 2) GTEST_SKIP() << "NCCL needs a GPU per rank, and there is one"
+  if (::kvt::CudaDeviceCountInChild() < 2) GTEST_SKIP() << "NCCL needs a GPU per rank, and there is one"
 
 // The float64 sum of the case's inputs over the ranks, and the sum of magnitudes (for the error bound).
 void ExactSums(const Case& c, size_t index, int world, std::vector<double>* sum, std::vector<double>* magnitude) {
@@ -301,7 +301,7 @@ void ExactSums(const Case& c, size_t index, int world, std::vector<double>* sum,
 
 TEST(CudaAllReduceNcclTest, RoutedCallsAgreeOnEveryRankAndTheRestStayBitwiseTheCpuReference) {
   SKIP_WITHOUT_NCCL();
-  const int world = std::min(8, codec::gpu::CudaDeviceCountInChild());  // NCCL: a GPU a rank
+  const int world = std::min(8, ::kvt::CudaDeviceCountInChild());  // NCCL: a GPU a rank
   // 0, 1: NCCL by the defaults (unquantized; quantized under 16 MiB). 2: after set_nccl_routing lowered the
   // threshold to 64 KiB, the same kind of call runs kvt's kernels and must be bitwise the CPU reference. 3: a NaN
   // on rank 1 in a routed call fails it on every rank (check_finite). 4: the next routed call works. 5: without

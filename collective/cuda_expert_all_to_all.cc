@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/status_macros.h"
 #include "collective/call_tag.h"
 #include "collective/cuda_moe_kernels.h"
@@ -124,8 +124,8 @@ absl::Status CudaExpertAllToAll::Allocate() {
   DispatchState sizing;
   const size_t bytes = PlaceState(layout_, nullptr, &sizing);
   for (Set& set : sets_) {
-    KVT_ASSIGN_OR_RETURN(set.memory, codec::gpu::DeviceBuffer::Create(bytes));
-    KVT_RETURN_IF_ERROR(codec::gpu::FillDevice(set.memory->get(), 0, bytes));
+    KVT_ASSIGN_OR_RETURN(set.memory, DeviceBuffer::Create(bytes));
+    KVT_RETURN_IF_ERROR(::kvt::FillDevice(set.memory->get(), 0, bytes));
     PlaceState(layout_, static_cast<uint8_t*>(set.memory->get()), &set.state);
     set.result.max_tokens = options_.max_tokens;
     set.result.rows = set.state.rows;
@@ -134,7 +134,7 @@ absl::Status CudaExpertAllToAll::Allocate() {
     set.result.slot_weight = set.state.slot_weight;
     set.result.counts = set.state.counts;
   }
-  return codec::gpu::Synchronize();
+  return ::kvt::Synchronize();
 }
 
 internal::MoeCall CudaExpertAllToAll::MakeCall(bool dispatch, uint64_t number, uint64_t call_tag,
@@ -231,10 +231,10 @@ absl::StatusOr<DispatchResult> CudaExpertAllToAll::ReadDispatch(const CudaDispat
   const size_t hidden = options_.hidden;
   const size_t element = DataTypeBytes(options_.type);
   // Copies on this exchange's stream, after the calls that wrote the result.
-  const codec::gpu::CudaStream s{stream()};
+  const CudaStream s{stream()};
   std::vector<int32_t> counts(world);
-  KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(counts.data(), d.counts, world * sizeof(int32_t), s));
-  KVT_RETURN_IF_ERROR(codec::gpu::Synchronize(s));
+  KVT_RETURN_IF_ERROR(::kvt::CopyToHost(counts.data(), d.counts, world * sizeof(int32_t), s));
+  KVT_RETURN_IF_ERROR(::kvt::Synchronize(s));
   DispatchResult out;
   out.sequence = d.sequence;
   out.hidden = options_.hidden;
@@ -252,11 +252,11 @@ absl::StatusOr<DispatchResult> CudaExpertAllToAll::ReadDispatch(const CudaDispat
     std::vector<float> weights(static_cast<size_t>(n) * topk);
     if (n > 0) {
       const uint8_t* rows_at = static_cast<const uint8_t*>(d.rows) + first * hidden * element;
-      KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(rows.data(), rows_at, rows.size(), s));
-      KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(index.data(), d.source_index + first, n * sizeof(int32_t), s));
-      KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(experts.data(), d.slot_expert + first * topk, experts.size() * 4, s));
-      KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(weights.data(), d.slot_weight + first * topk, weights.size() * 4, s));
-      KVT_RETURN_IF_ERROR(codec::gpu::Synchronize(s));
+      KVT_RETURN_IF_ERROR(::kvt::CopyToHost(rows.data(), rows_at, rows.size(), s));
+      KVT_RETURN_IF_ERROR(::kvt::CopyToHost(index.data(), d.source_index + first, n * sizeof(int32_t), s));
+      KVT_RETURN_IF_ERROR(::kvt::CopyToHost(experts.data(), d.slot_expert + first * topk, experts.size() * 4, s));
+      KVT_RETURN_IF_ERROR(::kvt::CopyToHost(weights.data(), d.slot_weight + first * topk, weights.size() * 4, s));
+      KVT_RETURN_IF_ERROR(::kvt::Synchronize(s));
     }
     for (int i = 0; i < n; ++i) {
       out.source_rank.push_back(src);

@@ -46,9 +46,9 @@
 #include "collective/data_type.h"
 #include "collective/moe.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 class DeviceBuffer;
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
 
 namespace kvt::collective {
 
@@ -151,7 +151,7 @@ class CudaExpertAllToAll {
  private:
   // One of the two alternating sets of per-Dispatch device state.
   struct Set {
-    std::unique_ptr<codec::gpu::DeviceBuffer> memory;
+    std::unique_ptr<DeviceBuffer> memory;
     internal::DispatchState state;  // arrays in `memory`
     CudaDispatchResult result;      // the same arrays, as the caller sees them
     int num_tokens = 0;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "gtest/gtest.h"
 #include "collective/data_type.h"
 #include "collective/in_process_wire.h"
@@ -26,10 +26,9 @@
 namespace kvt::collective {
 namespace {
 
-using codec::gpu::DeviceBuffer;
 
 #define SKIP_WITHOUT_CUDA() \
-  if (codec::gpu::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
+  if (::kvt::CudaDeviceCountInChild() == 0) GTEST_SKIP() << "no CUDA device (counted in a child process)"
 
 struct MoeCase {  // experts_per_rank * 2 >= topk: every world has enough experts for distinct top-k
   std::string name;
@@ -95,9 +94,9 @@ std::vector<float> ExpertOutputs(const MoeCase& c, const CudaDispatchResult& d, 
   const size_t rows = static_cast<size_t>(world) * c.max_tokens;
   std::vector<uint8_t> raw(rows * c.hidden * DataTypeBytes(c.type));
   std::vector<int32_t> experts(rows * c.topk);
-  status = codec::gpu::CopyToHost(raw.data(), d.rows, raw.size());
-  if (status.ok()) status = codec::gpu::CopyToHost(experts.data(), d.slot_expert, experts.size() * 4);
-  if (status.ok()) status = codec::gpu::Synchronize();
+  status = ::kvt::CopyToHost(raw.data(), d.rows, raw.size());
+  if (status.ok()) status = ::kvt::CopyToHost(experts.data(), d.slot_expert, experts.size() * 4);
+  if (status.ok()) status = ::kvt::Synchronize();
   const std::vector<float> tokens = DecodeAs(c.type, raw);
   std::vector<float> out(rows * c.topk * c.hidden, 0.0f);
   for (size_t r = 0; r < rows; ++r) {
@@ -139,8 +138,8 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
     auto b = DeviceBuffer::Create(std::max<size_t>(bytes, 16));
     if (!b.ok()) return nullptr;
     // The copy is asynchronous on the default stream, which the exchange's stream does not wait for.
-    if (bytes > 0 && !codec::gpu::CopyToDevice((*b)->get(), data, bytes).ok()) return nullptr;
-    if (!codec::gpu::Synchronize().ok()) return nullptr;
+    if (bytes > 0 && !::kvt::CopyToDevice((*b)->get(), data, bytes).ok()) return nullptr;
+    if (!::kvt::Synchronize().ok()) return nullptr;
     keep.push_back(*std::move(b));
     return keep.back()->get();
   };
@@ -171,8 +170,8 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
     if (s.ok()) s = a2a.CombineAsync(*d, dy, (*out)->get());
     if (s.ok()) s = a2a.Synchronize(nullptr, deadline);
     std::vector<uint8_t> got(out_bytes);
-    if (s.ok() && out_bytes > 0) s = codec::gpu::CopyToHost(got.data(), (*out)->get(), out_bytes);
-    if (s.ok()) s = codec::gpu::Synchronize();
+    if (s.ok() && out_bytes > 0) s = ::kvt::CopyToHost(got.data(), (*out)->get(), out_bytes);
+    if (s.ok()) s = ::kvt::Synchronize();
     self.records.Write(s, s.ok() ? DecodeAs(c.type, got) : std::vector<float>{});
   };
   // D0 and D1 back to back (two buffer sets), then their Combines in order, then D2 combined twice.
@@ -342,12 +341,12 @@ TEST(CudaMoeFailureTest, BadInputStaleResultsAndSilence) {
     auto w = DeviceBuffer::Create(in.topk_weights.size() * 4);
     if (!t.ok() || !e.ok() || !w.ok()) return 2;
     const auto upload = [&]() -> absl::Status {
-      if (!codec::gpu::CopyToDevice((*t)->get(), in.tokens.data(), in.tokens.size() * 4).ok() ||
-          !codec::gpu::CopyToDevice((*e)->get(), in.topk_experts.data(), in.topk_experts.size() * 4).ok() ||
-          !codec::gpu::CopyToDevice((*w)->get(), in.topk_weights.data(), in.topk_weights.size() * 4).ok()) {
+      if (!::kvt::CopyToDevice((*t)->get(), in.tokens.data(), in.tokens.size() * 4).ok() ||
+          !::kvt::CopyToDevice((*e)->get(), in.topk_experts.data(), in.topk_experts.size() * 4).ok() ||
+          !::kvt::CopyToDevice((*w)->get(), in.topk_weights.data(), in.topk_weights.size() * 4).ok()) {
         return absl::InternalError("upload failed");
       }
-      return codec::gpu::Synchronize();  // the exchange's stream does not wait for the default stream
+      return ::kvt::Synchronize();  // the exchange's stream does not wait for the default stream
     };
     const auto run_call = [&]() -> absl::Status {
       if (absl::Status s = upload(); !s.ok()) return s;

@@ -19,7 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "numerics/float16.h"
 #include "collective/cuda_expert_all_to_all.h"
 #include "collective/moe_testing.h"
@@ -41,8 +41,6 @@ namespace kvt::collective {
 namespace {
 
 namespace ff = ::kvt::numerics;
-using codec::gpu::CudaStream;
-using codec::gpu::DeviceBuffer;
 
 // What each rank records, in this order (microseconds per call).
 enum Column { kDispatch, kCombine, kBoth, kNcclDispatch, kNcclCombine, kNcclBf16Dispatch, kColumns };
@@ -54,12 +52,12 @@ absl::StatusOr<void*> Upload(std::vector<std::unique_ptr<DeviceBuffer>>& keep, c
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> b = DeviceBuffer::Create(std::max<size_t>(bytes, 16));
   if (!b.ok()) return b.status();
   if (data != nullptr) {
-    if (absl::Status s = codec::gpu::CopyToDevice((*b)->get(), data, bytes); !s.ok()) return s;
-  } else if (absl::Status s = codec::gpu::FillDevice((*b)->get(), 0, bytes); !s.ok()) {
+    if (absl::Status s = ::kvt::CopyToDevice((*b)->get(), data, bytes); !s.ok()) return s;
+  } else if (absl::Status s = ::kvt::FillDevice((*b)->get(), 0, bytes); !s.ok()) {
     return s;
   }
   // The copy is asynchronous on the default stream, which the exchange's stream does not wait for.
-  if (absl::Status s = codec::gpu::Synchronize(); !s.ok()) return s;
+  if (absl::Status s = ::kvt::Synchronize(); !s.ok()) return s;
   keep.push_back(*std::move(b));
   return keep.back()->get();
 }
@@ -110,10 +108,10 @@ int RunRank(ForkedRank& self, int world) {
   {  // Expert outputs: the tokens again, tiled (the values only matter for not being special).
     std::vector<uint16_t> tile(bf16);
     for (size_t at = 0; at < expert_out_values; at += tile.size()) {
-      BENCH_CHECK(codec::gpu::CopyToDevice(static_cast<uint16_t*>(*d_expert_out) + at, tile.data(),
+      BENCH_CHECK(::kvt::CopyToDevice(static_cast<uint16_t*>(*d_expert_out) + at, tile.data(),
                                            std::min(tile.size(), expert_out_values - at) * 2));
     }
-    BENCH_CHECK(codec::gpu::Synchronize());
+    BENCH_CHECK(::kvt::Synchronize());
   }
   void* const stream = a2a.stream();
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
@@ -122,7 +120,7 @@ int RunRank(ForkedRank& self, int world) {
     return a2a.DispatchAsync(*d_tokens, static_cast<const int32_t*>(*d_experts), static_cast<const float*>(*d_weights),
                              tokens, call_options, stream);
   };
-  auto timer = codec::gpu::CudaEventTimer::Create();
+  auto timer = CudaEventTimer::Create();
   BENCH_CHECK(timer.status());
   // Times `iters` calls of `body` after 10 of warm-up; microseconds per call.
   const auto time_loop = [&](auto&& body) -> absl::StatusOr<float> {

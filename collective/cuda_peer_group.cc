@@ -4,13 +4,12 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/status_macros.h"
 
 namespace kvt::collective::internal {
 namespace {
 
-using codec::gpu::CudaStream;
 
 constexpr uint32_t kHelloMagic = 0x6b765463;  // "kvTc"
 
@@ -48,20 +47,20 @@ absl::StatusOr<std::unique_ptr<CudaPeerGroup>> CudaPeerGroup::Create(std::unique
 }
 
 absl::Status CudaPeerGroup::Bootstrap(const CudaPeerGroupOptions& options) {
-  KVT_ASSIGN_OR_RETURN(const int devices, codec::gpu::CudaDeviceCount());
+  KVT_ASSIGN_OR_RETURN(const int devices, ::kvt::CudaDeviceCount());
   if (devices == 0) return absl::FailedPreconditionError(what_ + " needs a CUDA device; none is present");
   device_ = options.device >= 0 ? options.device : rank_ % devices;
   KVT_RETURN_IF_ERROR(UseCudaDevice(device_));
-  KVT_ASSIGN_OR_RETURN(sm_count_, codec::gpu::MultiprocessorCount());
+  KVT_ASSIGN_OR_RETURN(sm_count_, ::kvt::MultiprocessorCount());
   flag_bytes_ = options.flag_bytes;
   area_bytes_ = options.area_bytes;
-  KVT_ASSIGN_OR_RETURN(own_stream_, codec::gpu::OwnedCudaStream::Create());
-  KVT_ASSIGN_OR_RETURN(workspace_, codec::gpu::DeviceBuffer::Create(flag_bytes_ + area_bytes_));
-  KVT_RETURN_IF_ERROR(codec::gpu::FillDevice(workspace_->get(), 0, flag_bytes_));
-  KVT_ASSIGN_OR_RETURN(status_, codec::gpu::DeviceBuffer::Create(sizeof(DeviceStatus)));
+  KVT_ASSIGN_OR_RETURN(own_stream_, OwnedCudaStream::Create());
+  KVT_ASSIGN_OR_RETURN(workspace_, DeviceBuffer::Create(flag_bytes_ + area_bytes_));
+  KVT_RETURN_IF_ERROR(::kvt::FillDevice(workspace_->get(), 0, flag_bytes_));
+  KVT_ASSIGN_OR_RETURN(status_, DeviceBuffer::Create(sizeof(DeviceStatus)));
   const DeviceStatus clean = CleanDeviceStatus();
-  KVT_RETURN_IF_ERROR(codec::gpu::CopyToDevice(status_->get(), &clean, sizeof(clean)));
-  KVT_RETURN_IF_ERROR(codec::gpu::Synchronize());  // flags are zero before any peer can map them
+  KVT_RETURN_IF_ERROR(::kvt::CopyToDevice(status_->get(), &clean, sizeof(clean)));
+  KVT_RETURN_IF_ERROR(::kvt::Synchronize());  // flags are zero before any peer can map them
 
   KVT_ASSIGN_OR_RETURN(const std::string handle, ExportCudaIpcHandle(workspace_->get(), device_));
   Hello mine{};
@@ -140,7 +139,7 @@ absl::StatusOr<DeviceStatus> CudaPeerGroup::Finish(void* stream, absl::Time dead
   const CudaStream s{StreamOr(stream)};
   absl::Duration nap = absl::Microseconds(20);
   while (true) {
-    KVT_ASSIGN_OR_RETURN(const bool idle, codec::gpu::StreamIdle(s));
+    KVT_ASSIGN_OR_RETURN(const bool idle, ::kvt::StreamIdle(s));
     if (idle) break;
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
@@ -152,10 +151,10 @@ absl::StatusOr<DeviceStatus> CudaPeerGroup::Finish(void* stream, absl::Time dead
     nap = std::min(nap * 2, absl::Milliseconds(2));
   }
   DeviceStatus got{};
-  KVT_RETURN_IF_ERROR(codec::gpu::CopyToHost(&got, status_->get(), sizeof(got)));
+  KVT_RETURN_IF_ERROR(::kvt::CopyToHost(&got, status_->get(), sizeof(got)));
   if (got.errors != 0) {
     const DeviceStatus clean = CleanDeviceStatus();
-    KVT_RETURN_IF_ERROR(codec::gpu::CopyToDevice(status_->get(), &clean, sizeof(clean)));
+    KVT_RETURN_IF_ERROR(::kvt::CopyToDevice(status_->get(), &clean, sizeof(clean)));
   }
   return got;
 }

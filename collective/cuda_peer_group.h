@@ -23,10 +23,10 @@
 #include "collective/collective_wire.h"
 #include "collective/cuda_peer_signals.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 class DeviceBuffer;
 class OwnedCudaStream;
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
 
 namespace kvt::collective::internal {
 
@@ -94,9 +94,9 @@ class CudaPeerGroup {
   size_t flag_bytes_ = 0;
   size_t area_bytes_ = 0;
   absl::Duration drain_ = absl::Seconds(40);
-  std::unique_ptr<codec::gpu::OwnedCudaStream> own_stream_;
-  std::unique_ptr<codec::gpu::DeviceBuffer> workspace_;  // flags, then the area; exported
-  std::unique_ptr<codec::gpu::DeviceBuffer> status_;     // DeviceStatus
+  std::unique_ptr<OwnedCudaStream> own_stream_;
+  std::unique_ptr<DeviceBuffer> workspace_;  // flags, then the area; exported
+  std::unique_ptr<DeviceBuffer> status_;     // DeviceStatus
   std::vector<std::unique_ptr<IpcMapping>> peers_;      // by rank; null for this rank
   std::vector<uint8_t*> bases_;                         // every rank's workspace as mapped here
 };

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/cuda_ipc.h"
 
 namespace kvt::collective {
@@ -25,7 +25,7 @@ absl::StatusOr<BenchmarkRank> StartBenchmarkRank(ForkedRank& self, int world, co
     out.comm = *std::move(comm);
   }
   if (self.rank == 0) {
-    absl::StatusOr<std::string> desc = codec::gpu::CudaDeviceDescription();
+    absl::StatusOr<std::string> desc = ::kvt::CudaDeviceDescription();
     std::printf("device: %d x %s\n", world, desc.ok() ? desc->c_str() : desc.status().ToString().c_str());
     if (out.library) std::printf("NCCL %s from %s\n", out.library->Version().c_str(), nccl_path.c_str());
     std::fflush(stdout);
@@ -34,7 +34,7 @@ absl::StatusOr<BenchmarkRank> StartBenchmarkRank(ForkedRank& self, int world, co
 }
 
 int GpusForBenchmark() {
-  const int gpus = codec::gpu::CudaDeviceCountInChild();
+  const int gpus = ::kvt::CudaDeviceCountInChild();
   if (gpus == 0) {
     std::fprintf(stderr, "no CUDA device here: this benchmark needs GPUs (tools/gpu/run_gpu_collectives.sh)\n");
   }

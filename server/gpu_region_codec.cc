@@ -47,7 +47,7 @@ std::vector<int32_t> PageBlocks(const kv::KvLayout& layout, absl::Span<const uin
 // gives it back; slots are per device.
 struct GpuSlot {
   int device = 0;
-  std::unique_ptr<codec::gpu::OwnedCudaStream> stream;
+  std::unique_ptr<OwnedCudaStream> stream;
   codec::gpu::PageStaging staging;
 };
 
@@ -87,7 +87,7 @@ class GpuSlots {
     }
     auto slot = std::make_unique<GpuSlot>();
     slot->device = device;
-    absl::StatusOr<std::unique_ptr<codec::gpu::OwnedCudaStream>> stream = codec::gpu::OwnedCudaStream::Create();
+    absl::StatusOr<std::unique_ptr<OwnedCudaStream>> stream = OwnedCudaStream::Create();
     if (!stream.ok()) {
       kvt::MutexLock lock(&mu_);
       --in_use_[device];

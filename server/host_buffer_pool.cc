@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/mutex.h"
 
 namespace kvt::server {
@@ -25,8 +25,8 @@ class Allocation final : public HostBuffer {
   static std::unique_ptr<Allocation> Make(size_t bytes, HostMemory memory) {
     auto a = std::unique_ptr<Allocation>(new Allocation());
     if (memory == HostMemory::kPinned) {
-      absl::StatusOr<std::unique_ptr<codec::gpu::PinnedHostBuffer>> pinned =
-          codec::gpu::PinnedHostBuffer::Create(bytes);
+      absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> pinned =
+          PinnedHostBuffer::Create(bytes);
       if (pinned.ok()) {
         a->pinned_ = *std::move(pinned);
         a->data_ = a->pinned_->data();
@@ -51,7 +51,7 @@ class Allocation final : public HostBuffer {
 
  private:
   Allocation() = default;
-  std::unique_ptr<codec::gpu::PinnedHostBuffer> pinned_;
+  std::unique_ptr<PinnedHostBuffer> pinned_;
   bool mapped_ = false;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;

@@ -28,7 +28,7 @@
 #include "codec/container.h"
 #include "codec/options.h"
 #include "codec/scheme.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "codec/gpu/host_containers.h"
 #include "numerics/dtype.h"
 

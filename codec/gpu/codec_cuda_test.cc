@@ -15,7 +15,7 @@
 
 #include "codec/codec.h"
 #include "codec/gpu/codec_cuda_test_util.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "codec/gpu/host_containers.h"
 #include "numerics/float16.h"
 #include "codec/internal/lynx_math.h"

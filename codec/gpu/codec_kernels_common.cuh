@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/gpu/codec_kernels.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "codec/gpu/fast_divisor.h"
 #include "numerics/e4m3.h"
 #include "numerics/float16.h"

@@ -28,9 +28,9 @@
 #include "absl/strings/str_format.h"
 #include "codec/codec.h"
 #include "codec/gpu/codec_cuda.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "codec/gpu/host_containers.h"
-#include "codec/gpu/stream_gate.h"
+#include "common/stream_gate.h"
 #include "codec/test_pages.h"
 
 ABSL_FLAG(int, page_tokens, 256,

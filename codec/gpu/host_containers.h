@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "codec/container.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 
 namespace kvt::codec::gpu {
 

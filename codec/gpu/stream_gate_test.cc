@@ -1,14 +1,14 @@
 // StreamGate (stream_gate.h): work behind a closed gate waits for Open, a gate nobody opens gives up at its
 // deadline and says so, a destroyed gate releases its stream, and a stretch timed behind a gate holds none of the
 // host's time. Part of codec_cuda_test; every test skips (GTEST_SKIP) when no CUDA device is present.
-#include "codec/gpu/stream_gate.h"
+#include "common/stream_gate.h"
 
 #include <chrono>
 #include <thread>
 #include <vector>
 
 #include "codec/gpu/codec_cuda_test_util.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "gtest/gtest.h"
 
 namespace kvt::codec::gpu {

@@ -18,7 +18,7 @@
 #include "codec/eval/evaluation.h"
 #include "codec/eval/metrics.h"
 #include "codec/eval/synthetic_kv.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 #include "common/cuda_ipc.h"
 #include "common/status_macros.h"
 #include "kv/float16.h"
@@ -113,7 +113,7 @@ class DemoKvCache {
       return cache;
     }
     KVT_RETURN_IF_ERROR(UseCudaDevice(gpu));
-    KVT_ASSIGN_OR_RETURN(cache->device_, codec::gpu::DeviceBuffer::Create(bytes));
+    KVT_ASSIGN_OR_RETURN(cache->device_, DeviceBuffer::Create(bytes));
     cache->mirror_.assign(bytes, 0);
     KVT_RETURN_IF_ERROR(cache->Upload());
     return cache;
@@ -122,10 +122,10 @@ class DemoKvCache {
   // The bytes the demo writes and reads: the segment itself, or the GPU region's host mirror.
   absl::Span<uint8_t> host() { return shm_ ? absl::MakeSpan(shm_->data(), shm_->size()) : absl::MakeSpan(mirror_); }
   absl::Status Upload() {
-    return gpu_ < 0 ? absl::OkStatus() : codec::gpu::CopyToDevice(device_->get(), mirror_.data(), mirror_.size());
+    return gpu_ < 0 ? absl::OkStatus() : ::kvt::CopyToDevice(device_->get(), mirror_.data(), mirror_.size());
   }
   absl::Status Download() {
-    return gpu_ < 0 ? absl::OkStatus() : codec::gpu::CopyToHost(mirror_.data(), device_->get(), mirror_.size());
+    return gpu_ < 0 ? absl::OkStatus() : ::kvt::CopyToHost(mirror_.data(), device_->get(), mirror_.size());
   }
   absl::Status Clear() {
     std::memset(host().data(), 0, host().size());
@@ -141,7 +141,7 @@ class DemoKvCache {
   DemoKvCache() = default;
   int gpu_ = -1;
   std::unique_ptr<client::ShmSegment> shm_;
-  std::unique_ptr<codec::gpu::DeviceBuffer> device_;
+  std::unique_ptr<DeviceBuffer> device_;
   std::vector<uint8_t> mirror_;
 };
 

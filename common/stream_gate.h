@@ -16,8 +16,8 @@
 // so a host that never opens the gate cannot hang the stream. While the gate is closed, the host must not wait
 // for the stream (Synchronize, a copy from pageable memory, which may be synchronous): it would wait until the
 // deadline. Thread-compatible.
-#ifndef KVT_CODEC_GPU_STREAM_GATE_H_
-#define KVT_CODEC_GPU_STREAM_GATE_H_
+#ifndef KVT_COMMON_STREAM_GATE_H_
+#define KVT_COMMON_STREAM_GATE_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,9 +25,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 
 class StreamGate {
  public:
@@ -66,6 +66,6 @@ class StreamGate {
   bool closed_ = false;
 };
 
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
 
-#endif  // KVT_CODEC_GPU_STREAM_GATE_H_
+#endif  // KVT_COMMON_STREAM_GATE_H_

@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "codec/gpu/cuda_util.h"
+#include "common/cuda_util.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 namespace {
 
 cudaStream_t S(CudaStream s) { return static_cast<cudaStream_t>(s.handle); }
@@ -179,4 +179,4 @@ absl::StatusOr<int> MultiprocessorCount() {
   return count;
 }
 
-}  // namespace kvt::codec::gpu
+}  // namespace kvt

@@ -2,8 +2,8 @@
 // headers: device memory, streams as opaque handles, event timing, copies. Every cudaError_t becomes an
 // absl::Status here (FAILED_PRECONDITION when no usable device or driver, INTERNAL otherwise).
 // Objects are thread-compatible; the free functions are thread-safe.
-#ifndef KVT_CODEC_GPU_CUDA_UTIL_H_
-#define KVT_CODEC_GPU_CUDA_UTIL_H_
+#ifndef KVT_COMMON_CUDA_UTIL_H_
+#define KVT_COMMON_CUDA_UTIL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 
 // A cudaStream_t; a null handle is the legacy default stream. Does not own the stream.
 struct CudaStream {
@@ -114,6 +114,6 @@ absl::StatusOr<bool> StreamIdle(CudaStream stream);
 // The current device's streaming multiprocessors.
 absl::StatusOr<int> MultiprocessorCount();
 
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
 
-#endif  // KVT_CODEC_GPU_CUDA_UTIL_H_
+#endif  // KVT_COMMON_CUDA_UTIL_H_

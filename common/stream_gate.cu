@@ -4,9 +4,9 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
-#include "codec/gpu/stream_gate.h"
+#include "common/stream_gate.h"
 
-namespace kvt::codec::gpu {
+namespace kvt {
 namespace {
 
 __device__ __forceinline__ unsigned long long GlobalNs() {
@@ -98,4 +98,4 @@ absl::Status StreamGate::Passed() const {
   return absl::OkStatus();
 }
 
-}  // namespace kvt::codec::gpu
+}  // namespace kvt
