@@ -1,0 +1,199 @@
+// The C ABI of c_api.h over the C++ communicators: every call catches its absl::Status at the boundary and
+// returns its code, the message kept per thread.
+#include "collective/c_api.h"
+
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collective/all_reduce.h"
+#include "collective/communicator.h"
+#include "collective/cuda_communicator.h"
+#include "collective/tcp_wire.h"
+#include "collective/ucx_wire.h"
+
+struct kvt_coll_listener {
+  kvt::collective::TcpListener listener;
+};
+
+struct kvt_coll_comm {
+  int backend = KVT_COLL_TCP;
+  std::unique_ptr<kvt::collective::WireCommunicator> host;  // TCP and UCX
+  std::unique_ptr<kvt::collective::CudaCommunicator> cuda;  // CUDA
+  kvt::collective::Communicator& comm() const {
+    return host != nullptr ? static_cast<kvt::collective::Communicator&>(*host) : *cuda;
+  }
+};
+
+namespace {
+
+using ::kvt::collective::AllReduceOptions;
+using ::kvt::collective::DataType;
+
+thread_local std::string last_error;
+
+int Fail(const absl::Status& status) {
+  last_error = std::string(status.message());
+  return static_cast<int>(status.code());
+}
+
+int Done(const absl::Status& status) {
+  if (status.ok()) {
+    last_error.clear();
+    return 0;
+  }
+  return Fail(status);
+}
+
+absl::Duration MsOr(uint32_t ms, absl::Duration fallback) {
+  return ms == 0 ? fallback : absl::Milliseconds(ms);
+}
+
+std::string StringOr(const char* s) { return s == nullptr ? std::string() : std::string(s); }
+
+absl::Status ToOptions(const kvt_coll_all_reduce_options* o, AllReduceOptions& out) {
+  if (o == nullptr) return absl::OkStatus();  // the defaults
+  out.step1_bits = o->step1_bits;
+  out.step2_bits = o->step2_bits;
+  out.group_size = o->group_size;
+  out.spike_reserve = o->spike_reserve != 0;
+  if (o->chunk_bytes != 0) out.chunk_bytes = o->chunk_bytes;
+  out.timeout = MsOr(o->timeout_ms, absl::Seconds(30));
+  return kvt::collective::ValidateAllReduceOptions(out);
+}
+
+absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener> listener,
+                    std::unique_ptr<kvt_coll_comm>& out) {
+  using ::kvt::collective::CudaCommunicator;
+  using ::kvt::collective::CudaCommunicatorOptions;
+  using ::kvt::collective::ParsePeerList;
+  using ::kvt::collective::TcpWire;
+  using ::kvt::collective::TcpWireOptions;
+  using ::kvt::collective::UcxWire;
+  using ::kvt::collective::WireCommunicator;
+  if (c.abi_version != KVT_COLL_ABI_VERSION) {
+    return absl::InvalidArgumentError(absl::StrCat("config.abi_version is ", c.abi_version, "; this library is ",
+                                                   KVT_COLL_ABI_VERSION, ": rebuild the caller against its c_api.h"));
+  }
+  if (c.backend != KVT_COLL_TCP && c.backend != KVT_COLL_UCX && c.backend != KVT_COLL_CUDA) {
+    return absl::InvalidArgumentError(absl::StrCat("config.backend must be KVT_COLL_TCP (0), KVT_COLL_UCX (1) or "
+                                                   "KVT_COLL_CUDA (2), got ", c.backend));
+  }
+  if (c.peers == nullptr) return absl::InvalidArgumentError("config.peers is NULL: give every rank's host:port");
+  absl::StatusOr<std::vector<std::string>> peers = ParsePeerList(c.peers);
+  if (!peers.ok()) return peers.status();
+  if (c.rank < 0 || static_cast<size_t>(c.rank) >= peers->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.rank is ", c.rank, " but peers names ", peers->size(), " ranks"));
+  }
+  const absl::Duration bootstrap = MsOr(c.bootstrap_timeout_ms, absl::Seconds(30));
+  TcpWireOptions tcp{.rank = c.rank, .peers = *std::move(peers), .bootstrap_timeout = bootstrap};
+  absl::StatusOr<std::unique_ptr<TcpWire>> wire =
+      listener != nullptr ? TcpWire::Create(tcp, std::move(listener->listener)) : TcpWire::Create(tcp);
+  if (!wire.ok()) return wire.status();
+  auto comm = std::make_unique<kvt_coll_comm>();
+  comm->backend = c.backend;
+  if (c.backend == KVT_COLL_TCP) {
+    absl::StatusOr<std::unique_ptr<WireCommunicator>> host = WireCommunicator::Create(*std::move(wire));
+    if (!host.ok()) return host.status();
+    comm->host = *std::move(host);
+  } else if (c.backend == KVT_COLL_UCX) {
+    // The TCP mesh carries the worker-address exchange only.
+    absl::StatusOr<std::unique_ptr<UcxWire>> ucx = UcxWire::Create(
+        {.tls = StringOr(c.ucx_tls), .net_devices = StringOr(c.ucx_net_devices), .bootstrap_timeout = bootstrap},
+        **wire);
+    if (!ucx.ok()) return ucx.status();
+    absl::StatusOr<std::unique_ptr<WireCommunicator>> host = WireCommunicator::Create(*std::move(ucx));
+    if (!host.ok()) return host.status();
+    comm->host = *std::move(host);
+  } else {
+    CudaCommunicatorOptions options;
+    options.device = c.device;
+    if (c.workspace_bytes != 0) options.workspace_bytes = c.workspace_bytes;
+    options.bootstrap_timeout = bootstrap;
+    options.nccl_library = StringOr(c.nccl_library);
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> cuda = CudaCommunicator::Create(*std::move(wire), options);
+    if (!cuda.ok()) return cuda.status();
+    comm->cuda = *std::move(cuda);
+  }
+  out = std::move(comm);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t kvt_coll_abi_version(void) { return KVT_COLL_ABI_VERSION; }
+
+const char* kvt_coll_last_error(void) { return last_error.c_str(); }
+
+int kvt_coll_listen(const char* host, kvt_coll_listener** out, int32_t* port) {
+  if (host == nullptr || out == nullptr || port == nullptr) {
+    return Fail(absl::InvalidArgumentError("kvt_coll_listen: host, out and port must not be NULL"));
+  }
+  absl::StatusOr<kvt::collective::TcpListener> l = kvt::collective::TcpListener::Listen(absl::StrCat(host, ":0"));
+  if (!l.ok()) return Fail(l.status());
+  *port = l->port();
+  *out = new kvt_coll_listener{*std::move(l)};
+  return Done(absl::OkStatus());
+}
+
+void kvt_coll_listener_close(kvt_coll_listener* listener) { delete listener; }
+
+int kvt_coll_create(const kvt_coll_config* config, kvt_coll_comm** out) {
+  std::unique_ptr<kvt_coll_listener> listener(config != nullptr ? config->listener : nullptr);
+  if (config == nullptr || out == nullptr) {
+    return Fail(absl::InvalidArgumentError("kvt_coll_create: config and out must not be NULL"));
+  }
+  *out = nullptr;
+  std::unique_ptr<kvt_coll_comm> comm;
+  const absl::Status status = Create(*config, std::move(listener), comm);
+  if (status.ok()) *out = comm.release();
+  return Done(status);
+}
+
+void kvt_coll_destroy(kvt_coll_comm* comm) { delete comm; }
+
+int32_t kvt_coll_rank(const kvt_coll_comm* comm) { return comm == nullptr ? -1 : comm->comm().rank(); }
+int32_t kvt_coll_world_size(const kvt_coll_comm* comm) { return comm == nullptr ? -1 : comm->comm().world_size(); }
+int32_t kvt_coll_device(const kvt_coll_comm* comm) {
+  return comm == nullptr || comm->cuda == nullptr ? -1 : comm->cuda->device();
+}
+
+int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t count, int32_t dtype,
+                        const kvt_coll_all_reduce_options* options, void* stream) {
+  if (comm == nullptr) return Fail(absl::InvalidArgumentError("kvt_coll_all_reduce: comm is NULL"));
+  if (dtype != KVT_COLL_F32 && dtype != KVT_COLL_BF16 && dtype != KVT_COLL_F16) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("dtype must be KVT_COLL_F32 (0), KVT_COLL_BF16 (1) or KVT_COLL_F16 (2), got ", dtype)));
+  }
+  if (count > 0 && (in == nullptr || out == nullptr)) {
+    return Fail(absl::InvalidArgumentError("kvt_coll_all_reduce: in and out must not be NULL"));
+  }
+  AllReduceOptions o;
+  if (absl::Status s = ToOptions(options, o); !s.ok()) return Fail(s);
+  if (comm->cuda != nullptr) {
+    return Done(comm->cuda->AllReduceAsync(in, out, count, static_cast<DataType>(dtype), o, stream));
+  }
+  if (dtype != KVT_COLL_F32) {
+    return Fail(absl::InvalidArgumentError(
+        "the TCP and UCX backends reduce fp32 host buffers only: convert, or use the CUDA backend for bf16/fp16"));
+  }
+  return Done(comm->host->AllReduce(absl::MakeConstSpan(static_cast<const float*>(in), count),
+                                    absl::MakeSpan(static_cast<float*>(out), count), o));
+}
+
+int kvt_coll_synchronize(kvt_coll_comm* comm, void* stream, uint32_t timeout_ms) {
+  if (comm == nullptr) return Fail(absl::InvalidArgumentError("kvt_coll_synchronize: comm is NULL"));
+  if (comm->cuda == nullptr) return Done(absl::OkStatus());
+  return Done(comm->cuda->Synchronize(stream, absl::Now() + MsOr(timeout_ms, absl::Seconds(30))));
+}
+
+}  // extern "C"

@@ -1,0 +1,95 @@
+/* The collectives behind a C ABI (docs/COLLECTIVES.md, "From Python and other engines"), the pattern of vLLM's
+ * pynccl: one shared library, libkvt_collective.so, loaded with dlopen/ctypes, taking raw pointers, element
+ * counts, a dtype code and the caller's CUDA stream. Python's kvt.collective.Communicator is built on it.
+ *
+ *   kvt_coll_listener* l; int port;
+ *   kvt_coll_listen("127.0.0.1", &l, &port);                  // publish host:port, learn everyone's
+ *   kvt_coll_config c = {KVT_COLL_ABI_VERSION}; c.backend = KVT_COLL_CUDA; c.rank = r; c.peers = "h:p,h:p";
+ *   c.listener = l;                                            // consumed
+ *   kvt_coll_comm* comm; if (kvt_coll_create(&c, &comm) != 0) puts(kvt_coll_last_error());
+ *   kvt_coll_all_reduce(comm, d_in, d_out, n, KVT_COLL_BF16, &opts, stream);     // enqueued on `stream`
+ *   kvt_coll_synchronize(comm, stream, 30000);                 // errors the GPU found come back here
+ *   kvt_coll_destroy(comm);
+ *
+ * Every function returns 0 or an absl/gRPC canonical status code (3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED,
+ * 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...) and leaves the message in kvt_coll_last_error() (per thread).
+ * A communicator is used by one thread at a time; every rank calls the same collectives in the same order.
+ */
+#ifndef KVT_COLLECTIVE_C_API_H_
+#define KVT_COLLECTIVE_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when a struct below changes; kvt_coll_create refuses a config of another version. */
+#define KVT_COLL_ABI_VERSION 1u
+
+/* Element types: numerics::DType's order. */
+enum { KVT_COLL_F32 = 0, KVT_COLL_BF16 = 1, KVT_COLL_F16 = 2 };
+
+/* Backends. TCP and UCX run on host fp32 buffers (blocking calls); CUDA on device buffers of any element
+ * type, the GPUs of one host mapping each other's memory (calls enqueue on the caller's stream). */
+enum { KVT_COLL_TCP = 0, KVT_COLL_UCX = 1, KVT_COLL_CUDA = 2 };
+
+typedef struct kvt_coll_listener kvt_coll_listener;
+typedef struct kvt_coll_comm kvt_coll_comm;
+
+typedef struct {
+  uint32_t abi_version;        /* KVT_COLL_ABI_VERSION */
+  int32_t backend;             /* KVT_COLL_TCP, _UCX or _CUDA */
+  int32_t rank;                /* this rank: its entry in `peers` */
+  const char* peers;           /* "host:port,host:port,...": every rank's bootstrap address, rank order */
+  kvt_coll_listener* listener; /* optional: this rank's already bound listener (consumed, even on error) */
+  uint32_t bootstrap_timeout_ms; /* 0: 30 s */
+  const char* ucx_tls;         /* UCX: UCX_TLS ("" or NULL: UCX's choice) */
+  const char* ucx_net_devices; /* UCX: UCX_NET_DEVICES ("" or NULL: UCX's choice) */
+  int32_t device;              /* CUDA: this rank's device; -1: rank % device count */
+  uint64_t workspace_bytes;    /* CUDA: per-rank workspace; 0: 256 MiB (the same on every rank) */
+  const char* nccl_library;    /* CUDA: NCCL to route small or unquantized calls to ("" or NULL: never) */
+} kvt_coll_config;
+
+typedef struct {
+  int32_t step1_bits;    /* reduce-scatter width: 0 (unquantized) or 2..8 */
+  int32_t step2_bits;    /* all-gather width: 0 or 2..8 */
+  int32_t group_size;    /* values per quantization group (CUDA: a power of two, 16..256) */
+  int32_t spike_reserve; /* nonzero: each group's largest value travels exactly */
+  uint64_t chunk_bytes;  /* fp32 bytes per two-step round; 0: 1 MiB */
+  uint32_t timeout_ms;   /* how long the call may wait on its peers; 0: 30 s */
+} kvt_coll_all_reduce_options;
+
+uint32_t kvt_coll_abi_version(void);
+/* The message of this thread's last failed call ("" after a success). Valid until this thread's next call. */
+const char* kvt_coll_last_error(void);
+
+/* Binds and listens on host:port 0 (a free port, written to *port). */
+int kvt_coll_listen(const char* host, kvt_coll_listener** out, int32_t* port);
+void kvt_coll_listener_close(kvt_coll_listener* listener);
+
+/* Collective: every rank calls it with the same backend and peers. */
+int kvt_coll_create(const kvt_coll_config* config, kvt_coll_comm** out);
+/* Collective too (the CUDA backend says goodbye to its peers before unmapping). NULL is a no-op. */
+void kvt_coll_destroy(kvt_coll_comm* comm);
+
+int32_t kvt_coll_rank(const kvt_coll_comm* comm);
+int32_t kvt_coll_world_size(const kvt_coll_comm* comm);
+int32_t kvt_coll_device(const kvt_coll_comm* comm); /* -1 for host backends */
+
+/* out[i] = sum over ranks of in[i]; `out` may be `in`. Host backends: host fp32 buffers, blocking, `stream`
+ * ignored. CUDA: device buffers of `count` elements of `dtype` on this rank's device, enqueued on `stream`
+ * (a cudaStream_t; NULL: the communicator's own); errors found on the GPU come back from kvt_coll_synchronize. */
+int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t count, int32_t dtype,
+                        const kvt_coll_all_reduce_options* options, void* stream);
+
+/* CUDA: waits for `stream` (NULL: the communicator's own) up to timeout_ms (0: 30 s) and reports what the GPU
+ * found since the last call. Host backends: 0. */
+int kvt_coll_synchronize(kvt_coll_comm* comm, void* stream, uint32_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVT_COLLECTIVE_C_API_H_ */
