@@ -255,7 +255,34 @@ def test_a_missing_library_says_how_to_build_it() -> None:
     assert "FP" in out.stdout and "bazel build //collective:libkvt_collective.so" in out.stdout, out
 
 
-def _cuda_rank(rank: int, world: int, store_dir: str, results: Any) -> None:
+def _replay_from_graph(comm: kc.Communicator, cases: List[Any]) -> str:
+    """Captures one all_reduce in a CUDA graph and replays it on each case's input in turn (other data each
+    time: the same data would hide a replay that skipped its barrier and read a peer's previous values); "yes"
+    when every replay equals the eager result, else what went wrong."""
+    import torch
+    static = cases[0][0].clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream):
+            comm.all_reduce(static, bits=(4, 8))  # warm-up outside capture
+        torch.cuda.current_stream().wait_stream(stream)
+        comm.synchronize()
+        with torch.cuda.graph(graph):
+            comm.all_reduce(static, bits=(4, 8))
+        outcomes = []
+        for i, (src, want) in enumerate(cases + cases):
+            static.copy_(src)
+            graph.replay()
+            comm.synchronize()
+            outcomes.append("ok" if torch.equal(static, want) else f"replay {i} differs")
+    except Exception as e:  # reported, not hidden: the test asserts on it
+        return f"error: {e}"
+    return "yes" if all(o == "ok" for o in outcomes) else ", ".join(outcomes)
+
+
+def _cuda_rank(rank: int, world: int, store_dir: str, results: Any, graphs: bool) -> None:
     import torch
     try:
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -266,43 +293,25 @@ def _cuda_rank(rank: int, world: int, store_dir: str, results: Any) -> None:
             eager = x.clone()
             comm.all_reduce(eager, bits=(4, 8))
             comm.synchronize()
-            # A CUDA graph: captured once, replayed on new data.
-            static = x.clone()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            graph = torch.cuda.CUDAGraph()
-            captured = "no"
-            try:
-                with torch.cuda.stream(stream):
-                    comm.all_reduce(static, bits=(4, 8))  # warm-up outside capture
-                torch.cuda.current_stream().wait_stream(stream)
-                comm.synchronize()
-                static.copy_(x)
-                with torch.cuda.graph(graph):
-                    comm.all_reduce(static, bits=(4, 8))
-                replays = []
-                for _ in range(2):
-                    static.copy_(x)
-                    graph.replay()
-                    comm.synchronize()
-                    replays.append(static.float().cpu())
-                captured = "yes" if all(torch.equal(r, eager.float().cpu()) for r in replays) else "differs"
-            except Exception as e:  # reported, not hidden: the test asserts on it
-                captured = f"error: {e}"
+            x2 = torch.randn(1 << 20, generator=g).to(device="cuda", dtype=torch.bfloat16)
+            eager2 = x2.clone()
+            comm.all_reduce(eager2, bits=(4, 8))
+            comm.synchronize()
+            captured = _replay_from_graph(comm, [(x, eager), (x2, eager2)]) if graphs else "not tried"
             # numpy, not tensors: a tensor crosses the queue as a file descriptor its sender must outlive.
             results.put((rank, eager.float().cpu().numpy(), x.float().cpu().numpy(), captured))
     except BaseException as e:
         results.put((rank, repr(e), None, None))
 
 
-def test_cuda_backend_bf16_bitwise_on_every_rank_and_graph_replay(tmp_path: Path) -> None:
+def _cuda_group(tmp_path: Path, graphs: bool) -> Dict[int, Any]:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     world = 2
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_cuda_rank, args=(r, world, str(tmp_path), results)) for r in range(world)]
+    procs = [ctx.Process(target=_cuda_rank, args=(r, world, str(tmp_path), results, graphs)) for r in range(world)]
     for p in procs:
         p.start()
     got = {}
@@ -313,10 +322,22 @@ def test_cuda_backend_bf16_bitwise_on_every_rank_and_graph_replay(tmp_path: Path
         p.join(timeout=30)
     for r in range(world):
         assert not isinstance(got[r][0], str), got[r][0]
-    exact = sum(got[r][1].astype(np.float64) for r in range(world))
-    for r in range(world):
+    return got
+
+
+def test_cuda_backend_bf16_is_bitwise_equal_on_every_rank_and_close_to_the_sum(tmp_path: Path) -> None:
+    got = _cuda_group(tmp_path, graphs=False)
+    exact = sum(got[r][1].astype(np.float64) for r in got)
+    for r in got:
         assert got[r][0].tobytes() == got[0][0].tobytes(), f"rank {r} differs from rank 0"
     err = float(np.abs(got[0][0] - exact).max())
     assert err < 1.0, err
-    print("graph capture:", [got[r][2] for r in range(world)])
-    assert all(got[r][2] == "yes" for r in range(world)), [got[r][2] for r in range(world)]
+
+
+@pytest.mark.xfail(strict=True, reason="not graph-capturable yet: CudaCommunicator passes each call's epoch and "
+                   "call tag as kernel arguments from host counters, so a replay reuses the captured epoch and its "
+                   "waits pass on the previous call's signals (docs/COLLECTIVES.md)")
+def test_cuda_backend_all_reduce_replays_from_a_cuda_graph_on_new_data(tmp_path: Path) -> None:
+    got = _cuda_group(tmp_path, graphs=True)
+    print("graph capture:", [got[r][2] for r in sorted(got)])
+    assert all(got[r][2] == "yes" for r in got), [got[r][2] for r in sorted(got)]
