@@ -46,17 +46,37 @@ __host__ __device__ __forceinline__ uint64_t Step2Stride(const ChunkClass& full,
 
 // ---- signals --------------------------------------------------------------------------------------------
 
+// This round's epoch (RoundState): one more than the last finished round's. Read when a kernel starts.
+__device__ __forceinline__ uint64_t RoundEpoch(const RoundParams& p) {
+  uint64_t e;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(e) : "l"(&p.state->epoch) : "memory");
+  return e + 1;
+}
+
+// The round's last kernel: once every block has arrived (each read the epoch when it started), the last one
+// stores the epoch, which the next round's kernels read after this kernel has finished.
+__device__ __forceinline__ void FinishRound(const RoundParams& p, uint64_t epoch) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(&p.state->last_kernel_arrivals, 1u) == gridDim.x - 1) {
+    p.state->last_kernel_arrivals = 0;
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(&p.state->epoch), "l"(epoch) : "memory");
+  }
+}
+
 // Step `step` (0 or 1) of a round: its flags and tags in every rank's flag area (FlagWords).
-__device__ __forceinline__ SignalSpec StepSignal(const RoundParams& p, int step) {
+__device__ __forceinline__ SignalSpec StepSignal(const RoundParams& p, uint64_t epoch, int step) {
   return SignalSpec{p.flags,     p.world, p.rank,       static_cast<uint32_t>(step * p.world),
-                    static_cast<uint32_t>((2 + step) * p.world), p.epoch, p.call_tag, p.timeout_ns, p.status};
+                    static_cast<uint32_t>((2 + step) * p.world), epoch, p.call_tag, p.timeout_ns, p.status};
 }
 
-__device__ __forceinline__ void ArriveAndSignal(const RoundParams& p, int step) {
-  ArriveAndSignal(StepSignal(p, step));
+__device__ __forceinline__ void ArriveAndSignal(const RoundParams& p, uint64_t epoch, int step) {
+  ArriveAndSignal(StepSignal(p, epoch, step));
 }
 
-__device__ __forceinline__ bool WaitForPeers(const RoundParams& p, int step) { return WaitForPeers(StepSignal(p, step)); }
+__device__ __forceinline__ bool WaitForPeers(const RoundParams& p, uint64_t epoch, int step) {
+  return WaitForPeers(StepSignal(p, epoch, step));
+}
 
 // ---- unit locations -------------------------------------------------------------------------------------
 
@@ -168,9 +188,10 @@ __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* 
   // previous kernel has finished. Only then may the step-2 kernel start: its wait for the peers' signals has a
   // deadline, whose clock must not run while this kernel waits on someone else's kernel.
   WaitForPreviousKernel();
+  const uint64_t epoch = RoundEpoch(p);  // the previous round's last kernel has finished
   LaunchDependents();
   WithBits(p.step1.bits, [&](auto bits) { ScatterBody<T, decltype(bits)::value>(in, p); });
-  ArriveAndSignal(p, 0);
+  ArriveAndSignal(p, epoch, 0);
 }
 
 // Decodes rank r's step-1 encoding of this unit.
@@ -250,11 +271,12 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2) ReduceGatherPushKernel(const __grid_constant__ RoundParams p) {
+  const uint64_t epoch = RoundEpoch(p);  // launched after the first kernel passed its wait
   LaunchDependents();
-  if (WaitForPeers(p, 0)) {
+  if (WaitForPeers(p, epoch, 0)) {
     WithBits(p.step1.bits, [&](auto bits) { ReduceBody<T, decltype(bits)::value>(p); });
   }
-  ArriveAndSignal(p, 1);
+  ArriveAndSignal(p, epoch, 1);
 }
 
 template <typename T, int kBits>
@@ -285,8 +307,11 @@ __device__ __forceinline__ void GatherBody(T* __restrict__ out, const RoundParam
 template <typename T>
 __global__ void __launch_bounds__(kThreads) GatherDecodeKernel(T* __restrict__ out,
                                                                const __grid_constant__ RoundParams p) {
-  if (!WaitForPeers(p, 1)) return;
-  WithBits(p.step2.bits, [&](auto bits) { GatherBody<T, decltype(bits)::value>(out, p); });
+  const uint64_t epoch = RoundEpoch(p);
+  if (WaitForPeers(p, epoch, 1)) {
+    WithBits(p.step2.bits, [&](auto bits) { GatherBody<T, decltype(bits)::value>(out, p); });
+  }
+  FinishRound(p, epoch);  // every block, whether or not its wait succeeded
 }
 
 // Blocks of `kernel` that fit on one SM at kThreads threads (at least 1), measured once per kernel.

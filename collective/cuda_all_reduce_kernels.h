@@ -52,6 +52,16 @@ struct ChunkClass {
 };
 
 // Everything one round's kernels need, passed by value.
+// The round counter of one communicator, in its own device memory, so that a call captured in a CUDA graph
+// takes a new epoch on every replay: each kernel of a round reads epoch + 1 when it starts (the first after the
+// previous round's last kernel has finished, the others launched after that), and the round's last kernel
+// stores it once all its blocks have arrived. Zero at creation.
+struct RoundState {
+  unsigned long long epoch;
+  unsigned int last_kernel_arrivals;
+  unsigned int unused;
+};
+
 struct RoundParams {
   ElementType type = ElementType::kFloat32;
   int world = 1, rank = 0;
@@ -66,7 +76,7 @@ struct RoundParams {
   uint8_t* step1_area[kMaxCudaWorld] = {};
   uint8_t* step2_area[kMaxCudaWorld] = {};
   uint64_t* flags[kMaxCudaWorld] = {};
-  uint64_t epoch = 0;     // this round's; flags hold epoch * 4 + bits once signalled
+  RoundState* state = nullptr;  // the round counter (device memory); flags hold epoch * 4 + bits once signalled
   uint64_t call_tag = 0;  // a hash of the call (number, count, type, options), sent with every signal
   uint64_t timeout_ns = 0;
   DeviceStatus* status = nullptr;  // this rank's, device memory

@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
                                                                       .area_bytes = options.workspace_bytes,
                                                                       .bootstrap_timeout = options.bootstrap_timeout,
                                                                       .what = "CudaCommunicator"}));
+  // The round counter starts at zero, before any kernel of this communicator can run.
+  KVT_RETURN_IF_ERROR(comm->group_->UseDevice());
+  KVT_ASSIGN_OR_RETURN(comm->round_state_, DeviceBuffer::Create(sizeof(internal::RoundState)));
+  const CudaStream own{comm->group_->StreamOr(nullptr)};
+  KVT_RETURN_IF_ERROR(FillDevice(comm->round_state_->get(), 0, sizeof(internal::RoundState), own));
+  KVT_RETURN_IF_ERROR(::kvt::Synchronize(own));
   comm->routing_ = options.nccl_routing;
   comm->early_launch_ = options.early_launch;
   KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
@@ -196,6 +202,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   p.status = group_->status();
   p.sms = group_->sm_count();
   p.call_tag = TagOfCall(calls_++, count, type, options);
+  p.state = static_cast<internal::RoundState*>(round_state_->get());
   void* const s = group_->StreamOr(stream);
   for (uint64_t first_chunk = 0; first_chunk < total_chunks; first_chunk += chunks_per_round) {
     p.chunks = std::min(chunks_per_round, total_chunks - first_chunk);
@@ -208,7 +215,6 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
       p.step1_area[r] = area;
       p.step2_area[r] = area + internal::Step1AreaBytes(full, world, r, p.chunks);
     }
-    p.epoch = ++epoch_;
     const uint64_t offset_bytes = p.call_offset * element_bytes;
     KVT_RETURN_IF_ERROR(internal::LaunchAllReduceRound(static_cast<const uint8_t*>(in) + offset_bytes,
                                                        static_cast<uint8_t*>(out) + offset_bytes, p,

@@ -140,7 +140,9 @@ class CudaCommunicator : public Communicator {
   std::unique_ptr<internal::CudaPeerGroup> group_;  // flags, then the step-1 and step-2 areas
   std::unique_ptr<DeviceBuffer> staging_;  // for the host AllReduce
   uint64_t calls_ = 0;
-  uint64_t epoch_ = 0;
+  // The round counter the kernels keep (internal::RoundState): the epochs live on the GPU, so a call captured
+  // in a CUDA graph signals with a new one on every replay.
+  std::unique_ptr<DeviceBuffer> round_state_;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
   NcclRouting routing_;
   bool early_launch_ = true;

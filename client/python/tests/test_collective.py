@@ -334,9 +334,6 @@ def test_cuda_backend_bf16_is_bitwise_equal_on_every_rank_and_close_to_the_sum(t
     assert err < 1.0, err
 
 
-@pytest.mark.xfail(strict=True, reason="not graph-capturable yet: CudaCommunicator passes each call's epoch and "
-                   "call tag as kernel arguments from host counters, so a replay reuses the captured epoch and its "
-                   "waits pass on the previous call's signals (docs/COLLECTIVES.md)")
 def test_cuda_backend_all_reduce_replays_from_a_cuda_graph_on_new_data(tmp_path: Path) -> None:
     got = _cuda_group(tmp_path, graphs=True)
     print("graph capture:", [got[r][2] for r in sorted(got)])
