@@ -183,6 +183,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return prefill_timing_main(argv[1:])
         if argv and argv[0] == "fetch":
             return fetch_main(argv[1:])
+        if argv and argv[0] == "tp-accuracy":
+            from kvt_engine.tp_accuracy import main as tp_accuracy_main
+
+            return tp_accuracy_main(argv[1:])
         return run_main(argv)
     except model_files.ModelMissing as e:
         print(f"kvt engine: {e}", file=sys.stderr)

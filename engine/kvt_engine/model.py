@@ -70,6 +70,9 @@ class Llama:
         self.cos, self.sin = rope_tables(cfg, self.max_positions, dtype, self.device)
         self.q_dim = cfg.num_heads * cfg.head_dim
         self.kv_dim = cfg.num_kv_heads * cfg.head_dim
+        # The two row-parallel projections of tensor parallelism (attention output, MLP down): a seam where a
+        # sharded run sums the ranks' partial products through an AllReduce (kvt_engine.tp_accuracy).
+        self.row_linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear
 
     def _layer(self, i: int, x: torch.Tensor, start: int, cache: PagedKvCache, block_table: torch.Tensor,
                slots: torch.Tensor, on_kv: Optional[Callable[[int], None]]) -> torch.Tensor:
@@ -89,11 +92,11 @@ class Llama:
             on_kv(i)
         kc, vc = cache.gather(i, block_table, start + n)
         attn = causal_gqa(q, kc.to(self.dtype), vc.to(self.dtype), q_start=start)
-        x = x + F.linear(attn, p["wo"])
+        x = x + self.row_linear(attn, p["wo"])
         h = rms_norm(x, p["ffn_norm"], cfg.rms_eps)
         gu = F.linear(h, p["w_gate_up"])
         gate, up = gu[:, :cfg.ffn_hidden], gu[:, cfg.ffn_hidden:]
-        return x + F.linear(F.silu(gate) * up, p["w_down"])
+        return x + self.row_linear(F.silu(gate) * up, p["w_down"])
 
     @torch.no_grad()
     def hidden(self, tokens: Sequence[int] | torch.Tensor, start: int, cache: PagedKvCache,
