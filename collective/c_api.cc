@@ -34,6 +34,10 @@ struct kvt_coll_comm {
 namespace {
 
 using ::kvt::collective::AllReduceOptions;
+
+// cudaStreamLegacy's value (cuda_runtime_api.h), without the CUDA headers: the C ABI's NULL stream.
+void* const kLegacyDefaultStream = reinterpret_cast<void*>(0x1);
+void* StreamOrDefault(void* stream) { return stream != nullptr ? stream : kLegacyDefaultStream; }
 using ::kvt::collective::DataType;
 
 thread_local std::string last_error;
@@ -148,7 +152,9 @@ int kvt_coll_listen(const char* host, kvt_coll_listener** out, int32_t* port) {
 void kvt_coll_listener_close(kvt_coll_listener* listener) { delete listener; }
 
 int kvt_coll_create(const kvt_coll_config* config, kvt_coll_comm** out) {
-  std::unique_ptr<kvt_coll_listener> listener(config != nullptr ? config->listener : nullptr);
+  // A config of another layout is not read past its version (its listener field may be elsewhere).
+  const bool readable = config != nullptr && config->abi_version == KVT_COLL_ABI_VERSION;
+  std::unique_ptr<kvt_coll_listener> listener(readable ? config->listener : nullptr);
   if (config == nullptr || out == nullptr) {
     return Fail(absl::InvalidArgumentError("kvt_coll_create: config and out must not be NULL"));
   }
@@ -180,7 +186,7 @@ int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t
   AllReduceOptions o;
   if (absl::Status s = ToOptions(options, o); !s.ok()) return Fail(s);
   if (comm->cuda != nullptr) {
-    return Done(comm->cuda->AllReduceAsync(in, out, count, static_cast<DataType>(dtype), o, stream));
+    return Done(comm->cuda->AllReduceAsync(in, out, count, static_cast<DataType>(dtype), o, StreamOrDefault(stream)));
   }
   if (dtype != KVT_COLL_F32) {
     return Fail(absl::InvalidArgumentError(
@@ -193,7 +199,7 @@ int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t
 int kvt_coll_synchronize(kvt_coll_comm* comm, void* stream, uint32_t timeout_ms) {
   if (comm == nullptr) return Fail(absl::InvalidArgumentError("kvt_coll_synchronize: comm is NULL"));
   if (comm->cuda == nullptr) return Done(absl::OkStatus());
-  return Done(comm->cuda->Synchronize(stream, absl::Now() + MsOr(timeout_ms, absl::Seconds(30))));
+  return Done(comm->cuda->Synchronize(StreamOrDefault(stream), absl::Now() + MsOr(timeout_ms, absl::Seconds(30))));
 }
 
 }  // extern "C"

@@ -5,6 +5,7 @@
  *   kvt_coll_listener* l; int port;
  *   kvt_coll_listen("127.0.0.1", &l, &port);                  // publish host:port, learn everyone's
  *   kvt_coll_config c = {KVT_COLL_ABI_VERSION}; c.backend = KVT_COLL_CUDA; c.rank = r; c.peers = "h:p,h:p";
+ *   c.device = -1;                                             // rank % devices (0 would mean GPU 0)
  *   c.listener = l;                                            // consumed
  *   kvt_coll_comm* comm; if (kvt_coll_create(&c, &comm) != 0) puts(kvt_coll_last_error());
  *   kvt_coll_all_reduce(comm, d_in, d_out, n, KVT_COLL_BF16, &opts, stream);     // enqueued on `stream`
@@ -43,7 +44,8 @@ typedef struct {
   int32_t backend;             /* KVT_COLL_TCP, _UCX or _CUDA */
   int32_t rank;                /* this rank: its entry in `peers` */
   const char* peers;           /* "host:port,host:port,...": every rank's bootstrap address, rank order */
-  kvt_coll_listener* listener; /* optional: this rank's already bound listener (consumed, even on error) */
+  kvt_coll_listener* listener; /* optional: this rank's bound listener (consumed, even on error, once
+                                  abi_version matches) */
   uint32_t bootstrap_timeout_ms; /* 0: 30 s */
   const char* ucx_tls;         /* UCX: UCX_TLS ("" or NULL: UCX's choice) */
   const char* ucx_net_devices; /* UCX: UCX_NET_DEVICES ("" or NULL: UCX's choice) */
@@ -80,12 +82,13 @@ int32_t kvt_coll_device(const kvt_coll_comm* comm); /* -1 for host backends */
 
 /* out[i] = sum over ranks of in[i]; `out` may be `in`. Host backends: host fp32 buffers, blocking, `stream`
  * ignored. CUDA: device buffers of `count` elements of `dtype` on this rank's device, enqueued on `stream`
- * (a cudaStream_t; NULL: the communicator's own); errors found on the GPU come back from kvt_coll_synchronize. */
+ * (a cudaStream_t; NULL is the legacy default stream, as with NCCL: PyTorch's default stream is NULL);
+ * errors found on the GPU come back from kvt_coll_synchronize. */
 int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t count, int32_t dtype,
                         const kvt_coll_all_reduce_options* options, void* stream);
 
-/* CUDA: waits for `stream` (NULL: the communicator's own) up to timeout_ms (0: 30 s) and reports what the GPU
- * found since the last call. Host backends: 0. */
+/* CUDA: waits for `stream` (NULL: the legacy default stream) up to timeout_ms (0: 30 s) and reports what the
+ * GPU found since the last call. Host backends: 0. */
 int kvt_coll_synchronize(kvt_coll_comm* comm, void* stream, uint32_t timeout_ms);
 
 #ifdef __cplusplus

@@ -137,12 +137,14 @@ class CudaCommunicator : public Communicator {
   absl::Status SetUpNccl(const CudaCommunicatorOptions& options);
   absl::Status NcclAllReduce(const void* in, void* out, size_t count, DataType type, void* stream);
 
+  // The round counter the kernels keep (internal::RoundState): the epochs live on the GPU, so a call captured
+  // in a CUDA graph signals with a new one on every replay. Declared before group_, so freed after the group
+  // has drained its stream and said goodbye. (A graph holding a call must not be replayed once the
+  // communicator is destroyed.)
+  std::unique_ptr<DeviceBuffer> round_state_;
   std::unique_ptr<internal::CudaPeerGroup> group_;  // flags, then the step-1 and step-2 areas
   std::unique_ptr<DeviceBuffer> staging_;  // for the host AllReduce
   uint64_t calls_ = 0;
-  // The round counter the kernels keep (internal::RoundState): the epochs live on the GPU, so a call captured
-  // in a CUDA graph signals with a new one on every replay.
-  std::unique_ptr<DeviceBuffer> round_state_;
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
   NcclRouting routing_;
   bool early_launch_ = true;

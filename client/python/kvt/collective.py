@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -136,7 +136,8 @@ class Communicator:
     """A group of `world_size` ranks, this process being `rank`. Collective to create and to close.
 
     Bootstrap: `peers` (every rank's "host:port", rank order, each rank listening on its own entry), or `store`
-    (each rank listens on a free port of `host` and publishes it under `prefix`/rank). `device`: the CUDA device
+    (each rank listens on a free port of `host` and publishes it under `prefix`; with a store that has `add`,
+    as torch's do, every group made on one prefix gets keys of its own; without, use a prefix per group). `device`: the CUDA device
     of this rank ("cuda" backend; None: the current torch device, else rank % devices). `nccl_library`: an
     NCCL the CUDA backend may route small or unquantized calls to (the same on every rank; "" never).
     """
@@ -152,6 +153,11 @@ class Communicator:
             raise InvalidArgument(f"rank {rank} is not in a world of {world_size}")
         if (peers is None) == (store is None):
             raise InvalidArgument("give exactly one of peers (every rank's host:port) and store")
+        if peers is not None and len(peers) != world_size:
+            raise InvalidArgument(f"peers names {len(peers)} ranks, world_size is {world_size}")
+        bootstrap_ms = _ms(timeout)  # a bad timeout is refused before anything is bound or published
+        if backend == "cuda" and device is None:
+            device = _current_torch_device()
         lib = _library()
         listener = ctypes.c_void_p()
         try:
@@ -159,23 +165,21 @@ class Communicator:
                 port = ctypes.c_int32()
                 _check(lib, lib.kvt_coll_listen(host.encode(), ctypes.byref(listener), ctypes.byref(port)),
                        "listen")
-                store.set(f"{prefix}/{rank}", f"{host}:{port.value}")
-                peers = [_text(store.get(f"{prefix}/{r}")) for r in range(world_size)]
+                keys = _group_keys(store, prefix, world_size)
+                store.set(keys[rank], f"{host}:{port.value}")
+                peers = [_text(store.get(k)) for k in keys]
             assert peers is not None
-            if len(peers) != world_size:
-                raise InvalidArgument(f"peers names {len(peers)} ranks, world_size is {world_size}")
+            config = _Config(abi_version=_ABI_VERSION, backend=_BACKENDS[backend], rank=rank,
+                             peers=",".join(peers).encode(), listener=listener.value,
+                             bootstrap_timeout_ms=bootstrap_ms, ucx_tls=ucx_tls.encode(),
+                             ucx_net_devices=ucx_net_devices.encode(), device=-1 if device is None else device,
+                             workspace_bytes=workspace_bytes, nccl_library=nccl_library.encode())
         except BaseException:
             if listener.value:
                 lib.kvt_coll_listener_close(listener)
             raise
-        if backend == "cuda" and device is None:
-            device = _current_torch_device()
-        config = _Config(abi_version=_ABI_VERSION, backend=_BACKENDS[backend], rank=rank,
-                         peers=",".join(peers).encode(), listener=listener.value,
-                         bootstrap_timeout_ms=_ms(timeout), ucx_tls=ucx_tls.encode(),
-                         ucx_net_devices=ucx_net_devices.encode(), device=-1 if device is None else device,
-                         workspace_bytes=workspace_bytes, nccl_library=nccl_library.encode())
         comm = ctypes.c_void_p()
+        # kvt_coll_create takes the listener, whatever it returns.
         _check(lib, lib.kvt_coll_create(ctypes.byref(config), ctypes.byref(comm)), f"create ({backend})")
         self._lib = lib
         self._comm = comm.value
@@ -195,7 +199,12 @@ class Communicator:
         reduction on the current stream; `synchronize` reports what the GPUs found.
         """
         comm = self._live()
-        step1, step2 = (bits, bits) if isinstance(bits, int) else bits
+        if isinstance(bits, int):
+            step1, step2 = bits, bits
+        elif isinstance(bits, tuple) and len(bits) == 2 and all(isinstance(b, int) for b in bits):
+            step1, step2 = bits
+        else:
+            raise InvalidArgument(f"bits must be an int or a (reduce-scatter, all-gather) pair of ints, got {bits!r}")
         options = _Options(step1_bits=step1, step2_bits=step2, group_size=group_size,
                            spike_reserve=1 if spike_reserve else 0, chunk_bytes=chunk_bytes, timeout_ms=_ms(timeout))
         target = tensor if out is None else out
@@ -249,7 +258,11 @@ class Communicator:
             if tensor.shape != target.shape:
                 raise InvalidArgument(f"out has shape {target.shape}, tensor {tensor.shape}")
             return tensor.size, _F32, tensor.ctypes.data, target.ctypes.data, None
-        import torch
+        try:
+            import torch
+        except ImportError:
+            raise InvalidArgument(f"all_reduce takes numpy arrays (or torch tensors, with torch installed), got "
+                                  f"{_describe(tensor)}") from None
         if not isinstance(tensor, torch.Tensor) or not isinstance(target, torch.Tensor):
             raise InvalidArgument(f"all_reduce takes numpy arrays or torch tensors, got {_describe(tensor)}")
         if tensor.shape != target.shape or tensor.dtype != target.dtype or tensor.device != target.device:
@@ -262,11 +275,28 @@ class Communicator:
         if self.backend == "cuda":
             if tensor.device.type != "cuda" or tensor.device.index != self.device:
                 raise InvalidArgument(f"the cuda backend of device {self.device} got a tensor on {tensor.device}")
+            if target.data_ptr() != tensor.data_ptr() and _overlap(tensor, target):
+                raise InvalidArgument("out overlaps tensor without being it")
+            # The current stream's handle; 0 (PyTorch's default stream) is the C ABI's legacy default stream.
             stream = torch.cuda.current_stream(tensor.device).cuda_stream
             return tensor.numel(), codes[tensor.dtype], tensor.data_ptr(), target.data_ptr(), stream
         if tensor.device.type != "cpu" or tensor.dtype != torch.float32:
             raise InvalidArgument(f"the {self.backend} backend reduces float32 CPU tensors, got {_describe(tensor)}")
         return tensor.numel(), _F32, tensor.data_ptr(), target.data_ptr(), None
+
+
+def _group_keys(store: Store, prefix: str, world_size: int) -> List[str]:
+    """The store keys of this group's addresses. With a store that counts (torch's `add`), each group made on
+    the same prefix gets keys of its own, so a second group never reads the first one's ports: the ranks'
+    joins number 1..W for the first group, W+1..2W for the next, and so on."""
+    add = getattr(store, "add", None)
+    generation = (int(add(f"{prefix}/joins", 1)) - 1) // world_size if callable(add) else 0
+    return [f"{prefix}/{generation}/{r}" for r in range(world_size)]
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
 
 
 def _text(value: Union[str, bytes]) -> str:
