@@ -125,10 +125,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--tokens", type=int, default=512, help="tokens scored per prompt")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     a = p.parse_args(argv)
-    worlds = [int(w) for w in a.worlds.split(",")]
-    widths = a.widths.split(",")
-    for w in widths:
-        parse_width(w)  # a bad name fails before the model loads
+    try:
+        worlds = [int(w) for w in a.worlds.split(",")]
+        widths = a.widths.split(",")
+        for w in widths:
+            parse_width(w)  # a bad name fails before the model loads
+    except ValueError as e:
+        p.error(f"--worlds takes integers and --widths names like raw, 8, 4/8, 2s ({e})")
+    if any(w < 1 or w > 64 for w in worlds):
+        p.error(f"--worlds must be 1..64, got {a.worlds}")
 
     gm = read_gguf(model_files.find_model(a.model))
     tok = Tokenizer(gm.tokenizer)
