@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ def copy_checkout(dest: Path) -> Path:
     """The package and the protos in the checkout's layout (dest/client/python, dest/proto/kvt/v1), so a build
     writes nothing into the real tree. Returns the package dir."""
     package = dest / "client" / "python"
-    shutil.copytree(PACKAGE_DIR, package, ignore=shutil.ignore_patterns("_proto", "build", "*.egg-info",
+    shutil.copytree(PACKAGE_DIR, package, ignore=shutil.ignore_patterns("_proto", "_lib", "build", "*.egg-info",
                                                                          "__pycache__"))
     shutil.copytree(build_stubs.default_repo_root() / "proto" / "kvt" / "v1", dest / "proto" / "kvt" / "v1")
     return package
@@ -58,9 +59,18 @@ def test_pip_installs_the_package_with_its_stubs(tmp_path: Path) -> None:
     assert (target / "kvt" / "_proto" / "client_pb2_grpc.py").exists()
     assert (target / "kvt" / "py.typed").exists()
     assert (target / "kvt" / "vllm" / "connector.py").exists()  # the vLLM connector travels with the client
+    if os.environ.get("KVT_COLLECTIVE_LIB"):  # the Bazel suite has the library: the package bundles it
+        assert (target / "kvt" / "_lib" / "libkvt_collective.so").stat().st_size > 0
     probe = ("import kvt, sys; assert kvt.__file__.startswith(sys.argv[1]), kvt.__file__; "
              "print(kvt.Client.__name__, kvt.KvLayout(num_layers=1, num_blocks=1, block_tokens=1, num_kv_heads=1, "
              "head_dim=1).to_proto().num_layers)")
     result = subprocess.run([sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True,
                             cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert result.stdout.split() == ["Client", "1"]
+    if os.environ.get("KVT_COLLECTIVE_LIB"):  # installed, kvt.collective finds its bundled library by itself
+        probe = ("import kvt.collective as kc; print(kc.Communicator(0, 1, peers=['127.0.0.1:0']).world_size, "
+                 "kc.library_path())")
+        result = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True,
+                                cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
+        world, path = result.stdout.split()
+        assert world == "1" and path == str(target / "kvt" / "_lib" / "libkvt_collective.so"), result.stdout
