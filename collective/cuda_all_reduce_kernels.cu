@@ -401,9 +401,9 @@ uint64_t EncodedBytes(const StepFormat& f, uint64_t values, size_t raw_bytes) {
 }
 
 ChunkClass MakeChunkClass(uint64_t values, int world, const StepFormat& step1, const StepFormat& step2,
-                          ElementType type) {
+                          DataType type) {
   const auto align16 = [](uint64_t b) { return (b + 15) / 16 * 16; };
-  const size_t raw = ElementBytes(type);
+  const size_t raw = numerics::DTypeBytes(type);
   ChunkClass c;
   c.values = values;
   c.base = values / world;
@@ -431,26 +431,26 @@ absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& 
   if (p.chunks == 0) return absl::OkStatus();
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.type) {
-    case ElementType::kFloat32:
+    case DataType::kFloat32:
       return LaunchTyped<float>(in, out, p, early_launch, s);
-    case ElementType::kBfloat16:
+    case DataType::kBfloat16:
       return LaunchTyped<__nv_bfloat16>(in, out, p, early_launch, s);
-    case ElementType::kFloat16:
+    case DataType::kFloat16:
       return LaunchTyped<__half>(in, out, p, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }
 
-absl::Status LaunchFindNonFinite(const void* out, uint64_t count, ElementType type, int sms, DeviceStatus* status,
+absl::Status LaunchFindNonFinite(const void* out, uint64_t count, DataType type, int sms, DeviceStatus* status,
                                  void* stream) {
   if (count == 0) return absl::OkStatus();
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (type) {
-    case ElementType::kFloat32:
+    case DataType::kFloat32:
       return LaunchFindNonFiniteTyped<float>(out, count, sms, status, s);
-    case ElementType::kBfloat16:
+    case DataType::kBfloat16:
       return LaunchFindNonFiniteTyped<__nv_bfloat16>(out, count, sms, status, s);
-    case ElementType::kFloat16:
+    case DataType::kFloat16:
       return LaunchFindNonFiniteTyped<__half>(out, count, sms, status, s);
   }
   return absl::InvalidArgumentError("unknown element type");

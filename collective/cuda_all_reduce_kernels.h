@@ -27,10 +27,6 @@
 
 namespace kvt::collective::internal {
 
-// The kernels' element type: the collectives' DataType (numerics::DType) itself.
-using ElementType = DataType;
-inline size_t ElementBytes(ElementType type) { return numerics::DTypeBytes(type); }
-
 // How one step's shards are encoded. The planes follow from `bits` (GroupQuantizer's PlaneWidths); the kernels
 // lay them out at compile time.
 struct StepFormat {
@@ -63,7 +59,7 @@ struct RoundState {
 };
 
 struct RoundParams {
-  ElementType type = ElementType::kFloat32;
+  DataType type = DataType::kFloat32;
   int world = 1, rank = 0;
   uint64_t chunk_values = 0;  // C, values per chunk
   uint64_t chunks = 0;        // chunks in this round; the last may be short (`last`)
@@ -94,7 +90,7 @@ absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& 
 
 // Records the smallest index of a non-finite value of out[0, count) in `status` as kBadSum (for calls NCCL ran).
 // One read of the output (16-byte loads when `out` is 16-byte aligned).
-absl::Status LaunchFindNonFinite(const void* out, uint64_t count, ElementType type, int sms, DeviceStatus* status,
+absl::Status LaunchFindNonFinite(const void* out, uint64_t count, DataType type, int sms, DeviceStatus* status,
                                  void* stream);
 
 // Step-1 / step-2 area bytes one rank needs for a round of `chunks` chunks of class `full` (a short last chunk
@@ -107,7 +103,7 @@ inline constexpr size_t FlagWords(int world) { return 4 * static_cast<size_t>(wo
 
 // Fills `c` for a chunk of `values` values (formats and world given).
 ChunkClass MakeChunkClass(uint64_t values, int world, const StepFormat& step1, const StepFormat& step2,
-                          ElementType type);
+                          DataType type);
 
 // Bytes of one shard of `values` values in `format`, unpadded (GroupQuantizer::PackedSize, or raw elements of
 // `raw_bytes` each).

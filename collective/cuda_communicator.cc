@@ -17,7 +17,6 @@ namespace kvt::collective {
 namespace {
 
 using internal::DeviceStatus;
-using internal::ElementType;
 using internal::StepFormat;
 
 constexpr size_t kFlagAreaBytes = 4096;  // FlagWords(16) * 8 = 512, padded so the step areas stay aligned
@@ -169,12 +168,11 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   const size_t workspace_bytes = group_->area_bytes();
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
   const StepFormat step2 = MakeFormat(options.step2_bits, options);
-  const ElementType element = type;
-  const size_t element_bytes = internal::ElementBytes(element);
+  const size_t element_bytes = numerics::DTypeBytes(type);
   const uint64_t chunk_values = options.chunk_bytes / sizeof(float);
   const uint64_t total_chunks = (count + chunk_values - 1) / chunk_values;
   const internal::ChunkClass full =
-      internal::MakeChunkClass(std::min<uint64_t>(chunk_values, count), world, step1, step2, element);
+      internal::MakeChunkClass(std::min<uint64_t>(chunk_values, count), world, step1, step2, type);
 
   // Whole chunks per round, so that every rank's areas fit in workspace_bytes (the biggest step-1 area is a
   // rank with a shard of base + 1 values).
@@ -191,7 +189,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   }
 
   internal::RoundParams p;
-  p.type = element;
+  p.type = type;
   p.world = world;
   p.rank = group_->rank();
   p.chunk_values = chunk_values;
@@ -208,7 +206,7 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
     p.chunks = std::min(chunks_per_round, total_chunks - first_chunk);
     p.call_offset = first_chunk * chunk_values;
     const uint64_t round_values = std::min<uint64_t>(count - p.call_offset, p.chunks * chunk_values);
-    p.last = internal::MakeChunkClass(round_values - (p.chunks - 1) * chunk_values, world, step1, step2, element);
+    p.last = internal::MakeChunkClass(round_values - (p.chunks - 1) * chunk_values, world, step1, step2, type);
     for (int r = 0; r < world; ++r) {
       uint8_t* const area = group_->area(r);
       p.flags[r] = group_->flags(r);

@@ -86,7 +86,7 @@ size_t PlaceState(const MoeLayout& l, uint8_t* base, DispatchState* d) {
   };
   d->positions = reinterpret_cast<int32_t*>(take(static_cast<size_t>(l.max_tokens) * l.world * sizeof(int32_t)));
   d->sent_counts = reinterpret_cast<int32_t*>(take(internal::kMaxCudaWorld * sizeof(int32_t)));
-  d->rows = take(rows * l.hidden * internal::ElementBytes(l.type));
+  d->rows = take(rows * l.hidden * numerics::DTypeBytes(l.type));
   d->source_index = reinterpret_cast<int32_t*>(take(rows * sizeof(int32_t)));
   d->slot_expert = reinterpret_cast<int32_t*>(take(rows * l.topk * sizeof(int32_t)));
   d->slot_weight = reinterpret_cast<float*>(take(rows * l.topk * sizeof(float)));
@@ -229,7 +229,7 @@ absl::StatusOr<DispatchResult> CudaExpertAllToAll::ReadDispatch(const CudaDispat
   const int world = world_size();
   const int topk = options_.topk;
   const size_t hidden = options_.hidden;
-  const size_t element = DataTypeBytes(options_.type);
+  const size_t element = numerics::DTypeBytes(options_.type);
   // Copies on this exchange's stream, after the calls that wrote the result.
   const CudaStream s{stream()};
   std::vector<int32_t> counts(world);

@@ -92,7 +92,7 @@ std::vector<float> Flatten(const DispatchResult& d) {
 std::vector<float> ExpertOutputs(const MoeCase& c, const CudaDispatchResult& d, int rank, int world,
                                  absl::Status& status) {
   const size_t rows = static_cast<size_t>(world) * c.max_tokens;
-  std::vector<uint8_t> raw(rows * c.hidden * DataTypeBytes(c.type));
+  std::vector<uint8_t> raw(rows * c.hidden * numerics::DTypeBytes(c.type));
   std::vector<int32_t> experts(rows * c.topk);
   status = ::kvt::CopyToHost(raw.data(), d.rows, raw.size());
   if (status.ok()) status = ::kvt::CopyToHost(experts.data(), d.slot_expert, experts.size() * 4);
@@ -163,7 +163,7 @@ int RunRank(ForkedRank& self, const MoeCase& c, int world) {
     const std::vector<float> y = ExpertOutputs(c, *d, self.rank, world, s);
     const std::vector<uint8_t> y_bytes = EncodeAs(c.type, y);
     void* dy = upload(y_bytes.data(), y_bytes.size());
-    const size_t out_bytes = static_cast<size_t>(TokensOf(c, call, self.rank)) * c.hidden * DataTypeBytes(c.type);
+    const size_t out_bytes = static_cast<size_t>(TokensOf(c, call, self.rank)) * c.hidden * numerics::DTypeBytes(c.type);
     auto out = DeviceBuffer::Create(std::max<size_t>(out_bytes, 16));
     if (s.ok() && dy == nullptr) s = absl::InternalError("upload failed");
     if (s.ok()) s = out.status();

@@ -410,7 +410,7 @@ absl::Status LoadMoeKernels() {
 
 void FinishMoeLayout(MoeLayout& l) {
   const auto align16 = [](uint64_t b) { return static_cast<uint32_t>((b + 15) / 16 * 16); };
-  const size_t element = ElementBytes(l.type);
+  const size_t element = numerics::DTypeBytes(l.type);
   l.header_bytes = align16(8 + 8 * static_cast<uint64_t>(l.topk));
   const uint64_t groups = (static_cast<uint64_t>(l.hidden) + l.group_size - 1) / l.group_size;
   l.scale_bytes = l.fp8 ? align16(groups * sizeof(float)) : 0;
@@ -433,11 +433,11 @@ absl::Status LaunchDispatch(const void* tokens, const int32_t* experts, const fl
                             const DispatchState& state, const MoeCall& call, bool early_launch, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (call.layout.type) {
-    case ElementType::kFloat32:
+    case DataType::kFloat32:
       return LaunchDispatchTyped<float>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
-    case ElementType::kBfloat16:
+    case DataType::kBfloat16:
       return LaunchDispatchTyped<__nv_bfloat16>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
-    case ElementType::kFloat16:
+    case DataType::kFloat16:
       return LaunchDispatchTyped<__half>(tokens, experts, weights, num_tokens, state, call, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");
@@ -447,11 +447,11 @@ absl::Status LaunchCombine(const void* expert_out, void* out, int num_tokens, co
                            const MoeCall& call, bool early_launch, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (call.layout.type) {
-    case ElementType::kFloat32:
+    case DataType::kFloat32:
       return LaunchCombineTyped<float>(expert_out, out, num_tokens, state, call, early_launch, s);
-    case ElementType::kBfloat16:
+    case DataType::kBfloat16:
       return LaunchCombineTyped<__nv_bfloat16>(expert_out, out, num_tokens, state, call, early_launch, s);
-    case ElementType::kFloat16:
+    case DataType::kFloat16:
       return LaunchCombineTyped<__half>(expert_out, out, num_tokens, state, call, early_launch, s);
   }
   return absl::InvalidArgumentError("unknown element type");

@@ -40,7 +40,7 @@ struct MoeLayout {
   int topk = 0;    // 1..32
   int experts_per_rank = 0;
   int max_tokens = 0;  // per rank and call
-  ElementType type = ElementType::kBfloat16;
+  DataType type = DataType::kBfloat16;
   bool fp8 = true;          // false: tokens travel as raw elements
   int group_size = 128;     // FP8 group: a power of two, 16..512
   uint32_t header_bytes = 0;  // record header: i32 source index, i32 0, topk x (i32 local expert or -1, f32 weight)

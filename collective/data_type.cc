@@ -8,7 +8,6 @@ namespace kvt::collective {
 
 namespace ff = ::kvt::numerics;
 
-size_t DataTypeBytes(DataType type) { return numerics::DTypeBytes(type); }
 
 float RoundTo(DataType type, float x) {
   switch (type) {
@@ -23,7 +22,7 @@ float RoundTo(DataType type, float x) {
 }
 
 std::vector<uint8_t> EncodeAs(DataType type, absl::Span<const float> x) {
-  std::vector<uint8_t> bytes(x.size() * DataTypeBytes(type));
+  std::vector<uint8_t> bytes(x.size() * numerics::DTypeBytes(type));
   if (type == DataType::kFloat32) {
     if (!x.empty()) std::memcpy(bytes.data(), x.data(), bytes.size());
     return bytes;
@@ -37,7 +36,7 @@ std::vector<uint8_t> EncodeAs(DataType type, absl::Span<const float> x) {
 }
 
 std::vector<float> DecodeAs(DataType type, absl::Span<const uint8_t> bytes) {
-  std::vector<float> x(bytes.size() / DataTypeBytes(type));
+  std::vector<float> x(bytes.size() / numerics::DTypeBytes(type));
   if (type == DataType::kFloat32) {
     if (!x.empty()) std::memcpy(x.data(), bytes.data(), x.size() * 4);
     return x;

@@ -16,9 +16,6 @@ namespace kvt::collective {
 
 using DataType = ::kvt::numerics::DType;
 
-// Bytes of one element: 4 or 2.
-size_t DataTypeBytes(DataType type);
-
 // x rounded to `type` (nearest, ties to even) and back to fp32; x itself for kFloat32.
 float RoundTo(DataType type, float x);
 

@@ -12,7 +12,7 @@ AllReducePath ChooseAllReducePath(const NcclRouting& routing, bool nccl_loaded, 
   const bool unquantized = options.step1_bits == 0 && options.step2_bits == 0;
   if (unquantized) return routing.unquantized ? AllReducePath::kNccl : AllReducePath::kKvt;
   // Compare in values so that a huge count cannot overflow the byte product.
-  const size_t below_values = routing.quantized_below_bytes / DataTypeBytes(type);
+  const size_t below_values = routing.quantized_below_bytes / numerics::DTypeBytes(type);
   return count < below_values ? AllReducePath::kNccl : AllReducePath::kKvt;
 }
 
