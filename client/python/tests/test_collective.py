@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -68,38 +68,48 @@ def _run_rank(rank: int, world: int, store_dir: str, body: Callable[[kc.Communic
     try:
         with kc.Communicator(rank, world, store=FileStore(store_dir), backend=backend, timeout=20.0,
                              **kwargs) as comm:
-            results.put((rank, "ok", body(comm)))
+            results.put((rank, body(comm)))
     except BaseException as e:  # reported to the parent, which asserts on it
-        results.put((rank, "error", e))
+        results.put((rank, e))
+
+
+def _run_ranks(ctx: Any, target: Callable[..., None], args: Callable[[int], Tuple[Any, ...]], world: int,
+               timeout: float = 60.0) -> Dict[int, Any]:
+    """Starts target(*args(r), results) for each rank r in its own process; each puts (r, *payload) on
+    `results`. Returns {rank: payload (its one value, or the tuple)} of the ranks that reported by the deadline
+    (a rank that died silently is missing), then joins the processes and kills any left running."""
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args(r), results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out: Dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < world and time.monotonic() < deadline:
+            try:
+                rank, *payload = results.get(timeout=0.5)
+            except queue.Empty:  # a rank may have died without reporting
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+                continue
+            out[rank] = payload[0] if len(payload) == 1 else tuple(payload)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert len(out) == world or any(p.exitcode not in (0, None) for p in procs), f"ranks reported {sorted(out)}"
+    return out
 
 
 def _group(world: int, tmp_path: Path, body: Callable[[kc.Communicator], Any], backend: str = "tcp",
            timeout: float = 60.0, **kwargs: Any) -> List[Any]:
     """Runs body(comm) on `world` forked ranks; each rank's return value or exception, rank order."""
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
     store_dir = tmp_path / f"store-{time.monotonic_ns()}"
     store_dir.mkdir()
-    procs = [ctx.Process(target=_run_rank, args=(r, world, str(store_dir), body, backend, kwargs, results))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    out: Dict[int, Any] = {}
-    deadline = time.monotonic() + timeout
-    while len(out) < world and time.monotonic() < deadline:
-        try:
-            rank, kind, value = results.get(timeout=0.5)
-        except queue.Empty:  # a rank may have died without reporting
-            if all(not p.is_alive() for p in procs) and results.empty():
-                break
-            continue
-        out[rank] = value  # a result, or the exception the rank raised
-    for p in procs:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-    assert len(out) == world or any(p.exitcode not in (0, None) for p in procs), f"ranks reported {sorted(out)}"
-    return [out.get(r) for r in range(world)]
+    got = _run_ranks(multiprocessing.get_context("fork"), _run_rank,
+                     lambda r: (r, world, str(store_dir), body, backend, kwargs), world, timeout)
+    return [got.get(r) for r in range(world)]
 
 
 def _reduce(bits: Any, n: int = 20000) -> Callable[[kc.Communicator], np.ndarray]:
@@ -157,18 +167,7 @@ def _two_groups_on_one_store(rank: int, store_dir: str, results: Any) -> None:
 
 
 def test_groups_made_one_after_another_on_one_store_get_keys_of_their_own(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_two_groups_on_one_store, args=(r, str(tmp_path), results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(results.get(timeout=60) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    got = _run_ranks(multiprocessing.get_context("fork"), _two_groups_on_one_store, lambda r: (r, str(tmp_path)), 2)
     assert got == {0: [3.0, 3.0], 1: [3.0, 3.0]}, got
 
 
@@ -180,10 +179,7 @@ def test_explicit_peers_and_torch_cpu_tensors(tmp_path: Path) -> None:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     peers = [f"127.0.0.1:{p}" for p in ports]
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-
-    def rank_main(rank: int) -> None:
+    def rank_main(rank: int, results: Any) -> None:
         try:
             with kc.Communicator(rank, 2, peers=peers, timeout=20.0) as comm:
                 t = torch.full((1000,), float(rank + 1))
@@ -193,16 +189,7 @@ def test_explicit_peers_and_torch_cpu_tensors(tmp_path: Path) -> None:
         except BaseException as e:
             results.put((rank, repr(e), None))
 
-    procs = [ctx.Process(target=rank_main, args=(r,)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict((r, (o, t)) for r, o, t in (results.get(timeout=60) for _ in procs))
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    got = _run_ranks(multiprocessing.get_context("fork"), rank_main, lambda r: (r,), 2)
     for r in range(2):
         out, unchanged = got[r]
         assert out == [3.0] * 1000, f"rank {r}: {out!r}"[:200]
@@ -336,7 +323,7 @@ def _replay_from_graph(comm: kc.Communicator, cases: List[Any]) -> str:
     return "yes" if all(o == "ok" for o in outcomes) else ", ".join(outcomes)
 
 
-def _cuda_rank(rank: int, world: int, store_dir: str, results: Any, graphs: bool, workspace: int) -> None:
+def _cuda_rank(rank: int, world: int, store_dir: str, graphs: bool, workspace: int, results: Any) -> None:
     import torch
     try:
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -363,22 +350,8 @@ def _cuda_group(tmp_path: Path, graphs: bool, workspace: int = 64 << 20) -> Dict
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     world = 2
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_cuda_rank, args=(r, world, str(tmp_path), results, graphs, workspace))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got = {}
-    try:
-        for _ in procs:
-            rank, out, x, captured = results.get(timeout=240)
-            got[rank] = (out, x, captured)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    got = _run_ranks(multiprocessing.get_context("spawn"), _cuda_rank,
+                     lambda r: (r, world, str(tmp_path), graphs, workspace), world, timeout=240)
     for r in range(world):
         assert not isinstance(got[r][0], str), got[r][0]
     return got
