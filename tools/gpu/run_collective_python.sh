@@ -5,6 +5,7 @@
 #
 #   tools/gpu/run_collective_python.sh prepare   # here: libkvt_collective.so (opt) + libraries, the kvt stubs
 #   run(kind="nvidia-h200", carry=[".gpu-collpy"], command="bash tools/gpu/run_collective_python.sh device")
+#   ... device bench   # then, on 2+ GPUs: tools/gpu/collective_bench.py, kvt beside torch.distributed's NCCL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/carry_libs.sh
@@ -37,6 +38,9 @@ device() {
   } 2>&1 | tee "$out/device.txt"
   (cd client/python && python3 -m pytest tests/test_collective.py -v -rs -s -p no:cacheprovider \
       --kvtd=/bin/true --junitxml="$out/pytest.xml") 2>&1 | tee "$out/pytest.txt"
+  if [[ "${1:-}" == bench ]]; then
+    NCCL_NVLS_ENABLE=0 python3 tools/gpu/collective_bench.py 2>&1 | tee "$out/bench.txt"
+  fi
 }
 
 "$@"
