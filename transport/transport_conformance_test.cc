@@ -335,6 +335,22 @@ TEST_P(TransportTest, PeerDestroyedMidStreamFailsTheSenderWithUnavailable) {
   EXPECT_EQ(sender_->Send(peer_, 6, {{0, 0, data}}).status().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST_P(TransportTest, AShutdownWaitsOnlyBrieflyForAPeerThatCannotAnswerItsGoodbye) {
+  // The shutting side waits for its peers to answer kGoodbye; a hung peer never does, and must not hold it.
+  Start(SmallChunks());
+  const auto data = RandomBytes(1 << 20, 65);
+  ASSERT_TRUE(receiver_->Expect(9, {{0, 0, data.size()}}).ok());
+  auto h = sender_->Send(peer_, 9, {{0, 0, data}});
+  ASSERT_TRUE(h.ok());
+  std::vector<std::vector<uint8_t>> got(1);
+  ASSERT_TRUE(ReceiveAll(*receiver_, 9, got, {{0, 0, data.size()}}).ok());
+  ASSERT_TRUE((*h)->Wait().ok());
+  AsEngine(sender_.get())->FreezeForTest();
+  const absl::Time start = absl::Now();
+  receiver_.reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 TEST_P(TransportTest, HungPeerIsDetectedByHeartbeatAndFailsBothSidesWithUnavailable) {
   Options o = SmallChunks();
   o.rate_bytes_per_second = 20e6;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,8 +23,8 @@ constexpr int kMaxChunksPerRound = 4;
 // Idle rounds the progress thread polls before it sleeps (until its next timer, at most the wire's poll interval).
 constexpr int kSpinRoundsBeforeSleep = 64;
 constexpr absl::Duration kShutdownDrain = absl::Seconds(2);
-// How long a shutdown waits for its goodbyes (and any sends still queued before them) to leave.
-constexpr absl::Duration kGoodbyeDrain = absl::Milliseconds(200);
+// How long a shutdown waits for its peers to answer its goodbyes (control_message.h says why it waits).
+constexpr absl::Duration kGoodbyeDrain = absl::Milliseconds(500);
 // After a link fails, its transfers finish once the wire has completed (or cancelled) their sends, or after this
 // long regardless: some UCX transports (shared memory in UCX 1.13) cannot cancel sends to a vanished peer, and
 // a failed transfer must still finish in bounded time. The peer is gone, so nothing reads the bytes after that.
@@ -158,16 +159,21 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
-  // Tell every live peer first, so that it logs an orderly close rather than a lost link; give the goodbyes a
-  // short while to leave (a peer that is gone or stuck must not hold the shutdown).
-  size_t goodbyes = 0;
+  // Tell every live peer first and wait, briefly, until each has answered: by then it has taken the link down as an
+  // orderly close, so the endpoint errors our close causes there cannot be mistaken for a lost link. A peer that
+  // is gone, stuck or does not answer holds the shutdown for at most kGoodbyeDrain.
+  std::vector<PeerLink*> told;
   for (auto& [id, link] : links_) {
     if (!link->ready()) continue;
-    SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, 0}, clock_->Now());
-    ++goodbyes;
+    SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, kGoodbyeAnnounce}, clock_->Now());
+    told.push_back(link.get());
   }
+  const auto unanswered = [&told]() {
+    return std::any_of(told.begin(), told.end(),
+                       [](const PeerLink* l) { return l->down.ok() && !l->goodbye_answered; });
+  };
   const absl::Time goodbye_deadline = clock_->Now() + kGoodbyeDrain;
-  while (goodbyes > 0 && !send_records_.empty() && clock_->Now() < goodbye_deadline) {
+  while (unanswered() && clock_->Now() < goodbye_deadline) {
     if (wire_->Progress() == 0) IdleWait(absl::Microseconds(100));
   }
   for (auto& [id, link] : links_) {
@@ -455,6 +461,13 @@ void Engine::OnMessage(LinkId id, MessageKind kind, absl::Span<const uint8_t> he
     case ControlType::kPing:
       break;
     case ControlType::kGoodbye:
+      if (m->b == kGoodbyeAnswer) {
+        link->goodbye_answered = true;
+        break;
+      }
+      // Answer before the link goes down here: the peer closes its endpoints only after this arrives (or its
+      // short deadline passes), so "peer shut down" is what this side's transfers on the link report.
+      SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, kGoodbyeAnswer}, clock_->Now());
       LinkDown(*link, absl::UnavailableError("peer shut down"), DownCause::kPeerShutdown);
       break;
     case ControlType::kAck: {

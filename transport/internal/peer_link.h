@@ -101,6 +101,7 @@ struct PeerLink {
   const bool inbound;
   bool wire_up = false;       // OnLinkUp seen
   bool hello_received = false;
+  bool goodbye_answered = false;  // the peer heard our kGoodbye (shutdown waits for this, bounded)
   absl::Status down;          // non-OK once the link failed
   absl::Time down_at;         // when `down` was set
   int64_t window = 0;         // chunk bytes we may have unacknowledged (from the peer's hello)
