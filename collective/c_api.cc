@@ -2,6 +2,7 @@
 // returns its code, the message kept per thread.
 #include "collective/c_api.h"
 
+#include <algorithm>
 #include <memory>
 #include <new>
 #include <string>
@@ -72,6 +73,15 @@ absl::Status ToOptions(const kvt_coll_all_reduce_options* o, AllReduceOptions& o
   return kvt::collective::ValidateAllReduceOptions(out);
 }
 
+// The one-shot threshold for a world (docs/COLLECTIVES.md, "Small calls": an estimate from the bytes each round
+// moves, not yet measured beside the two-step round on several GPUs), lowered to what a workspace of `workspace`
+// bytes leaves room for (CudaCommunicatorOptions::one_shot_bytes: the region may take half of it).
+int64_t DefaultOneShotBytes(int world, uint64_t workspace) {
+  const int64_t measured = world <= 4 ? int64_t{1} << 20 : int64_t{512} << 10;
+  const int64_t fits = static_cast<int64_t>(workspace / 4 / static_cast<uint64_t>(std::max(world, 1))) - (int64_t{64} << 10);
+  return std::max<int64_t>(0, std::min(measured, fits));
+}
+
 absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener> listener,
                     std::unique_ptr<kvt_coll_comm>& out) {
   using ::kvt::collective::CudaCommunicator;
@@ -122,6 +132,14 @@ absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener>
     if (c.workspace_bytes != 0) options.workspace_bytes = c.workspace_bytes;
     options.bootstrap_timeout = bootstrap;
     options.nccl_library = StringOr(c.nccl_library);
+    if (c.one_shot_bytes < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.one_shot_bytes must be -1 (the default), 0 (never) or a byte count, got ",
+                       c.one_shot_bytes));
+    }
+    options.one_shot_bytes = static_cast<size_t>(
+        c.one_shot_bytes == -1 ? DefaultOneShotBytes((*wire)->world_size(), options.workspace_bytes)
+                               : c.one_shot_bytes);
     absl::StatusOr<std::unique_ptr<CudaCommunicator>> cuda = CudaCommunicator::Create(*std::move(wire), options);
     if (!cuda.ok()) return cuda.status();
     comm->cuda = *std::move(cuda);
@@ -135,6 +153,10 @@ absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener>
 extern "C" {
 
 uint32_t kvt_coll_abi_version(void) { return KVT_COLL_ABI_VERSION; }
+
+int64_t kvt_coll_default_one_shot_bytes(int32_t world, uint64_t workspace_bytes) {
+  return DefaultOneShotBytes(world, workspace_bytes == 0 ? uint64_t{256} << 20 : workspace_bytes);
+}
 
 const char* kvt_coll_last_error(void) { return last_error.c_str(); }
 

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct below changes; kvt_coll_create refuses a config of another version. */
-#define KVT_COLL_ABI_VERSION 1u
+#define KVT_COLL_ABI_VERSION 2u
 
 /* Element types: numerics::DType's order. */
 enum { KVT_COLL_F32 = 0, KVT_COLL_BF16 = 1, KVT_COLL_F16 = 2 };
@@ -52,6 +52,9 @@ typedef struct {
   int32_t device;              /* CUDA: this rank's device; -1: rank % device count */
   uint64_t workspace_bytes;    /* CUDA: per-rank workspace; 0: 256 MiB (the same on every rank) */
   const char* nccl_library;    /* CUDA: NCCL to route small or unquantized calls to ("" or NULL: never) */
+  int64_t one_shot_bytes;      /* CUDA: calls of at most this many bytes take the one-shot round (one kernel;
+                                  the result of an unquantized step 2); -1: kvt's default for the world
+                                  (kvt_coll_default_one_shot_bytes); 0: never. The same on every rank. */
 } kvt_coll_config;
 
 typedef struct {
@@ -64,6 +67,9 @@ typedef struct {
 } kvt_coll_all_reduce_options;
 
 uint32_t kvt_coll_abi_version(void);
+/* The one-shot threshold (bytes) a config's -1 means for `world` ranks with `workspace_bytes` each (0: the
+ * default workspace): the measured crossover, lowered to what half of the workspace holds. */
+int64_t kvt_coll_default_one_shot_bytes(int32_t world, uint64_t workspace_bytes);
 /* The message of this thread's last failed call ("" after a success). Valid until this thread's next call. */
 const char* kvt_coll_last_error(void);
 

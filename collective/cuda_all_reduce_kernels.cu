@@ -44,6 +44,12 @@ __host__ __device__ __forceinline__ uint64_t Step2Stride(const ChunkClass& full,
   return Step2Prefix(full, world);
 }
 
+// Bytes before shard j's N slots in a chunk of the one-shot region (each shard has one step-1 slot per rank).
+__host__ __device__ __forceinline__ uint64_t OneShotPrefix(const ChunkClass& c, int j, int world) {
+  const uint64_t big = static_cast<uint64_t>(j < c.extra ? j : c.extra);
+  return (big * c.enc1_big + (static_cast<uint64_t>(j) - big) * c.enc1_small) * world;
+}
+
 // ---- signals --------------------------------------------------------------------------------------------
 
 // This round's epoch (RoundState): one more than the last finished round's. Read when a kernel starts.
@@ -314,6 +320,101 @@ __global__ void __launch_bounds__(kThreads) GatherDecodeKernel(T* __restrict__ o
   FinishRound(p, epoch);  // every block, whether or not its wait succeeded
 }
 
+// ---- the one-shot round (LaunchOneShotAllReduce) ----------------------------------------------------------
+
+// Where shard j of chunk kk keeps source rank r's encoding in a one-shot region half.
+__device__ __forceinline__ uint64_t OneShotSlot(const RoundParams& p, const Unit& at, const Shard& shard, int r) {
+  return at.kk * OneShotPrefix(p.full, p.world, p.world) + OneShotPrefix(at.last ? p.last : p.full, at.j, p.world) +
+         static_cast<uint64_t>(r) * shard.enc1;
+}
+
+// ScatterBody's encode, with each group's encoding stored into every rank's region (the next rank first, so the
+// ranks' stores spread over the links).
+template <typename T, int kBits>
+__device__ __forceinline__ void OneShotPushBody(const T* __restrict__ in, const RoundParams& p, uint64_t half) {
+  const int group = p.step1.group_size;
+  const bool spike = p.step1.spike;
+  const TeamInfo team = MakeTeam(group);
+  const uint32_t total = TotalUnits(p);
+  const UnitWalk walk = MakeWalk(team);
+  uint64_t first_bad = ~0ull;
+  for (uint32_t u = walk.first; u < total; u += walk.stride) {
+    const Unit at = LocateUnit(p, u);
+    const Shard shard = ShardOfClass(at.last ? p.last : p.full, at.j);
+    const uint64_t first = static_cast<uint64_t>(at.g) * group;
+    const int valid = ValidIn(shard.size, first, team.t);
+    const uint64_t value_index = at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread;
+    float v[kPerThread];
+    LoadElements(in + value_index, valid, v);
+    const uint64_t slot = half + OneShotSlot(p, at, shard, p.rank);
+    if constexpr (kBits == 0) {
+      for (int r = 0; r < p.world; ++r) {
+        const int dst = (p.rank + 1 + r) % p.world;
+        StoreElements(reinterpret_cast<T*>(p.one_shot_area[dst] + slot) + first + team.t * kPerThread, valid, v);
+      }
+    } else {
+      bool group_bad = false;
+      const Piece<kBits> piece = EncodeGroup<kBits>(spike, v, valid, team, &group_bad);
+      if (group_bad) {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          if (i < valid && !isfinite(v[i]) && first_bad == ~0ull) first_bad = p.call_offset + value_index + i;
+        }
+      }
+      const GroupPlace<kBits> place = PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, at.g);
+      for (int r = 0; r < p.world; ++r) {
+        const int dst = (p.rank + 1 + r) % p.world;
+        StorePiece<kBits>(spike, piece, place, first, team.t, p.one_shot_area[dst] + slot);
+      }
+    }
+  }
+  if (first_bad != ~0ull) {
+    atomicMin(&p.status->first_bad_input, first_bad);
+    atomicOr(&p.status->errors, static_cast<unsigned>(kBadInput));
+  }
+}
+
+// ReduceBody's decode and sum (every rank's encodings of a group, rank order), over every shard, into `out`.
+template <typename T, int kBits>
+__device__ __forceinline__ void OneShotSumBody(T* __restrict__ out, const RoundParams& p, uint64_t half) {
+  const int group = p.step1.group_size;
+  const TeamInfo team = MakeTeam(group);
+  const uint32_t total = TotalUnits(p);
+  const UnitWalk walk = MakeWalk(team);
+  const uint8_t* const mine = p.one_shot_area[p.rank] + half;
+  for (uint32_t u = walk.first; u < total; u += walk.stride) {
+    const Unit at = LocateUnit(p, u);
+    const Shard shard = ShardOfClass(at.last ? p.last : p.full, at.j);
+    const uint64_t first = static_cast<uint64_t>(at.g) * group;
+    const int valid = ValidIn(shard.size, first, team.t);
+    const uint8_t* const slots = mine + OneShotSlot(p, at, shard, 0);
+    float sum[kPerThread];
+    DecodeStep1<T, kBits, false>(p, slots, shard, at.g, first, valid, team.t, sum);
+    for (int r = 1; r < p.world; ++r) {
+      DecodeStep1<T, kBits, true>(p, slots + r * shard.enc1, shard, at.g, first, valid, team.t, sum);
+    }
+    StoreElements(out + at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread, valid, sum);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2) OneShotKernel(const T* __restrict__ in, T* __restrict__ out,
+                                                             const __grid_constant__ RoundParams p) {
+  // As the step-1 kernel: the previous kernel may have produced this call's input, and the region's half may be
+  // written once this rank's previous round has finished.
+  WaitForPreviousKernel();
+  const uint64_t epoch = RoundEpoch(p);
+  LaunchDependents();
+  const uint64_t half = (epoch & 1) * p.one_shot_half;
+  WithBits(p.step1.bits, [&](auto bits) { OneShotPushBody<T, decltype(bits)::value>(in, p, half); });
+  // Every block waits for the peers inside this grid, so the grid must be resident at once (its size below).
+  ArriveAndSignal(p, epoch, 0);
+  if (WaitForPeers(p, epoch, 0)) {
+    WithBits(p.step1.bits, [&](auto bits) { OneShotSumBody<T, decltype(bits)::value>(out, p, half); });
+  }
+  FinishRound(p, epoch);
+}
+
 // Blocks of `kernel` that fit on one SM at kThreads threads (at least 1), measured once per kernel.
 template <typename Kernel>
 int ResidentBlocks(Kernel kernel) {
@@ -389,8 +490,38 @@ absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool e
                       "AllReduce step-2 kernel", static_cast<T*>(out), p);
 }
 
+template <typename T>
+absl::Status LaunchOneShotTyped(const void* in, void* out, const RoundParams& p, bool early, cudaStream_t stream) {
+  // No more blocks than the units need (a small call's fixed cost is partly its blocks' arrivals), nor than fit
+  // on the device at once: every block waits for the peers after its own arrival.
+  const uint32_t units = static_cast<uint32_t>((p.chunks - 1) * p.full.units_all + p.last.units_all);
+  const int teams_per_block = kThreads / (p.step1.group_size / kPerThread);
+  const int wanted = static_cast<int>((units + teams_per_block - 1) / teams_per_block);
+  const int blocks = std::max(1, std::min(wanted, p.sms * ResidentBlocks(OneShotKernel<T>)));
+  return LaunchKernel(OneShotKernel<T>, blocks, kThreads, early, stream, "AllReduce one-shot kernel",
+                      static_cast<const T*>(in), static_cast<T*>(out), p);
+}
+
 }  // namespace
 
+uint64_t OneShotHalfBytes(const ChunkClass& full, int world, uint64_t chunks) {
+  return chunks * OneShotPrefix(full, world, world);
+}
+
+absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& p, bool early_launch,
+                                    void* stream) {
+  if (p.chunks == 0) return absl::OkStatus();
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.type) {
+    case DataType::kFloat32:
+      return LaunchOneShotTyped<float>(in, out, p, early_launch, s);
+    case DataType::kBfloat16:
+      return LaunchOneShotTyped<__nv_bfloat16>(in, out, p, early_launch, s);
+    case DataType::kFloat16:
+      return LaunchOneShotTyped<__half>(in, out, p, early_launch, s);
+  }
+  return absl::InvalidArgumentError("unknown element type");
+}
 
 uint64_t EncodedBytes(const StepFormat& f, uint64_t values, size_t raw_bytes) {
   if (f.bits == 0) return values * raw_bytes;

@@ -77,6 +77,10 @@ struct RoundParams {
   uint64_t timeout_ns = 0;
   DeviceStatus* status = nullptr;  // this rank's, device memory
   int sms = 0;                     // multiprocessors of the device (each grid fills them once)
+  // The one-shot path only (LaunchOneShotAllReduce): every rank's one-shot region as mapped here, two halves of
+  // `one_shot_half` bytes each; a round uses half (epoch % 2).
+  uint8_t* one_shot_area[kMaxCudaWorld] = {};
+  uint64_t one_shot_half = 0;
 };
 
 // The three kernels of a round, enqueued on `stream` (a cudaStream_t). `in` and `out` point at the round's
@@ -87,6 +91,23 @@ struct RoundParams {
 // (griddepcontrol.wait) before it reads or stores anything. Launch errors come back as INTERNAL.
 absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& params, bool early_launch,
                                   void* stream);
+
+// The one-shot AllReduce of small calls: one kernel per round instead of three, and one exchange instead of two.
+// Each rank encodes every shard of every chunk with the step-1 format, exactly as step 1 of the two-step round
+// does, but stores each encoding into every rank's one-shot region (slot [chunk][shard][source rank]) and
+// signals; then every rank decodes all N encodings of every shard, sums them in fp32 in rank order 0..N-1 and
+// stores the sum in the output type. That is bitwise the two-step round with step2.bits = 0 (the same groups,
+// the same decodes, the same order of additions, one rounding to the output type), whatever `step2` says: a
+// one-shot round has no second step to quantize. Each rank sends (N - 1) x its encoded input instead of
+// 2 (N - 1) / N x, so it is for calls where a round's fixed costs (launches, two waits) outweigh the bytes.
+// Reusing a half is safe: a rank writes half h again two rounds later, after every rank signalled the round in
+// between, which each did only after it had finished reading half h. The regions must not overlap the step areas
+// (a two-step round's peers may still be reading those while a one-shot round writes).
+absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& params, bool early_launch,
+                                    void* stream);
+
+// One-shot region bytes (one half) a round of `chunks` chunks of class `full` needs.
+uint64_t OneShotHalfBytes(const ChunkClass& full, int world, uint64_t chunks);
 
 // Records the smallest index of a non-finite value of out[0, count) in `status` as kBadSum (for calls NCCL ran).
 // One read of the output (16-byte loads when `out` is 16-byte aligned).

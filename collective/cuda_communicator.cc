@@ -42,9 +42,9 @@ absl::Status ValidateCudaOptions(const AllReduceOptions& options) {
   return absl::OkStatus();
 }
 
-uint64_t TagOfCall(uint64_t call, size_t count, DataType type, const AllReduceOptions& o) {
+uint64_t TagOfCall(uint64_t call, size_t count, DataType type, const AllReduceOptions& o, bool one_shot) {
   return CallTag(0x6b76745f61727475ull,
-                 {call, static_cast<uint64_t>(count), static_cast<uint64_t>(type),
+                 {call, static_cast<uint64_t>(count), static_cast<uint64_t>(type), static_cast<uint64_t>(one_shot),
                   static_cast<uint64_t>(o.step1_bits), static_cast<uint64_t>(o.step2_bits),
                   static_cast<uint64_t>(o.group_size), static_cast<uint64_t>(o.spike_reserve),
                   static_cast<uint64_t>(o.chunk_bytes)});
@@ -57,6 +57,17 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
   if (options.workspace_bytes < 4096) {
     return absl::InvalidArgumentError(
         absl::StrFormat("workspace_bytes must be at least 4096, got %d", options.workspace_bytes));
+  }
+  // Each half of the one-shot region: one encoding per rank of up to one_shot_bytes of input (an encoding is never
+  // larger than its raw input but for group headers), plus room for the 16-byte alignment of every shard slot.
+  const uint64_t world = static_cast<uint64_t>(bootstrap == nullptr ? 1 : bootstrap->world_size());
+  const uint64_t one_shot_half =
+      options.one_shot_bytes == 0 ? 0 : world * (static_cast<uint64_t>(options.one_shot_bytes) + (uint64_t{64} << 10));
+  if (2 * one_shot_half > options.workspace_bytes / 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "one_shot_bytes %d needs a one-shot region of %d bytes in a world of %d, more than half of workspace_bytes "
+        "%d: lower one_shot_bytes or raise workspace_bytes",
+        options.one_shot_bytes, 2 * one_shot_half, world, options.workspace_bytes));
   }
   std::unique_ptr<CudaCommunicator> comm(new CudaCommunicator());
   KVT_ASSIGN_OR_RETURN(comm->group_, internal::CudaPeerGroup::Create(std::move(bootstrap),
@@ -73,6 +84,8 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
   KVT_RETURN_IF_ERROR(::kvt::Synchronize(own));
   comm->routing_ = options.nccl_routing;
   comm->early_launch_ = options.early_launch;
+  comm->one_shot_bytes_ = options.one_shot_bytes;
+  comm->one_shot_half_ = one_shot_half;
   KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
   return comm;
 }
@@ -165,7 +178,8 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   group_->set_drain(options.timeout + absl::Seconds(10));
   if (PathOf(count, type, options) == AllReducePath::kNccl) return NcclAllReduce(in, out, count, type, stream);
   const int world = group_->world_size();
-  const size_t workspace_bytes = group_->area_bytes();
+  // The one-shot region sits at the end of every area, apart from the step areas (cuda_all_reduce_kernels.h).
+  const size_t workspace_bytes = group_->area_bytes() - 2 * one_shot_half_;
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
   const StepFormat step2 = MakeFormat(options.step2_bits, options);
   const size_t element_bytes = numerics::DTypeBytes(type);
@@ -199,9 +213,22 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   p.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.timeout));
   p.status = group_->status();
   p.sms = group_->sm_count();
-  p.call_tag = TagOfCall(calls_++, count, type, options);
   p.state = static_cast<internal::RoundState*>(round_state_->get());
   void* const s = group_->StreamOr(stream);
+  // Small calls: one round, one kernel, when its encodings fit in a half of the one-shot region.
+  if (count * element_bytes <= one_shot_bytes_ && internal::OneShotHalfBytes(full, world, total_chunks) <= one_shot_half_) {
+    p.call_tag = TagOfCall(calls_++, count, type, options, /*one_shot=*/true);
+    p.chunks = total_chunks;
+    p.call_offset = 0;
+    p.last = internal::MakeChunkClass(count - (total_chunks - 1) * chunk_values, world, step1, step2, type);
+    p.one_shot_half = one_shot_half_;
+    for (int r = 0; r < world; ++r) {
+      p.flags[r] = group_->flags(r);
+      p.one_shot_area[r] = group_->area(r) + workspace_bytes;
+    }
+    return internal::LaunchOneShotAllReduce(in, out, p, early_launch_, s);
+  }
+  p.call_tag = TagOfCall(calls_++, count, type, options, /*one_shot=*/false);
   for (uint64_t first_chunk = 0; first_chunk < total_chunks; first_chunk += chunks_per_round) {
     p.chunks = std::min(chunks_per_round, total_chunks - first_chunk);
     p.call_offset = first_chunk * chunk_values;

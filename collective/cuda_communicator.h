@@ -78,6 +78,13 @@ struct CudaCommunicatorOptions {
   // wait on the peers' signals. false: plain launches, each after the previous kernel has drained. Results are
   // the same bytes either way.
   bool early_launch = true;
+  // Calls of at most this many input bytes (count x element size) run the one-shot round: one kernel, every rank
+  // pushing its step-1 encodings to every rank (cuda_all_reduce_kernels.h). Its result is that of step2_bits = 0
+  // whatever the call's step2_bits (there is no second step to quantize), so it is not WireCommunicator's bytes
+  // for a call with a quantized step 2; it is bitwise the same on every rank. Reserves 2 x world x (this + 64
+  // KiB) bytes at the end of the workspace (INVALID_ARGUMENT if that is more than half of it). 0: never (every call is the two-step round).
+  // Every rank must set it alike (the call tag says which path a call took, so a rank that differs is caught).
+  size_t one_shot_bytes = 0;
 };
 
 class CudaCommunicator : public Communicator {
@@ -148,6 +155,8 @@ class CudaCommunicator : public Communicator {
   absl::Duration timeout_ = absl::Seconds(30);  // of the last call, for messages
   NcclRouting routing_;
   bool early_launch_ = true;
+  size_t one_shot_bytes_ = 0;
+  uint64_t one_shot_half_ = 0;  // bytes of each half of the one-shot region, at the end of every rank's area
   // Destroyed before group_ (declared after it): an aborted NCCL kernel must not hold the stream the group drains.
   std::unique_ptr<NcclLibrary> nccl_library_;
   std::unique_ptr<NcclComm> nccl_comm_;

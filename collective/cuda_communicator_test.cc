@@ -149,12 +149,13 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> MakeCommunicator(ForkedRank& s
 
 class CudaAllReduceTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
-  SKIP_WITHOUT_CUDA();
-  const int world = GetParam();
+// Runs every case on `world` forked ranks with a communicator made with `options`, early launches then plain
+// ones, and checks each rank's output bitwise against WireCommunicator with the options `reference_of` gives.
+void ExpectEveryCaseBitwiseTheReference(int world, const CudaCommunicatorOptions& options,
+                                        const std::function<Case(const Case&)>& reference_of) {
   const std::vector<Case> cases = Cases();
   ForkedRun run = RunForked(world, absl::Seconds(240), [&](ForkedRank& self) {
-    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, kWorkspace);
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, options);
     if (!comm.ok()) {
       self.records.Write(comm.status(), {});
       return 2;
@@ -171,7 +172,7 @@ TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
   });
   for (const absl::Status& exit : run.exits) ASSERT_TRUE(exit.ok()) << exit;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::vector<float> want = Reference(cases[i], i, world);
+    const std::vector<float> want = Reference(reference_of(cases[i]), i, world);
     for (const int pass : {0, 1}) {
       const std::string name = absl::StrCat(cases[i].name, pass == 0 ? ", early launches" : ", plain launches");
       const size_t at = pass * cases.size() + i;
@@ -191,18 +192,58 @@ TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
   }
 }
 
+TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
+  SKIP_WITHOUT_CUDA();
+  ExpectEveryCaseBitwiseTheReference(GetParam(), {.workspace_bytes = kWorkspace}, [](const Case& c) { return c; });
+}
+
+// Calls of at most one_shot_bytes take the one-shot round, whose result is the two-step round's with an
+// unquantized step 2; the larger cases (bf16 of 80 and 128 KiB) still take the two-step round, so the two
+// kinds of round alternate on the same workspace (the one-shot region must not be the step areas).
+TEST_P(CudaAllReduceTest, OneShotCallsAreBitwiseTheReferenceWithAnUnquantizedStepTwo) {
+  SKIP_WITHOUT_CUDA();
+  constexpr size_t kOneShotBytes = 64 << 10;
+  ExpectEveryCaseBitwiseTheReference(GetParam(), {.workspace_bytes = 8 << 20, .one_shot_bytes = kOneShotBytes},
+                                     [](const Case& c) {
+                                       Case r = c;
+                                       if (c.values * numerics::DTypeBytes(c.type) <= kOneShotBytes) {
+                                         r.options.step2_bits = 0;
+                                       }
+                                       return r;
+                                     });
+}
+
+TEST(CudaAllReduceOneShotTest, AOneShotRegionOverHalfTheWorkspaceIsRefused) {
+  SKIP_WITHOUT_CUDA();
+  ForkedRun run = RunForked(2, absl::Seconds(60), [&](ForkedRank& self) {
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm =
+        MakeCommunicator(self, {.workspace_bytes = 1 << 20, .one_shot_bytes = 256 << 10});
+    self.records.Write(comm.status(), {});
+    return 0;
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(run.records[r].size(), 1u);
+    EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kInvalidArgument) << "rank " << r;
+  }
+}
+
 // Worlds 2-8, odd ones included: one GPU a rank on an 8-GPU machine; ranks share GPUs on smaller ones.
 INSTANTIATE_TEST_SUITE_P(Worlds, CudaAllReduceTest, ::testing::Range(2, 9),
                          [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("World", info.param); });
 
 // The failure paths, on three ranks: a NaN on one rank fails the call on every rank (and the group stays in
 // step), a rank that disagrees on the count is detected, and a silent rank gives DEADLINE_EXCEEDED.
-TEST(CudaAllReduceFailureTest, BadInputDisagreementAndSilence) {
+class CudaAllReduceFailurePathTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaAllReduceFailurePathTest, BadInputDisagreementAndSilence) {
   SKIP_WITHOUT_CUDA();
   constexpr int kWorld = 3;
   const AllReduceOptions options{.step1_bits = 4, .step2_bits = 8, .timeout = absl::Seconds(2)};
+  // The parameter: calls take the one-shot round (5000 fp32 values, under one_shot_bytes) or the two-step one.
+  const CudaCommunicatorOptions comm_options{.workspace_bytes = size_t{4} << 20,
+                                             .one_shot_bytes = GetParam() ? size_t{64} << 10 : 0};
   ForkedRun run = RunForked(kWorld, absl::Seconds(120), [&](ForkedRank& self) {
-    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, size_t{1} << 20);
+    absl::StatusOr<std::unique_ptr<CudaCommunicator>> comm = MakeCommunicator(self, comm_options);
     if (!comm.ok()) {
       self.records.Write(comm.status(), {});
       return 2;
@@ -252,6 +293,11 @@ TEST(CudaAllReduceFailureTest, BadInputDisagreementAndSilence) {
     EXPECT_EQ(0, std::memcmp(run.records[0][2].values.data(), run.records[r][2].values.data(), 5000 * 4)) << r;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rounds, CudaAllReduceFailurePathTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("OneShot") : std::string("TwoStep");
+                         });
 
 TEST(CudaAllReduceFailureTest, WorldOfOneCopiesThrough) {
   SKIP_WITHOUT_CUDA();

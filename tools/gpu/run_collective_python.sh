@@ -5,7 +5,8 @@
 #
 #   tools/gpu/run_collective_python.sh prepare   # here: libkvt_collective.so (opt) + libraries, the kvt stubs
 #   run(kind="nvidia-h200", carry=[".gpu-collpy"], command="bash tools/gpu/run_collective_python.sh device")
-#   ... device bench   # then, on 2+ GPUs: tools/gpu/collective_bench.py, kvt beside torch.distributed's NCCL
+#   ... device bench   # then, on 2+ GPUs: tools/gpu/collective_bench.py, kvt beside torch.distributed's NCCL,
+#                      # per call and with --graph (KVT_COLL_BENCH_ARGS: more flags for both)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/carry_libs.sh
@@ -39,7 +40,12 @@ device() {
   (cd client/python && python3 -m pytest tests/test_collective.py -v -rs -s -p no:cacheprovider \
       --kvtd=/bin/true --junitxml="$out/pytest.xml") 2>&1 | tee "$out/pytest.txt"
   if [[ "${1:-}" == bench ]]; then
-    NCCL_NVLS_ENABLE=0 python3 tools/gpu/collective_bench.py 2>&1 | tee "$out/bench.txt"
+    # Per call, then as engines run decode steps (calls captured in a CUDA graph); KVT_COLL_BENCH_ARGS adds flags.
+    # shellcheck disable=SC2086
+    NCCL_NVLS_ENABLE=0 python3 tools/gpu/collective_bench.py ${KVT_COLL_BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt"
+    # shellcheck disable=SC2086
+    NCCL_NVLS_ENABLE=0 python3 tools/gpu/collective_bench.py --graph ${KVT_COLL_BENCH_ARGS:-} 2>&1 \
+      | tee "$out/bench-graph.txt"
   fi
 }
 

@@ -30,9 +30,9 @@ import numpy as np
 
 from kvt.errors import InvalidArgument, error_from_code
 
-__all__ = ["Communicator", "Store", "library_path"]
+__all__ = ["Communicator", "Store", "default_one_shot_bytes", "library_path"]
 
-_ABI_VERSION = 1
+_ABI_VERSION = 2
 _BACKENDS = {"tcp": 0, "ucx": 1, "cuda": 2}
 _F32, _BF16, _F16 = 0, 1, 2
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
@@ -59,6 +59,7 @@ class _Config(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("workspace_bytes", ctypes.c_uint64),
         ("nccl_library", ctypes.c_char_p),
+        ("one_shot_bytes", ctypes.c_int64),
     ]
 
 
@@ -103,6 +104,8 @@ def _library() -> ctypes.CDLL:
     lib.kvt_coll_listener_close.argtypes = [vp]
     lib.kvt_coll_listener_close.restype = None
     lib.kvt_coll_create.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(vp)]
+    lib.kvt_coll_default_one_shot_bytes.argtypes = [i32, u64]
+    lib.kvt_coll_default_one_shot_bytes.restype = ctypes.c_int64
     lib.kvt_coll_destroy.argtypes = [vp]
     lib.kvt_coll_destroy.restype = None
     for name in ("kvt_coll_rank", "kvt_coll_world_size", "kvt_coll_device"):
@@ -116,6 +119,12 @@ def _library() -> ctypes.CDLL:
                               "use the library built from the same kvt checkout")
     _lib = lib
     return lib
+
+
+def default_one_shot_bytes(world_size: int, workspace_bytes: int = 0) -> int:
+    """The one-shot threshold (bytes) that `one_shot_bytes=-1` means for `world_size` ranks with
+    `workspace_bytes` each (0: the default workspace)."""
+    return int(_library().kvt_coll_default_one_shot_bytes(world_size, workspace_bytes))
 
 
 def _check(lib: ctypes.CDLL, code: int, what: str) -> None:
@@ -140,12 +149,16 @@ class Communicator:
     as torch's do, every group made on one prefix gets keys of its own; without, use a prefix per group). `device`: the CUDA device
     of this rank ("cuda" backend; None: the current torch device, else rank % devices). `nccl_library`: an
     NCCL the CUDA backend may route small or unquantized calls to (the same on every rank; "" never).
+    `one_shot_bytes` (CUDA backend): calls of at most this many bytes take the one-shot round, one kernel in which
+    every rank pushes its encoded tensor to every other (its result is that of an unquantized second step); -1:
+    kvt's default for the world (`default_one_shot_bytes`), 0: never. The same on every rank.
     """
 
     def __init__(self, rank: int, world_size: int, *, backend: str = "tcp", peers: Optional[Sequence[str]] = None,
                  store: Optional[Store] = None, host: str = "127.0.0.1", prefix: str = "kvt-collective",
                  device: Optional[int] = None, timeout: float = 30.0, workspace_bytes: int = 0,
-                 nccl_library: str = "", ucx_tls: str = "", ucx_net_devices: str = "") -> None:
+                 nccl_library: str = "", ucx_tls: str = "", ucx_net_devices: str = "",
+                 one_shot_bytes: int = -1) -> None:
         self._comm: Optional[int] = None
         if backend not in _BACKENDS:
             raise InvalidArgument(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
@@ -155,6 +168,9 @@ class Communicator:
             raise InvalidArgument("give exactly one of peers (every rank's host:port) and store")
         if peers is not None and len(peers) != world_size:
             raise InvalidArgument(f"peers names {len(peers)} ranks, world_size is {world_size}")
+        if one_shot_bytes < -1:
+            raise InvalidArgument(f"one_shot_bytes must be -1 (the default), 0 (never) or a byte count, "
+                                  f"got {one_shot_bytes}")
         bootstrap_ms = _ms(timeout)  # a bad timeout is refused before anything is bound or published
         if backend == "cuda" and device is None:
             device = _current_torch_device()
@@ -173,7 +189,8 @@ class Communicator:
                              peers=",".join(peers).encode(), listener=listener.value,
                              bootstrap_timeout_ms=bootstrap_ms, ucx_tls=ucx_tls.encode(),
                              ucx_net_devices=ucx_net_devices.encode(), device=-1 if device is None else device,
-                             workspace_bytes=workspace_bytes, nccl_library=nccl_library.encode())
+                             workspace_bytes=workspace_bytes, nccl_library=nccl_library.encode(),
+                             one_shot_bytes=one_shot_bytes)
         except BaseException:
             if listener.value:
                 lib.kvt_coll_listener_close(listener)

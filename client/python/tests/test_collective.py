@@ -296,6 +296,17 @@ def test_a_missing_library_says_how_to_build_it() -> None:
     assert "FP" in out.stdout and "bazel build //collective:libkvt_collective.so" in out.stdout, out
 
 
+def test_the_default_one_shot_threshold_fits_the_workspace_and_bad_values_are_refused(tmp_path: Path) -> None:
+    default = kc.default_one_shot_bytes(4)
+    assert default > 0
+    # A smaller workspace lowers it: the one-shot region may take half the workspace, two halves a rank.
+    assert 0 < kc.default_one_shot_bytes(4, 16 << 20) <= (16 << 20) // 16
+    assert kc.default_one_shot_bytes(2, 256 << 10) == 0  # no room at all: never
+    assert kc.default_one_shot_bytes(8) <= default
+    with pytest.raises(kvt.InvalidArgument, match="one_shot_bytes"):
+        kc.Communicator(0, 1, peers=["127.0.0.1:1"], one_shot_bytes=-2)
+
+
 def _replay_from_graph(comm: kc.Communicator, cases: List[Any]) -> str:
     """Captures one all_reduce in a CUDA graph and replays it on each case's input in turn (other data each
     time: the same data would hide a replay that skipped its barrier and read a peer's previous values); "yes"
@@ -323,18 +334,19 @@ def _replay_from_graph(comm: kc.Communicator, cases: List[Any]) -> str:
     return "yes" if all(o == "ok" for o in outcomes) else ", ".join(outcomes)
 
 
-def _cuda_rank(rank: int, world: int, store_dir: str, graphs: bool, workspace: int, results: Any) -> None:
+def _cuda_rank(rank: int, world: int, store_dir: str, graphs: bool, workspace: int, values: int,
+               results: Any) -> None:
     import torch
     try:
         torch.cuda.set_device(rank % torch.cuda.device_count())
         with kc.Communicator(rank, world, store=FileStore(store_dir), backend="cuda", timeout=30.0,
                              workspace_bytes=workspace) as comm:
             g = torch.Generator().manual_seed(7 + rank)
-            x = torch.randn(1 << 20, generator=g).to(device="cuda", dtype=torch.bfloat16)
+            x = torch.randn(values, generator=g).to(device="cuda", dtype=torch.bfloat16)
             eager = x.clone()
             comm.all_reduce(eager, bits=(4, 8))
             comm.synchronize()
-            x2 = torch.randn(1 << 20, generator=g).to(device="cuda", dtype=torch.bfloat16)
+            x2 = torch.randn(values, generator=g).to(device="cuda", dtype=torch.bfloat16)
             eager2 = x2.clone()
             comm.all_reduce(eager2, bits=(4, 8))
             comm.synchronize()
@@ -345,20 +357,22 @@ def _cuda_rank(rank: int, world: int, store_dir: str, graphs: bool, workspace: i
         results.put((rank, repr(e), None, None))
 
 
-def _cuda_group(tmp_path: Path, graphs: bool, workspace: int = 64 << 20) -> Dict[int, Any]:
+def _cuda_group(tmp_path: Path, graphs: bool, workspace: int = 64 << 20, values: int = 1 << 20) -> Dict[int, Any]:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     world = 2
     got = _run_ranks(multiprocessing.get_context("spawn"), _cuda_rank,
-                     lambda r: (r, world, str(tmp_path), graphs, workspace), world, timeout=240)
+                     lambda r: (r, world, str(tmp_path), graphs, workspace, values), world, timeout=240)
     for r in range(world):
         assert not isinstance(got[r][0], str), got[r][0]
     return got
 
 
-def test_cuda_backend_bf16_is_bitwise_equal_on_every_rank_and_close_to_the_sum(tmp_path: Path) -> None:
-    got = _cuda_group(tmp_path, graphs=False)
+# 2 MiB of bf16 takes the two-step round; 128 KiB, under the default one-shot threshold, the one-shot round.
+@pytest.mark.parametrize("values", [1 << 20, 1 << 16], ids=["two-step", "one-shot"])
+def test_cuda_backend_bf16_is_bitwise_equal_on_every_rank_and_close_to_the_sum(tmp_path: Path, values: int) -> None:
+    got = _cuda_group(tmp_path, graphs=False, values=values)
     exact = sum(got[r][1].astype(np.float64) for r in got)
     for r in got:
         assert got[r][0].tobytes() == got[0][0].tobytes(), f"rank {r} differs from rank 0"
@@ -366,9 +380,12 @@ def test_cuda_backend_bf16_is_bitwise_equal_on_every_rank_and_close_to_the_sum(t
     assert err < 1.0, err
 
 
-@pytest.mark.parametrize("workspace", [64 << 20, 1 << 20], ids=["one-round", "several-rounds"])
-def test_cuda_backend_all_reduce_replays_from_a_cuda_graph_on_new_data(tmp_path: Path, workspace: int) -> None:
-    # 1 MiB of workspace cannot hold the 4 MiB call's encodings at once: the captured call runs in rounds.
-    got = _cuda_group(tmp_path, graphs=True, workspace=workspace)
+@pytest.mark.parametrize("workspace,values", [(64 << 20, 1 << 20), (1 << 20, 1 << 20), (64 << 20, 1 << 16)],
+                         ids=["one-round", "several-rounds", "one-shot"])
+def test_cuda_backend_all_reduce_replays_from_a_cuda_graph_on_new_data(tmp_path: Path, workspace: int,
+                                                                       values: int) -> None:
+    # 1 MiB of workspace cannot hold the 2 MiB call's encodings at once: the captured call runs in rounds (and
+    # leaves no room for a one-shot region: the default threshold becomes 0). 128 KiB: the one-shot round.
+    got = _cuda_group(tmp_path, graphs=True, workspace=workspace, values=values)
     print("graph capture:", [got[r][2] for r in sorted(got)])
     assert all(got[r][2] == "yes" for r in got), [got[r][2] for r in sorted(got)]
