@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -25,11 +26,16 @@
 namespace kvt::server {
 namespace {
 
-// Layers of one request encoding at once: enough that the encoder runs ahead of a fast link (one layer at a time
-// left the GPU path encode-bound at ~7 GB/s on an H200; four at once encoded 602 MB in 54 ms instead of 84-99, but
-// their burst of codec work coincided with lynx's anchors losing ~30 ms against their link time at 10 Gbit/s;
-// docs/BENCHMARKS.md, "Line rate"), few enough that concurrent requests share the GPU slots and codec threads.
-constexpr size_t kEncodeAhead = 2;
+// Layers of one request encoding at once on a GPU: enough that the encoder runs ahead of a fast link (one layer at
+// a time left the GPU path encode-bound at ~7 GB/s on an H200; four at once encoded 602 MB in 54 ms instead of
+// 84-99, but their burst of codec work coincided with lynx's anchors losing ~30 ms against their link time at
+// 10 Gbit/s; docs/BENCHMARKS.md, "Line rate"), few enough that concurrent requests share the GPU slots.
+constexpr size_t kEncodeAheadOnDevice = 2;
+// In host memory a layer's pages encode in parallel on the codec threads, one page a thread; two layers of 16
+// pages left 32 of 64 threads idle and the host path encode-bound at ~3.3 GB/s (docs/BENCHMARKS.md, "Line rate").
+// So enough layers that their pages cover the codec threads, within these bounds (and the request's staging bytes).
+constexpr size_t kEncodeAheadInHostMin = 2;
+constexpr size_t kEncodeAheadInHostMax = 8;
 
 absl::Status CheckReadyLayers(const std::vector<uint32_t>& ready_layers, uint32_t num_layers) {
   for (uint32_t l : ready_layers) {
@@ -226,6 +232,13 @@ class PrefillSide::OutboundRequest {
 
   // Starts encoding `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU codec on the
   // worker pool otherwise) into one pooled buffer the transport sends from.
+  size_t EncodeAhead() const {
+    if (codec_->on_device()) return kEncodeAheadOnDevice;
+    const size_t pages = std::max<size_t>(1, plan_.layers.empty() ? 1 : plan_.layers[0].size());
+    const size_t threads = static_cast<size_t>(CodecWorkers(*context_, false)->size());
+    return std::clamp(threads / pages, kEncodeAheadInHostMin, kEncodeAheadInHostMax);
+  }
+
   std::shared_ptr<EncodeJob> StartEncode(uint32_t layer) {
     auto job = std::make_shared<EncodeJob>();
     job->layer = layer;
@@ -296,12 +309,13 @@ class PrefillSide::OutboundRequest {
     uint64_t staged = 0;   // bytes of layers sent and not yet acknowledged
     uint64_t encoded = 0;  // bytes of layers being encoded (their planned size)
     size_t started = 0;
+    const size_t encode_ahead = EncodeAhead();
     for (size_t sent = 0; sent < plan_.layers.size(); ++sent) {
-      // Keep up to kEncodeAhead layers encoding (one GPU slot or a share of the codec threads each), so the encoder
+      // Keep up to encode_ahead layers encoding (one GPU slot or a share of the codec threads each), so the encoder
       // runs ahead of the wire instead of one layer at a time behind it (docs/DAEMON.md, "Encode ahead"), within
       // the request's staging bytes.
       // (Layers of a plan all have the same size: LayerBytes(0) is the next one's.)
-      while (started < plan_.layers.size() && encoding.size() < kEncodeAhead &&
+      while (started < plan_.layers.size() && encoding.size() < encode_ahead &&
              (encoding.empty() || staged + encoded + LayerBytes(0) <= staging_limit)) {
         std::optional<uint32_t> layer;
         if (encoding.empty()) {
