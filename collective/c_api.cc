@@ -14,14 +14,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collective/all_reduce.h"
+#include "collective/c_api_support.h"
 #include "collective/communicator.h"
 #include "collective/cuda_communicator.h"
 #include "collective/tcp_wire.h"
-#include "collective/ucx_wire.h"
-
-struct kvt_coll_listener {
-  kvt::collective::TcpListener listener;
-};
 
 struct kvt_coll_comm {
   int backend = KVT_COLL_TCP;
@@ -35,32 +31,12 @@ struct kvt_coll_comm {
 namespace {
 
 using ::kvt::collective::AllReduceOptions;
-
-// cudaStreamLegacy's value (cuda_runtime_api.h), without the CUDA headers: the C ABI's NULL stream.
-void* const kLegacyDefaultStream = reinterpret_cast<void*>(0x1);
-void* StreamOrDefault(void* stream) { return stream != nullptr ? stream : kLegacyDefaultStream; }
 using ::kvt::collective::DataType;
-
-thread_local std::string last_error;
-
-int Fail(const absl::Status& status) {
-  last_error = std::string(status.message());
-  return static_cast<int>(status.code());
-}
-
-int Done(const absl::Status& status) {
-  if (status.ok()) {
-    last_error.clear();
-    return 0;
-  }
-  return Fail(status);
-}
-
-absl::Duration MsOr(uint32_t ms, absl::Duration fallback) {
-  return ms == 0 ? fallback : absl::Milliseconds(ms);
-}
-
-std::string StringOr(const char* s) { return s == nullptr ? std::string() : std::string(s); }
+using ::kvt::collective::c_api::Done;
+using ::kvt::collective::c_api::Fail;
+using ::kvt::collective::c_api::MsOr;
+using ::kvt::collective::c_api::StreamOrDefault;
+using ::kvt::collective::c_api::StringOr;
 
 absl::Status ToOptions(const kvt_coll_all_reduce_options* o, AllReduceOptions& out) {
   if (o == nullptr) return absl::OkStatus();  // the defaults
@@ -86,51 +62,25 @@ absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener>
                     std::unique_ptr<kvt_coll_comm>& out) {
   using ::kvt::collective::CudaCommunicator;
   using ::kvt::collective::CudaCommunicatorOptions;
-  using ::kvt::collective::ParsePeerList;
   using ::kvt::collective::TcpWire;
-  using ::kvt::collective::TcpWireOptions;
-  using ::kvt::collective::UcxWire;
   using ::kvt::collective::WireCommunicator;
-  if (c.abi_version != KVT_COLL_ABI_VERSION) {
-    return absl::InvalidArgumentError(absl::StrCat("config.abi_version is ", c.abi_version, "; this library is ",
-                                                   KVT_COLL_ABI_VERSION, ": rebuild the caller against its c_api.h"));
-  }
-  if (c.backend != KVT_COLL_TCP && c.backend != KVT_COLL_UCX && c.backend != KVT_COLL_CUDA) {
-    return absl::InvalidArgumentError(absl::StrCat("config.backend must be KVT_COLL_TCP (0), KVT_COLL_UCX (1) or "
-                                                   "KVT_COLL_CUDA (2), got ", c.backend));
-  }
-  if (c.peers == nullptr) return absl::InvalidArgumentError("config.peers is NULL: give every rank's host:port");
-  absl::StatusOr<std::vector<std::string>> peers = ParsePeerList(c.peers);
-  if (!peers.ok()) return peers.status();
-  if (c.rank < 0 || static_cast<size_t>(c.rank) >= peers->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.rank is ", c.rank, " but peers names ", peers->size(), " ranks"));
-  }
-  const absl::Duration bootstrap = MsOr(c.bootstrap_timeout_ms, absl::Seconds(30));
-  TcpWireOptions tcp{.rank = c.rank, .peers = *std::move(peers), .bootstrap_timeout = bootstrap};
-  absl::StatusOr<std::unique_ptr<TcpWire>> wire =
-      listener != nullptr ? TcpWire::Create(tcp, std::move(listener->listener)) : TcpWire::Create(tcp);
+  if (absl::Status s = kvt::collective::c_api::CheckConfig(c); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<TcpWire>> wire = kvt::collective::c_api::BootstrapWire(c, std::move(listener));
   if (!wire.ok()) return wire.status();
   auto comm = std::make_unique<kvt_coll_comm>();
   comm->backend = c.backend;
-  if (c.backend == KVT_COLL_TCP) {
-    absl::StatusOr<std::unique_ptr<WireCommunicator>> host = WireCommunicator::Create(*std::move(wire));
-    if (!host.ok()) return host.status();
-    comm->host = *std::move(host);
-  } else if (c.backend == KVT_COLL_UCX) {
-    // The TCP mesh carries the worker-address exchange only.
-    absl::StatusOr<std::unique_ptr<UcxWire>> ucx = UcxWire::Create(
-        {.tls = StringOr(c.ucx_tls), .net_devices = StringOr(c.ucx_net_devices), .bootstrap_timeout = bootstrap},
-        **wire);
-    if (!ucx.ok()) return ucx.status();
-    absl::StatusOr<std::unique_ptr<WireCommunicator>> host = WireCommunicator::Create(*std::move(ucx));
+  if (c.backend != KVT_COLL_CUDA) {
+    absl::StatusOr<std::unique_ptr<kvt::collective::CollectiveWire>> host_wire =
+        kvt::collective::c_api::HostWire(c, *std::move(wire));
+    if (!host_wire.ok()) return host_wire.status();
+    absl::StatusOr<std::unique_ptr<WireCommunicator>> host = WireCommunicator::Create(*std::move(host_wire));
     if (!host.ok()) return host.status();
     comm->host = *std::move(host);
   } else {
     CudaCommunicatorOptions options;
     options.device = c.device;
     if (c.workspace_bytes != 0) options.workspace_bytes = c.workspace_bytes;
-    options.bootstrap_timeout = bootstrap;
+    options.bootstrap_timeout = MsOr(c.bootstrap_timeout_ms, absl::Seconds(30));
     options.nccl_library = StringOr(c.nccl_library);
     if (c.one_shot_bytes < -1) {
       return absl::InvalidArgumentError(
@@ -158,7 +108,7 @@ int64_t kvt_coll_default_one_shot_bytes(int32_t world, uint64_t workspace_bytes)
   return DefaultOneShotBytes(world, workspace_bytes == 0 ? uint64_t{256} << 20 : workspace_bytes);
 }
 
-const char* kvt_coll_last_error(void) { return last_error.c_str(); }
+const char* kvt_coll_last_error(void) { return kvt::collective::c_api::LastError(); }
 
 int kvt_coll_listen(const char* host, kvt_coll_listener** out, int32_t* port) {
   if (host == nullptr || out == nullptr || port == nullptr) {

@@ -68,7 +68,7 @@ typedef struct {
 
 uint32_t kvt_coll_abi_version(void);
 /* The one-shot threshold (bytes) a config's -1 means for `world` ranks with `workspace_bytes` each (0: the
- * default workspace): the measured crossover, lowered to what half of the workspace holds. */
+ * default workspace): an estimate of the crossover, lowered to what half of the workspace holds. */
 int64_t kvt_coll_default_one_shot_bytes(int32_t world, uint64_t workspace_bytes);
 /* The message of this thread's last failed call ("" after a success). Valid until this thread's next call. */
 const char* kvt_coll_last_error(void);
@@ -96,6 +96,71 @@ int kvt_coll_all_reduce(kvt_coll_comm* comm, const void* in, void* out, uint64_t
 /* CUDA: waits for `stream` (NULL: the legacy default stream) up to timeout_ms (0: 30 s) and reports what the
  * GPU found since the last call. Host backends: 0. */
 int kvt_coll_synchronize(kvt_coll_comm* comm, void* stream, uint32_t timeout_ms);
+
+/* ---- MoE Dispatch / Combine (docs/COLLECTIVES.md, "MoE Dispatch and Combine") ------------------------------
+ *
+ *   kvt_coll_moe_shape shape = {7168, 8, 256};              // hidden, topk, num_experts; the rest: defaults
+ *   kvt_coll_moe* moe; kvt_coll_moe_create(&c, &shape, &moe);         // c as for kvt_coll_create
+ *   kvt_coll_moe_result d; kvt_coll_moe_dispatch(moe, tokens, experts, weights, n, 0, stream, &d);
+ *   ... experts read d.rows / d.slot_expert / d.slot_weight and write expert_out ...
+ *   kvt_coll_moe_combine(moe, &d, expert_out, out, 0, stream);
+ *   kvt_coll_moe_synchronize(moe, stream, 30000);         // CUDA: what the GPU found
+ *
+ * Experts are split evenly over the ranks; each token goes once to every rank holding one of its top-k experts;
+ * Combine returns, per token, the weighted sum of its experts' outputs (fp32 sums in a fixed order). */
+typedef struct kvt_coll_moe kvt_coll_moe;
+
+enum { KVT_COLL_MOE_NONE = 0, KVT_COLL_MOE_FP8 = 1, KVT_COLL_MOE_INT = 2 };
+
+typedef struct {
+  int32_t hidden;        /* token width (CUDA: a multiple of 16) */
+  int32_t topk;          /* slots per token (CUDA: 1..32) */
+  int32_t num_experts;   /* a multiple of the world size */
+  int32_t quant;         /* KVT_COLL_MOE_FP8 (0 is KVT_COLL_MOE_NONE: unquantized), _INT (host backends) */
+  int32_t bits;          /* KVT_COLL_MOE_INT: 2..8; 0: 8 */
+  int32_t group_size;    /* values per quantization group; 0: 128 */
+  int32_t spike_reserve; /* KVT_COLL_MOE_INT: nonzero keeps each group's largest value exact */
+  int32_t max_tokens;    /* CUDA: tokens a rank may pass to one dispatch (buffers are sized for it); 0: 128 */
+  int32_t dtype;         /* CUDA: element type of tokens, rows, expert outputs and the combined output */
+} kvt_coll_moe_shape;
+
+/* What one rank received, valid until the second dispatch after it. Host backends (fp32, host memory): rows
+ * [num_rows][hidden] in rank-major order (rank_offsets[r]..rank_offsets[r + 1] came from rank r), each row's
+ * source rank and index, its slots slot_offsets[row]..slot_offsets[row + 1] (local expert id, weight), and
+ * expert outputs come one per slot: [num_slots][hidden]. CUDA (device memory, `dtype`): a fixed stride, rows
+ * r * max_tokens + i for i < counts[r] from rank r, slots [num_rows][topk] (-1 and 0 where the expert is
+ * elsewhere), expert outputs [num_rows][topk][hidden]; source_rank, slot_offsets and rank_offsets are NULL. */
+typedef struct {
+  uint64_t sequence;
+  int64_t num_rows;
+  int64_t num_slots;
+  const void* rows;
+  const int32_t* source_rank;
+  const int32_t* source_index;
+  const uint64_t* slot_offsets;
+  const int32_t* slot_expert;
+  const float* slot_weight;
+  const uint64_t* rank_offsets;
+  const int32_t* counts;
+  int32_t max_tokens;
+  int32_t num_tokens; /* tokens this rank dispatched: the combined output's rows */
+} kvt_coll_moe_result;
+
+/* Collective, as kvt_coll_create (same config; its CUDA-AllReduce fields are ignored) with the same shape on
+ * every rank. */
+int kvt_coll_moe_create(const kvt_coll_config* config, const kvt_coll_moe_shape* shape, kvt_coll_moe** out);
+void kvt_coll_moe_destroy(kvt_coll_moe* moe);
+
+/* tokens [num_tokens][hidden] (host: fp32; CUDA: `dtype` on the device), topk_experts / topk_weights
+ * [num_tokens][topk] (int32 ids in [0, num_experts) or -1; fp32). Host backends block and fill *out; CUDA
+ * enqueues on `stream` and fills *out with where the result will be (errors from kvt_coll_moe_synchronize). */
+int kvt_coll_moe_dispatch(kvt_coll_moe* moe, const void* tokens, const int32_t* topk_experts,
+                          const float* topk_weights, int32_t num_tokens, uint32_t timeout_ms, void* stream,
+                          kvt_coll_moe_result* out);
+/* expert_out as kvt_coll_moe_result says; out [num_tokens of the dispatch][hidden]. */
+int kvt_coll_moe_combine(kvt_coll_moe* moe, const kvt_coll_moe_result* dispatched, const void* expert_out,
+                         void* out, uint32_t timeout_ms, void* stream);
+int kvt_coll_moe_synchronize(kvt_coll_moe* moe, void* stream, uint32_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# kvt.collective (the collectives' C ABI from Python, issue 39) on a GPU machine: client/python/tests/
-# test_collective.py with the CUDA backend over torch tensors (ranks share the GPU when there are fewer GPUs than
-# ranks), graph capture and replay included, plus the host backends. One call:
+# kvt.collective and kvt.moe (the collectives' C ABI from Python, issue 39) on a GPU machine: client/python/tests/
+# test_collective.py and test_moe.py with the CUDA backend over torch tensors (ranks share the GPU when there are
+# fewer GPUs than ranks), graph capture and replay included, plus the host backends. One call:
 #
 #   tools/gpu/run_collective_python.sh prepare   # here: libkvt_collective.so (opt) + libraries, the kvt stubs
 #   run(kind="nvidia-h200", carry=[".gpu-collpy"], command="bash tools/gpu/run_collective_python.sh device")
@@ -37,7 +37,7 @@ device() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
   } 2>&1 | tee "$out/device.txt"
-  (cd client/python && python3 -m pytest tests/test_collective.py -v -rs -s -p no:cacheprovider \
+  (cd client/python && python3 -m pytest tests/test_collective.py tests/test_moe.py -v -rs -s -p no:cacheprovider \
       --kvtd=/bin/true --junitxml="$out/pytest.xml") 2>&1 | tee "$out/pytest.txt"
   if [[ "${1:-}" == bench ]]; then
     # Per call, then as engines run decode steps (calls captured in a CUDA graph); KVT_COLL_BENCH_ARGS adds flags.

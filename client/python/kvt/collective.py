@@ -74,6 +74,29 @@ class _Options(ctypes.Structure):
     ]
 
 
+class _MoeShape(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int32) for name in ("hidden", "topk", "num_experts", "quant", "bits", "group_size",
+                                                    "spike_reserve", "max_tokens", "dtype")]
+
+
+class _MoeResult(ctypes.Structure):
+    _fields_ = [
+        ("sequence", ctypes.c_uint64),
+        ("num_rows", ctypes.c_int64),
+        ("num_slots", ctypes.c_int64),
+        ("rows", ctypes.c_void_p),
+        ("source_rank", ctypes.c_void_p),
+        ("source_index", ctypes.c_void_p),
+        ("slot_offsets", ctypes.c_void_p),
+        ("slot_expert", ctypes.c_void_p),
+        ("slot_weight", ctypes.c_void_p),
+        ("rank_offsets", ctypes.c_void_p),
+        ("counts", ctypes.c_void_p),
+        ("max_tokens", ctypes.c_int32),
+        ("num_tokens", ctypes.c_int32),
+    ]
+
+
 def library_path() -> str:
     """Where libkvt_collective.so is taken from: $KVT_COLLECTIVE_LIB, kvt/_lib/, else the loader's search."""
     given = os.environ.get("KVT_COLLECTIVE_LIB")
@@ -113,6 +136,12 @@ def _library() -> ctypes.CDLL:
         getattr(lib, name).restype = i32
     lib.kvt_coll_all_reduce.argtypes = [vp, vp, vp, u64, i32, ctypes.POINTER(_Options), vp]
     lib.kvt_coll_synchronize.argtypes = [vp, vp, u32]
+    lib.kvt_coll_moe_create.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_MoeShape), ctypes.POINTER(vp)]
+    lib.kvt_coll_moe_destroy.argtypes = [vp]
+    lib.kvt_coll_moe_destroy.restype = None
+    lib.kvt_coll_moe_dispatch.argtypes = [vp, vp, vp, vp, i32, u32, vp, ctypes.POINTER(_MoeResult)]
+    lib.kvt_coll_moe_combine.argtypes = [vp, ctypes.POINTER(_MoeResult), vp, vp, u32, vp]
+    lib.kvt_coll_moe_synchronize.argtypes = [vp, vp, u32]
     if lib.kvt_coll_abi_version() != _ABI_VERSION:
         raise error_from_code(grpc.StatusCode.FAILED_PRECONDITION,
                               f"{path} speaks C ABI {lib.kvt_coll_abi_version()}, this kvt package {_ABI_VERSION}: "
@@ -160,41 +189,13 @@ class Communicator:
                  nccl_library: str = "", ucx_tls: str = "", ucx_net_devices: str = "",
                  one_shot_bytes: int = -1) -> None:
         self._comm: Optional[int] = None
-        if backend not in _BACKENDS:
-            raise InvalidArgument(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise InvalidArgument(f"rank {rank} is not in a world of {world_size}")
-        if (peers is None) == (store is None):
-            raise InvalidArgument("give exactly one of peers (every rank's host:port) and store")
-        if peers is not None and len(peers) != world_size:
-            raise InvalidArgument(f"peers names {len(peers)} ranks, world_size is {world_size}")
         if one_shot_bytes < -1:
             raise InvalidArgument(f"one_shot_bytes must be -1 (the default), 0 (never) or a byte count, "
                                   f"got {one_shot_bytes}")
-        bootstrap_ms = _ms(timeout)  # a bad timeout is refused before anything is bound or published
-        if backend == "cuda" and device is None:
-            device = _current_torch_device()
-        lib = _library()
-        listener = ctypes.c_void_p()
-        try:
-            if store is not None:
-                port = ctypes.c_int32()
-                _check(lib, lib.kvt_coll_listen(host.encode(), ctypes.byref(listener), ctypes.byref(port)),
-                       "listen")
-                keys = _group_keys(store, prefix, world_size)
-                store.set(keys[rank], f"{host}:{port.value}")
-                peers = [_text(store.get(k)) for k in keys]
-            assert peers is not None
-            config = _Config(abi_version=_ABI_VERSION, backend=_BACKENDS[backend], rank=rank,
-                             peers=",".join(peers).encode(), listener=listener.value,
-                             bootstrap_timeout_ms=bootstrap_ms, ucx_tls=ucx_tls.encode(),
-                             ucx_net_devices=ucx_net_devices.encode(), device=-1 if device is None else device,
-                             workspace_bytes=workspace_bytes, nccl_library=nccl_library.encode(),
-                             one_shot_bytes=one_shot_bytes)
-        except BaseException:
-            if listener.value:
-                lib.kvt_coll_listener_close(listener)
-            raise
+        lib, config = _bootstrap_config(rank, world_size, backend=backend, peers=peers, store=store, host=host,
+                                        prefix=prefix, device=device, timeout=timeout, ucx_tls=ucx_tls,
+                                        ucx_net_devices=ucx_net_devices, workspace_bytes=workspace_bytes,
+                                        nccl_library=nccl_library.encode(), one_shot_bytes=one_shot_bytes)
         comm = ctypes.c_void_p()
         # kvt_coll_create takes the listener, whatever it returns.
         _check(lib, lib.kvt_coll_create(ctypes.byref(config), ctypes.byref(comm)), f"create ({backend})")
@@ -300,6 +301,42 @@ class Communicator:
         if tensor.device.type != "cpu" or tensor.dtype != torch.float32:
             raise InvalidArgument(f"the {self.backend} backend reduces float32 CPU tensors, got {_describe(tensor)}")
         return tensor.numel(), _F32, tensor.data_ptr(), target.data_ptr(), None
+
+
+def _bootstrap_config(rank: int, world_size: int, *, backend: str, peers: Optional[Sequence[str]],
+                      store: Optional[Store], host: str, prefix: str, device: Optional[int], timeout: float,
+                      ucx_tls: str, ucx_net_devices: str, **cuda: Any) -> Tuple[ctypes.CDLL, "_Config"]:
+    """Checks the group's arguments, listens and publishes this rank's address when bootstrapping from a store,
+    and returns the library and the config to create from (its listener is consumed by the create call)."""
+    if backend not in _BACKENDS:
+        raise InvalidArgument(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InvalidArgument(f"rank {rank} is not in a world of {world_size}")
+    if (peers is None) == (store is None):
+        raise InvalidArgument("give exactly one of peers (every rank's host:port) and store")
+    if peers is not None and len(peers) != world_size:
+        raise InvalidArgument(f"peers names {len(peers)} ranks, world_size is {world_size}")
+    bootstrap_ms = _ms(timeout)  # a bad timeout is refused before anything is bound or published
+    if backend == "cuda" and device is None:
+        device = _current_torch_device()
+    lib = _library()
+    listener = ctypes.c_void_p()
+    try:
+        if store is not None:
+            port = ctypes.c_int32()
+            _check(lib, lib.kvt_coll_listen(host.encode(), ctypes.byref(listener), ctypes.byref(port)), "listen")
+            keys = _group_keys(store, prefix, world_size)
+            store.set(keys[rank], f"{host}:{port.value}")
+            peers = [_text(store.get(k)) for k in keys]
+        assert peers is not None
+        return lib, _Config(abi_version=_ABI_VERSION, backend=_BACKENDS[backend], rank=rank,
+                            peers=",".join(peers).encode(), listener=listener.value, bootstrap_timeout_ms=bootstrap_ms,
+                            ucx_tls=ucx_tls.encode(), ucx_net_devices=ucx_net_devices.encode(),
+                            device=-1 if device is None else device, **cuda)
+    except BaseException:
+        if listener.value:
+            lib.kvt_coll_listener_close(listener)
+        raise
 
 
 def _group_keys(store: Store, prefix: str, world_size: int) -> List[str]:

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import queue
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pytest
 
 import kvt
 import kvt.collective as kc
+from ranks import FileStore, run_ranks
 
 _REPO = Path(__file__).resolve().parents[3]
 
@@ -33,28 +33,6 @@ def collective_library() -> str:
                     pytrace=False)
     os.environ["KVT_COLLECTIVE_LIB"] = path
     return path
-
-
-class FileStore:
-    """The two calls of a torch.distributed Store the bootstrap makes, over files (get waits for the key)."""
-
-    def __init__(self, root: str, timeout: float = 30.0) -> None:
-        self.root, self.timeout = Path(root), timeout
-
-    def set(self, key: str, value: Any) -> None:
-        path = self.root / key.replace("/", "_")
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(value.encode() if isinstance(value, str) else value)
-        tmp.rename(path)
-
-    def get(self, key: str) -> bytes:
-        path = self.root / key.replace("/", "_")
-        deadline = time.monotonic() + self.timeout
-        while not path.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {key} in the store")
-            time.sleep(0.01)
-        return path.read_bytes()
 
 
 def _inputs(rank: int, n: int) -> np.ndarray:
@@ -73,41 +51,12 @@ def _run_rank(rank: int, world: int, store_dir: str, body: Callable[[kc.Communic
         results.put((rank, e))
 
 
-def _run_ranks(ctx: Any, target: Callable[..., None], args: Callable[[int], Tuple[Any, ...]], world: int,
-               timeout: float = 60.0) -> Dict[int, Any]:
-    """Starts target(*args(r), results) for each rank r in its own process; each puts (r, *payload) on
-    `results`. Returns {rank: payload (its one value, or the tuple)} of the ranks that reported by the deadline
-    (a rank that died silently is missing), then joins the processes and kills any left running."""
-    results = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*args(r), results)) for r in range(world)]
-    for p in procs:
-        p.start()
-    out: Dict[int, Any] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < world and time.monotonic() < deadline:
-            try:
-                rank, *payload = results.get(timeout=0.5)
-            except queue.Empty:  # a rank may have died without reporting
-                if all(not p.is_alive() for p in procs) and results.empty():
-                    break
-                continue
-            out[rank] = payload[0] if len(payload) == 1 else tuple(payload)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    assert len(out) == world or any(p.exitcode not in (0, None) for p in procs), f"ranks reported {sorted(out)}"
-    return out
-
-
 def _group(world: int, tmp_path: Path, body: Callable[[kc.Communicator], Any], backend: str = "tcp",
            timeout: float = 60.0, **kwargs: Any) -> List[Any]:
     """Runs body(comm) on `world` forked ranks; each rank's return value or exception, rank order."""
     store_dir = tmp_path / f"store-{time.monotonic_ns()}"
     store_dir.mkdir()
-    got = _run_ranks(multiprocessing.get_context("fork"), _run_rank,
+    got = run_ranks(multiprocessing.get_context("fork"), _run_rank,
                      lambda r: (r, world, str(store_dir), body, backend, kwargs), world, timeout)
     return [got.get(r) for r in range(world)]
 
@@ -167,7 +116,7 @@ def _two_groups_on_one_store(rank: int, store_dir: str, results: Any) -> None:
 
 
 def test_groups_made_one_after_another_on_one_store_get_keys_of_their_own(tmp_path: Path) -> None:
-    got = _run_ranks(multiprocessing.get_context("fork"), _two_groups_on_one_store, lambda r: (r, str(tmp_path)), 2)
+    got = run_ranks(multiprocessing.get_context("fork"), _two_groups_on_one_store, lambda r: (r, str(tmp_path)), 2)
     assert got == {0: [3.0, 3.0], 1: [3.0, 3.0]}, got
 
 
@@ -189,7 +138,7 @@ def test_explicit_peers_and_torch_cpu_tensors(tmp_path: Path) -> None:
         except BaseException as e:
             results.put((rank, repr(e), None))
 
-    got = _run_ranks(multiprocessing.get_context("fork"), rank_main, lambda r: (r,), 2)
+    got = run_ranks(multiprocessing.get_context("fork"), rank_main, lambda r: (r,), 2)
     for r in range(2):
         out, unchanged = got[r]
         assert out == [3.0] * 1000, f"rank {r}: {out!r}"[:200]
@@ -362,7 +311,7 @@ def _cuda_group(tmp_path: Path, graphs: bool, workspace: int = 64 << 20, values:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     world = 2
-    got = _run_ranks(multiprocessing.get_context("spawn"), _cuda_rank,
+    got = run_ranks(multiprocessing.get_context("spawn"), _cuda_rank,
                      lambda r: (r, world, str(tmp_path), graphs, workspace, values), world, timeout=240)
     for r in range(world):
         assert not isinstance(got[r][0], str), got[r][0]

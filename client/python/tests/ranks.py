@@ -1,0 +1,62 @@
+"""Helpers for tests that run one process per rank: a file-backed store with the two calls the collectives'
+bootstrap makes (torch.distributed's Store has them too), and a runner that collects each rank's report by a
+deadline and kills what is left."""
+from __future__ import annotations
+
+import queue
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Tuple
+
+__all__ = ["FileStore", "run_ranks"]
+
+
+class FileStore:
+    """The two calls of a torch.distributed Store the bootstrap makes, over files (get waits for the key)."""
+
+    def __init__(self, root: str, timeout: float = 30.0) -> None:
+        self.root, self.timeout = Path(root), timeout
+
+    def set(self, key: str, value: Any) -> None:
+        path = self.root / key.replace("/", "_")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(value.encode() if isinstance(value, str) else value)
+        tmp.rename(path)
+
+    def get(self, key: str) -> bytes:
+        path = self.root / key.replace("/", "_")
+        deadline = time.monotonic() + self.timeout
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {key} in the store")
+            time.sleep(0.01)
+        return path.read_bytes()
+
+
+def run_ranks(ctx: Any, target: Callable[..., None], args: Callable[[int], Tuple[Any, ...]], world: int,
+               timeout: float = 60.0) -> Dict[int, Any]:
+    """Starts target(*args(r), results) for each rank r in its own process; each puts (r, *payload) on
+    `results`. Returns {rank: payload (its one value, or the tuple)} of the ranks that reported by the deadline
+    (a rank that died silently is missing), then joins the processes and kills any left running."""
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args(r), results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out: Dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < world and time.monotonic() < deadline:
+            try:
+                rank, *payload = results.get(timeout=0.5)
+            except queue.Empty:  # a rank may have died without reporting
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+                continue
+            out[rank] = payload[0] if len(payload) == 1 else tuple(payload)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert len(out) == world or any(p.exitcode not in (0, None) for p in procs), f"ranks reported {sorted(out)}"
+    return out
