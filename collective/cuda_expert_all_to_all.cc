@@ -121,6 +121,8 @@ int CudaExpertAllToAll::world_size() const { return group_->world_size(); }
 void* CudaExpertAllToAll::stream() const { return group_->StreamOr(nullptr); }
 
 absl::Status CudaExpertAllToAll::Allocate() {
+  KVT_ASSIGN_OR_RETURN(epochs_, DeviceBuffer::Create(internal::kMoeEpochs * sizeof(internal::MoeEpoch)));
+  KVT_RETURN_IF_ERROR(::kvt::FillDevice(epochs_->get(), 0, internal::kMoeEpochs * sizeof(internal::MoeEpoch)));
   DispatchState sizing;
   const size_t bytes = PlaceState(layout_, nullptr, &sizing);
   for (Set& set : sets_) {
@@ -151,7 +153,7 @@ internal::MoeCall CudaExpertAllToAll::MakeCall(bool dispatch, uint64_t number, u
   call.signal_word = dispatch ? internal::DispatchSignalWord(parity) : internal::CombineSignalWord(parity);
   call.tag_word = dispatch ? internal::DispatchTagWord(parity) : internal::CombineTagWord(parity);
   call.count_word = dispatch ? internal::DispatchCountWord(parity) : 0;
-  call.epoch = number / 2 + 1;  // the number of this parity's calls so far
+  call.epoch = static_cast<internal::MoeEpoch*>(epochs_->get()) + (dispatch ? 0 : 2) + parity;
   call.call_tag = call_tag;
   call.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout));
   call.status = group_->status();

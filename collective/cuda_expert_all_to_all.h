@@ -24,7 +24,8 @@
 //   KVT_RETURN_IF_ERROR(a2a->Synchronize(nullptr, absl::Now() + absl::Seconds(30)));
 //
 // Double buffering: Dispatches use two buffer sets in turn, and so do Combines, so back-to-back calls need no
-// synchronisation; a CudaDispatchResult stays valid until the second Dispatch after it. Contract: every rank makes
+// synchronisation; a CudaDispatchResult stays valid until the second Dispatch after it. The calls' epochs live
+// on the GPU (internal::MoeEpoch), so calls captured in a CUDA graph signal with new ones on every replay. Contract: every rank makes
 // the same calls in the same order (the number of tokens may differ), ordered on the GPU (one stream, or the
 // caller orders them). A disagreeing rank is detected by a per-call tag (FAILED_PRECONDITION); every wait on the
 // GPU gives up after the call's timeout (DEADLINE_EXCEEDED), so a dead peer cannot hang a stream.
@@ -166,6 +167,10 @@ class CudaExpertAllToAll {
 
   CudaExpertAllToAllOptions options_;
   internal::MoeLayout layout_;
+  // The calls' epochs (internal::MoeEpoch, kMoeEpochs of them) on the GPU, so a call captured in a CUDA graph
+  // signals with a new epoch on every replay. Declared before group_, so freed after the group has drained its
+  // stream and said goodbye.
+  std::unique_ptr<DeviceBuffer> epochs_;
   std::unique_ptr<internal::CudaPeerGroup> group_;
   std::array<Set, 2> sets_;
   uint64_t dispatches_ = 0;

@@ -130,12 +130,31 @@ __device__ __forceinline__ void SendUnit(const MoeCall& c, const T* token, int t
   }
 }
 
+// This call's epoch (MoeEpoch): one more than the last finished call's of its kind and parity.
+__device__ __forceinline__ uint64_t CallEpoch(const MoeCall& c) {
+  uint64_t e;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(e) : "l"(&c.epoch->epoch) : "memory");
+  return e + 1;
+}
+
+// The receive kernel's end, in every block: once all have arrived (each read the epoch when it started), the last
+// stores the epoch, which the next call of this kind and parity reads after this kernel has finished.
+__device__ __forceinline__ void FinishCall(const MoeCall& c, uint64_t epoch) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(&c.epoch->arrivals, 1u) == gridDim.x - 1) {
+    c.epoch->arrivals = 0;
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(&c.epoch->epoch), "l"(epoch) : "memory");
+  }
+}
+
 template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kThreads) DispatchSendKernel(const T* __restrict__ tokens,
                                                                const int32_t* __restrict__ experts,
                                                                const float* __restrict__ weights, int num_tokens,
                                                                DispatchState state,
                                                                const __grid_constant__ MoeCall c) {
+  const uint64_t epoch = CallEpoch(c);  // a plain launch: the previous call of this kind and parity has finished
   LaunchDependents();
   const MoeLayout& l = c.layout;
   __shared__ int prefix[kMaxCudaWorld];
@@ -205,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) DispatchSendKernel(const T* __restri
       SendUnit<T, kFp8>(c, token, t, u, u < units, mask, token_rows);
     }
   }
-  SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, c.epoch, c.call_tag, c.timeout_ns, c.status};
+  SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, epoch, c.call_tag, c.timeout_ns, c.status};
   s.counts = state.sent_counts;
   s.count_word = c.count_word;
   ArriveAndSignal(s);
@@ -215,7 +234,8 @@ template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kThreads) DispatchReceiveKernel(DispatchState state,
                                                                   const __grid_constant__ MoeCall c) {
   const MoeLayout& l = c.layout;
-  const SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, c.epoch, c.call_tag, c.timeout_ns, c.status};
+  const uint64_t epoch = CallEpoch(c);
+  const SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, epoch, c.call_tag, c.timeout_ns, c.status};
   __shared__ int counts[kMaxCudaWorld];
   const bool ok = WaitForPeers(s);
   if (threadIdx.x < l.world) {
@@ -274,6 +294,7 @@ __global__ void __launch_bounds__(kThreads) DispatchReceiveKernel(DispatchState 
       StoreElements(out + static_cast<size_t>(u) * kPerThread, kPerThread, v);
     }
   }
+  FinishCall(c, epoch);  // every block, whether or not its wait succeeded
 }
 
 // ---- Combine ----------------------------------------------------------------------------------------------
@@ -281,6 +302,7 @@ __global__ void __launch_bounds__(kThreads) DispatchReceiveKernel(DispatchState 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) CombineSendKernel(const T* __restrict__ expert_out, DispatchState state,
                                                               const __grid_constant__ MoeCall c) {
+  const uint64_t epoch = CallEpoch(c);  // a plain launch, as Dispatch's send kernel
   LaunchDependents();
   const MoeLayout& l = c.layout;
   const int units = l.hidden / kPerThread;
@@ -306,7 +328,7 @@ __global__ void __launch_bounds__(kThreads) CombineSendKernel(const T* __restric
       StoreElements(dst + static_cast<size_t>(u) * kPerThread, kPerThread, sum);
     }
   }
-  ArriveAndSignal(SignalSpec{c.flags, l.world, l.rank, c.signal_word, c.tag_word, c.epoch, c.call_tag, c.timeout_ns,
+  ArriveAndSignal(SignalSpec{c.flags, l.world, l.rank, c.signal_word, c.tag_word, epoch, c.call_tag, c.timeout_ns,
                              c.status});
 }
 
@@ -315,10 +337,11 @@ __global__ void __launch_bounds__(kThreads) CombineReceiveKernel(T* __restrict__
                                                                  DispatchState state,
                                                                  const __grid_constant__ MoeCall c) {
   const MoeLayout& l = c.layout;
-  const SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, c.epoch, c.call_tag, c.timeout_ns, c.status};
-  if (!WaitForPeers(s)) return;
+  const uint64_t epoch = CallEpoch(c);
+  const SignalSpec s{c.flags, l.world, l.rank, c.signal_word, c.tag_word, epoch, c.call_tag, c.timeout_ns, c.status};
   const int units = l.hidden / kPerThread;
-  for (int t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+  const int tokens = WaitForPeers(s) ? num_tokens : 0;  // every block still arrives below
+  for (int t = blockIdx.x; t < tokens; t += gridDim.x) {
     const int32_t* rows = state.positions + static_cast<size_t>(t) * l.world;
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       float sum[kPerThread];
@@ -337,6 +360,7 @@ __global__ void __launch_bounds__(kThreads) CombineReceiveKernel(T* __restrict__
       StoreElements(out + static_cast<size_t>(t) * l.hidden + static_cast<size_t>(u) * kPerThread, kPerThread, sum);
     }
   }
+  FinishCall(c, epoch);
 }
 
 // ---- launches ---------------------------------------------------------------------------------------------

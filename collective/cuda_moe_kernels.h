@@ -79,13 +79,26 @@ struct DispatchState {
   int32_t* counts = nullptr;        // [world]: rows received from each rank
 };
 
+// The epoch of one kind (Dispatch, Combine) and parity of call, in device memory, so that a call captured in a
+// CUDA graph signals with a new epoch on every replay: both kernels of a call read epoch + 1 when they start (the
+// send kernel after the previous call of its kind and parity has finished, being a plain launch; the receive
+// kernel before its own blocks have all arrived), and the receive kernel's last block to arrive stores it. Zero
+// at creation; kMoeEpochs of them: Dispatch parity 0 and 1, then Combine parity 0 and 1.
+struct MoeEpoch {
+  unsigned long long epoch;
+  unsigned int arrivals;
+  unsigned int unused;
+};
+inline constexpr int kMoeEpochs = 4;
+
 // The peers and the call, common to all four kernels.
 struct MoeCall {
   MoeLayout layout;
   uint8_t* slots[kMaxCudaWorld] = {};    // every rank's slots of this call's kind and parity, as mapped here
   uint64_t* flags[kMaxCudaWorld] = {};   // every rank's flag area
   uint32_t signal_word = 0, tag_word = 0, count_word = 0;
-  uint64_t epoch = 0, call_tag = 0, timeout_ns = 0;
+  MoeEpoch* epoch = nullptr;  // this call's kind and parity (device memory)
+  uint64_t call_tag = 0, timeout_ns = 0;
   DeviceStatus* status = nullptr;
   int sms = 0;
 };

@@ -194,31 +194,64 @@ def test_bad_construction_is_refused_with_a_message() -> None:
             ep.dispatch(np.zeros((1, 8), np.float32), np.full((1, 1), 3, np.int32), np.ones((1, 1), np.float32))
 
 
+def _stand_in_experts(ep: km.ExpertAllToAll, d: km.Dispatched) -> Any:
+    """Experts on the GPU, reading the result where the exchange left it: (global id + 1) x row, per slot."""
+    import torch
+    per_rank = EXPERTS // ep.world_size
+    scale = torch.where(d.slot_expert >= 0, d.slot_expert + ep.rank * per_rank + 1, 0).to(d.rows.dtype)
+    return (d.rows[:, None, :] * scale[..., None]).contiguous()
+
+
 def _cuda_body(rank: int, world: int, store_dir: str, n: int, results: Any) -> None:
     import torch
     try:
         torch.cuda.set_device(rank % torch.cuda.device_count())
-        tokens, experts, weights = _routing(rank, n)
+        inputs = [_routing(rank, n), _routing(rank + 10, n)]
         with km.ExpertAllToAll(rank, world, hidden=HIDDEN, topk=TOPK, num_experts=EXPERTS, backend="cuda",
                                quant="none", dtype=torch.float32, max_tokens=64, store=FileStore(store_dir),
                                timeout=30.0) as ep:
             dev = f"cuda:{ep.device}"
-            d = ep.dispatch(torch.from_numpy(tokens).to(dev), torch.from_numpy(experts).to(dev),
-                            torch.from_numpy(weights).to(dev))
-            # Stand-in experts on the GPU, reading the result where the exchange left it: (global id + 1) x row.
-            per_rank = EXPERTS // world
-            here = d.slot_expert >= 0
-            scale = torch.where(here, d.slot_expert + rank * per_rank + 1, 0).to(torch.float32)
-            expert_out = (d.rows[:, None, :] * scale[..., None]).contiguous()
-            out = ep.combine(d, expert_out)
+            on_gpu = [tuple(torch.from_numpy(a).to(dev) for a in inp) for inp in inputs]
+            eager, counts = [], []
+            for tok, exp, w in on_gpu:
+                d = ep.dispatch(tok, exp, w)
+                eager.append(ep.combine(d, _stand_in_experts(ep, d)))
+                counts.append(d.counts.clone())
             ep.synchronize()
-            results.put((rank, {"tokens": tokens, "experts": experts, "weights": weights,
-                                "out": out.cpu().numpy(), "counts": d.counts.cpu().numpy()}))
+            # Dispatch, experts and combine captured once in a CUDA graph, replayed on alternating inputs: each
+            # replay must equal the eager result of its inputs (a replay that reused a captured epoch would pass
+            # its waits on the previous call's signals and read stale rows).
+            static = [t.clone() for t in on_gpu[0]]
+            static_out = torch.empty_like(eager[0])
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up outside the capture
+                d = ep.dispatch(*static)
+                ep.combine(d, _stand_in_experts(ep, d), out=static_out)
+            torch.cuda.current_stream().wait_stream(side)
+            ep.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    d = ep.dispatch(*static)
+                    ep.combine(d, _stand_in_experts(ep, d), out=static_out)
+                replays = []
+                for i in (0, 1, 0, 1):
+                    for dst, src in zip(static, on_gpu[i]):
+                        dst.copy_(src)
+                    graph.replay()
+                    ep.synchronize()
+                    replays.append("ok" if torch.equal(static_out, eager[i]) else f"replay of input {i} differs")
+                captured = "yes" if all(r == "ok" for r in replays) else ", ".join(replays)
+            except Exception as e:  # reported, not hidden: the test asserts on it
+                captured = f"error: {e}"
+            results.put((rank, {"inputs": inputs, "out": [o.cpu().numpy() for o in eager],
+                                "counts": [c.cpu().numpy() for c in counts], "captured": captured}))
     except BaseException as e:
         results.put((rank, repr(e)))
 
 
-def test_cuda_backend_dispatches_and_combines_torch_tensors_where_they_are(tmp_path: Path) -> None:
+def test_cuda_backend_dispatches_and_combines_torch_tensors_in_place_and_from_a_cuda_graph(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -231,14 +264,17 @@ def test_cuda_backend_dispatches_and_combines_torch_tensors_where_they_are(tmp_p
     assert not errors, errors
     per_rank = EXPERTS // world
     for r in range(world):
-        # Rows received from each rank: its tokens with an expert here.
-        for src in range(world):
-            want = sum(any(e >= 0 and e // per_rank == r for e in got[src]["experts"][i]) for i in range(n))
-            assert int(got[r]["counts"][src]) == want
-        toks, exps, ws = got[r]["tokens"], got[r]["experts"], got[r]["weights"]
-        want_out = np.zeros((n, HIDDEN), dtype=np.float64)
-        for i in range(n):
-            for e, w in zip(exps[i], ws[i]):
-                if e >= 0:
-                    want_out[i] += float(w) * (e + 1) * toks[i].astype(np.float64)
-        assert np.max(np.abs(got[r]["out"] - want_out)) <= 1e-5 * float(np.max(np.abs(want_out)))
+        assert got[r]["captured"] == "yes", got[r]["captured"]
+        for which in (0, 1):
+            # Rows received from each rank: its tokens with an expert here.
+            for src in range(world):
+                exps = got[src]["inputs"][which][1]
+                want = sum(any(e >= 0 and e // per_rank == r for e in exps[i]) for i in range(n))
+                assert int(got[r]["counts"][which][src]) == want
+            toks, exps, ws = got[r]["inputs"][which]
+            want_out = np.zeros((n, HIDDEN), dtype=np.float64)
+            for i in range(n):
+                for e, w in zip(exps[i], ws[i]):
+                    if e >= 0:
+                        want_out[i] += float(w) * (e + 1) * toks[i].astype(np.float64)
+            assert np.max(np.abs(got[r]["out"][which] - want_out)) <= 1e-5 * float(np.max(np.abs(want_out)))
