@@ -348,7 +348,8 @@ TEST_P(TransportTest, AShutdownWaitsOnlyBrieflyForAPeerThatCannotAnswerItsGoodby
   AsEngine(sender_.get())->FreezeForTest();
   const absl::Time start = absl::Now();
   receiver_.reset();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The goodbye wait (500 ms) and nothing more: a hung peer holds nothing else of a shutdown.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 TEST_P(TransportTest, HungPeerIsDetectedByHeartbeatAndFailsBothSidesWithUnavailable) {

@@ -159,6 +159,7 @@ void Engine::Run() {
 
 void Engine::Shutdown() {
   RunCommands();
+  shutting_down_ = true;
   // Tell every live peer first and wait, briefly, until each has answered: by then it has taken the link down as an
   // orderly close, so the endpoint errors our close causes there cannot be mistaken for a lost link. A peer that
   // is gone, stuck or does not answer holds the shutdown for at most kGoodbyeDrain.
@@ -339,7 +340,7 @@ void Engine::SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time
   if (cut.promoted) counters_->promoted_chunks_sent.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Engine::SendControl(PeerLink& link, const ControlMessage& m, absl::Time now) {
+void Engine::SendControl(PeerLink& link, const ControlMessage& m, absl::Time now, bool peer_shutdown) {
   auto rec = std::make_unique<SendRecord>();
   rec->kind = MessageKind::kControl;
   rec->link = link.id;
@@ -347,7 +348,11 @@ void Engine::SendControl(PeerLink& link, const ControlMessage& m, absl::Time now
   const uint64_t cookie = next_cookie_++;
   const absl::Status sent = wire_->Send(link.id, MessageKind::kControl, rec->control, {}, cookie);
   if (!sent.ok()) {
-    LinkDown(link, absl::UnavailableError(absl::StrCat("send failed: ", sent.message())));
+    if (peer_shutdown) {
+      LinkDown(link, absl::UnavailableError("peer shut down"), DownCause::kPeerShutdown);
+    } else {
+      LinkDown(link, absl::UnavailableError(absl::StrCat("send failed: ", sent.message())));
+    }
     return;
   }
   send_records_.emplace(cookie, std::move(rec));
@@ -419,6 +424,10 @@ void Engine::OnLinkUp(LinkId id, bool inbound) {
 
 void Engine::OnLinkDown(LinkId id, absl::Status status) {
   if (PeerLink* link = FindLink(id)) {
+    if (shutting_down_) {  // the peer answered our goodbye and closed (its answer may come after the close)
+      LinkDown(*link, absl::UnavailableError("transport shut down"), DownCause::kShutdown);
+      return;
+    }
     LinkDown(*link, absl::UnavailableError(absl::StrCat("peer link lost: ", status.message())));
   }
 }
@@ -467,7 +476,8 @@ void Engine::OnMessage(LinkId id, MessageKind kind, absl::Span<const uint8_t> he
       }
       // Answer before the link goes down here: the peer closes its endpoints only after this arrives (or its
       // short deadline passes), so "peer shut down" is what this side's transfers on the link report.
-      SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, kGoodbyeAnswer}, clock_->Now());
+      SendControl(*link, ControlMessage{ControlType::kGoodbye, 0, kGoodbyeAnswer}, clock_->Now(),
+                  /*peer_shutdown=*/true);
       LinkDown(*link, absl::UnavailableError("peer shut down"), DownCause::kPeerShutdown);
       break;
     case ControlType::kAck: {

@@ -81,7 +81,9 @@ class Engine final : public Transport, private WireEvents {
   void IdleWait(absl::Duration max_wait);
   int ServiceLink(PeerLink& link, absl::Time now, absl::Time* next_timer);
   void SendChunk(PeerLink& link, const LaneScheduler::Cut& cut, absl::Time now);
-  void SendControl(PeerLink& link, const ControlMessage& m, absl::Time now);
+  // A send the wire refuses takes the link down as a failure, or, when `peer_shutdown` (answering the peer's
+  // goodbye), as the peer's orderly close.
+  void SendControl(PeerLink& link, const ControlMessage& m, absl::Time now, bool peer_shutdown = false);
   void HandleChunk(PeerLink& link, absl::Span<const uint8_t> header, InboundPayload& payload);
   // Hands a received chunk to the verifier; DeliverVerified takes it from there once checked.
   void FinishChunk(LinkId link, const ChunkHeader& h, PayloadBuffer payload, int64_t wire_bytes);
@@ -112,6 +114,9 @@ class Engine final : public Transport, private WireEvents {
   TransferTable table_;
   std::unique_ptr<Counters> counters_;
   std::atomic<bool> frozen_{false};
+  // Set by Shutdown (progress thread only): a peer closing its side while our goodbyes are out is part of our
+  // shutdown, not a failure.
+  bool shutting_down_ = false;
 
   // Command queue, the only way in from other threads.
   internal::Mutex cmd_mu_;
