@@ -55,7 +55,7 @@ absl::Status ToOptions(const kvt_coll_all_reduce_options* o, AllReduceOptions& o
 int64_t DefaultOneShotBytes(int world, uint64_t workspace) {
   const int64_t measured = world <= 4 ? int64_t{1} << 20 : int64_t{512} << 10;
   const int64_t fits = static_cast<int64_t>(workspace / 4 / static_cast<uint64_t>(std::max(world, 1))) - (int64_t{64} << 10);
-  return std::max<int64_t>(0, std::min(measured, fits));
+  return std::max<int64_t>(0, std::min(measured, fits)) / 256 * 256;
 }
 
 absl::Status Create(const kvt_coll_config& c, std::unique_ptr<kvt_coll_listener> listener,

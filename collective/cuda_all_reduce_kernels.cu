@@ -400,14 +400,13 @@ __device__ __forceinline__ void OneShotSumBody(T* __restrict__ out, const RoundP
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2) OneShotKernel(const T* __restrict__ in, T* __restrict__ out,
                                                              const __grid_constant__ RoundParams p) {
-  // As the step-1 kernel: the previous kernel may have produced this call's input, and the region's half may be
-  // written once this rank's previous round has finished.
-  WaitForPreviousKernel();
+  // A plain (cooperative) launch: the previous kernel, which may have produced this call's input and was this
+  // rank's previous round, has finished, so the epoch is read after its store.
   const uint64_t epoch = RoundEpoch(p);
   LaunchDependents();
   const uint64_t half = (epoch & 1) * p.one_shot_half;
   WithBits(p.step1.bits, [&](auto bits) { OneShotPushBody<T, decltype(bits)::value>(in, p, half); });
-  // Every block waits for the peers inside this grid, so the grid must be resident at once (its size below).
+  // Every block waits for the peers inside this grid, so the grid must be resident at once (a cooperative launch).
   ArriveAndSignal(p, epoch, 0);
   if (WaitForPeers(p, epoch, 0)) {
     WithBits(p.step1.bits, [&](auto bits) { OneShotSumBody<T, decltype(bits)::value>(out, p, half); });
@@ -491,15 +490,16 @@ absl::Status LaunchTyped(const void* in, void* out, const RoundParams& p, bool e
 }
 
 template <typename T>
-absl::Status LaunchOneShotTyped(const void* in, void* out, const RoundParams& p, bool early, cudaStream_t stream) {
-  // No more blocks than the units need (a small call's fixed cost is partly its blocks' arrivals), nor than fit
-  // on the device at once: every block waits for the peers after its own arrival.
+absl::Status LaunchOneShotTyped(const void* in, void* out, const RoundParams& p, cudaStream_t stream) {
+  // Every block waits for the peers after its own arrival, so the grid must be resident at once whatever else
+  // runs on the device: a cooperative launch (the runtime starts it whole or refuses), of at most one block an
+  // SM, and no more blocks than the units need (a small call's fixed cost is partly its blocks' arrivals).
   const uint32_t units = static_cast<uint32_t>((p.chunks - 1) * p.full.units_all + p.last.units_all);
   const int teams_per_block = kThreads / (p.step1.group_size / kPerThread);
   const int wanted = static_cast<int>((units + teams_per_block - 1) / teams_per_block);
-  const int blocks = std::max(1, std::min(wanted, p.sms * ResidentBlocks(OneShotKernel<T>)));
-  return LaunchKernel(OneShotKernel<T>, blocks, kThreads, early, stream, "AllReduce one-shot kernel",
-                      static_cast<const T*>(in), static_cast<T*>(out), p);
+  const int blocks = std::max(1, std::min(wanted, p.sms));
+  return LaunchCooperativeKernel(OneShotKernel<T>, blocks, kThreads, stream, "AllReduce one-shot kernel",
+                                 static_cast<const T*>(in), static_cast<T*>(out), p);
 }
 
 }  // namespace
@@ -508,17 +508,16 @@ uint64_t OneShotHalfBytes(const ChunkClass& full, int world, uint64_t chunks) {
   return chunks * OneShotPrefix(full, world, world);
 }
 
-absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& p, bool early_launch,
-                                    void* stream) {
+absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& p, void* stream) {
   if (p.chunks == 0) return absl::OkStatus();
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.type) {
     case DataType::kFloat32:
-      return LaunchOneShotTyped<float>(in, out, p, early_launch, s);
+      return LaunchOneShotTyped<float>(in, out, p, s);
     case DataType::kBfloat16:
-      return LaunchOneShotTyped<__nv_bfloat16>(in, out, p, early_launch, s);
+      return LaunchOneShotTyped<__nv_bfloat16>(in, out, p, s);
     case DataType::kFloat16:
-      return LaunchOneShotTyped<__half>(in, out, p, early_launch, s);
+      return LaunchOneShotTyped<__half>(in, out, p, s);
   }
   return absl::InvalidArgumentError("unknown element type");
 }

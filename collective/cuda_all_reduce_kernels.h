@@ -103,8 +103,9 @@ absl::Status LaunchAllReduceRound(const void* in, void* out, const RoundParams& 
 // Reusing a half is safe: a rank writes half h again two rounds later, after every rank signalled the round in
 // between, which each did only after it had finished reading half h. The regions must not overlap the step areas
 // (a two-step round's peers may still be reading those while a one-shot round writes).
-absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& params, bool early_launch,
-                                    void* stream);
+// The kernel is launched cooperatively (all blocks resident at once, whatever else shares the device), at most
+// one block an SM, never early.
+absl::Status LaunchOneShotAllReduce(const void* in, void* out, const RoundParams& params, void* stream);
 
 // One-shot region bytes (one half) a round of `chunks` chunks of class `full` needs.
 uint64_t OneShotHalfBytes(const ChunkClass& full, int world, uint64_t chunks);

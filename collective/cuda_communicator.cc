@@ -61,9 +61,12 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
   // Each half of the one-shot region: one encoding per rank of up to one_shot_bytes of input (an encoding is never
   // larger than its raw input but for group headers), plus room for the 16-byte alignment of every shard slot.
   const uint64_t world = static_cast<uint64_t>(bootstrap == nullptr ? 1 : bootstrap->world_size());
+  // Each half a multiple of 256 bytes, so both start aligned (the region's start is rounded down to 256 too).
   const uint64_t one_shot_half =
-      options.one_shot_bytes == 0 ? 0 : world * (static_cast<uint64_t>(options.one_shot_bytes) + (uint64_t{64} << 10));
-  if (2 * one_shot_half > options.workspace_bytes / 2) {
+      options.one_shot_bytes == 0
+          ? 0
+          : (world * (static_cast<uint64_t>(options.one_shot_bytes) + (uint64_t{64} << 10)) + 255) / 256 * 256;
+  if (options.one_shot_bytes > options.workspace_bytes || 2 * one_shot_half > options.workspace_bytes / 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "one_shot_bytes %d needs a one-shot region of %d bytes in a world of %d, more than half of workspace_bytes "
         "%d: lower one_shot_bytes or raise workspace_bytes",
@@ -87,7 +90,37 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
   comm->one_shot_bytes_ = options.one_shot_bytes;
   comm->one_shot_half_ = one_shot_half;
   KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
+  KVT_RETURN_IF_ERROR(comm->AgreeOnOneShot(options));
   return comm;
+}
+
+absl::Status CudaCommunicator::AgreeOnOneShot(const CudaCommunicatorOptions& options) {
+  // Ranks that chose paths differently would not meet (a one-shot round signals once, a two-step round waits
+  // for two signals): every rank tells every other its one_shot_bytes, and all refuse a difference.
+  CollectiveWire& wire = group_->wire();
+  const int world = group_->world_size();
+  const int me = group_->rank();
+  const absl::Time deadline = absl::Now() + options.bootstrap_timeout;
+  const uint64_t mine = options.one_shot_bytes;
+  std::vector<uint64_t> theirs(world, mine);
+  for (int r = 0; r < world; ++r) {
+    if (r != me) {
+      KVT_RETURN_IF_ERROR(wire.Send(r, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&mine), 8), deadline));
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if (r != me) {
+      KVT_RETURN_IF_ERROR(wire.Receive(r, absl::MakeSpan(reinterpret_cast<uint8_t*>(&theirs[r]), 8), deadline));
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if (theirs[r] != mine) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "ranks disagree on one_shot_bytes: rank %d has %d, rank %d %d (set it alike on every rank)", me, mine, r,
+          theirs[r]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaCommunicator::SetUpNccl(const CudaCommunicatorOptions& options) {
@@ -178,8 +211,9 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   group_->set_drain(options.timeout + absl::Seconds(10));
   if (PathOf(count, type, options) == AllReducePath::kNccl) return NcclAllReduce(in, out, count, type, stream);
   const int world = group_->world_size();
-  // The one-shot region sits at the end of every area, apart from the step areas (cuda_all_reduce_kernels.h).
-  const size_t workspace_bytes = group_->area_bytes() - 2 * one_shot_half_;
+  // The one-shot region sits at the end of every area, apart from the step areas (cuda_all_reduce_kernels.h),
+  // starting on a 256-byte boundary.
+  const size_t workspace_bytes = (group_->area_bytes() - 2 * one_shot_half_) / 256 * 256;
   const StepFormat step1 = MakeFormat(options.step1_bits, options);
   const StepFormat step2 = MakeFormat(options.step2_bits, options);
   const size_t element_bytes = numerics::DTypeBytes(type);
@@ -187,20 +221,6 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
   const uint64_t total_chunks = (count + chunk_values - 1) / chunk_values;
   const internal::ChunkClass full =
       internal::MakeChunkClass(std::min<uint64_t>(chunk_values, count), world, step1, step2, type);
-
-  // Whole chunks per round, so that every rank's areas fit in workspace_bytes (the biggest step-1 area is a
-  // rank with a shard of base + 1 values).
-  uint64_t per_chunk = 0;
-  for (int j = 0; j < world; ++j) {
-    per_chunk = std::max(per_chunk, internal::Step1AreaBytes(full, world, j, 1) + internal::Step2AreaBytes(full, world, 1));
-  }
-  const uint64_t chunks_per_round = workspace_bytes / per_chunk;
-  if (chunks_per_round == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "one chunk's encodings need %d bytes of workspace but workspace_bytes is %d: lower chunk_bytes or raise "
-        "workspace_bytes",
-        per_chunk, workspace_bytes));
-  }
 
   internal::RoundParams p;
   p.type = type;
@@ -226,8 +246,22 @@ absl::Status CudaCommunicator::AllReduceAsync(const void* in, void* out, size_t 
       p.flags[r] = group_->flags(r);
       p.one_shot_area[r] = group_->area(r) + workspace_bytes;
     }
-    return internal::LaunchOneShotAllReduce(in, out, p, early_launch_, s);
+    return internal::LaunchOneShotAllReduce(in, out, p, s);
   }
+  // Whole chunks per round, so that every rank's areas fit in workspace_bytes (the biggest step-1 area is a
+  // rank with a shard of base + 1 values).
+  uint64_t per_chunk = 0;
+  for (int j = 0; j < world; ++j) {
+    per_chunk = std::max(per_chunk, internal::Step1AreaBytes(full, world, j, 1) + internal::Step2AreaBytes(full, world, 1));
+  }
+  const uint64_t chunks_per_round = workspace_bytes / per_chunk;
+  if (chunks_per_round == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "one chunk's encodings need %d bytes of workspace but workspace_bytes is %d: lower chunk_bytes or raise "
+        "workspace_bytes",
+        per_chunk, workspace_bytes));
+  }
+
   p.call_tag = TagOfCall(calls_++, count, type, options, /*one_shot=*/false);
   for (uint64_t first_chunk = 0; first_chunk < total_chunks; first_chunk += chunks_per_round) {
     p.chunks = std::min(chunks_per_round, total_chunks - first_chunk);

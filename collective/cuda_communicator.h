@@ -82,16 +82,18 @@ struct CudaCommunicatorOptions {
   // pushing its step-1 encodings to every rank (cuda_all_reduce_kernels.h). Its result is that of step2_bits = 0
   // whatever the call's step2_bits (there is no second step to quantize), so it is not WireCommunicator's bytes
   // for a call with a quantized step 2; it is bitwise the same on every rank. Reserves 2 x world x (this + 64
-  // KiB) bytes at the end of the workspace (INVALID_ARGUMENT if that is more than half of it). 0: never (every call is the two-step round).
-  // Every rank must set it alike (the call tag says which path a call took, so a rank that differs is caught).
+  // KiB) bytes at the end of the workspace (INVALID_ARGUMENT if that is more than half of it). 0: never (every
+  // call is the two-step round).
+  // Every rank must set it alike: Create checks (FAILED_PRECONDITION on every rank), and the call tag also says
+  // which path a call took.
   size_t one_shot_bytes = 0;
 };
 
 class CudaCommunicator : public Communicator {
  public:
   // Collective: every rank of `bootstrap`'s group calls it. INVALID_ARGUMENT for bad options or a world of
-  // more than 16; FAILED_PRECONDITION without a usable GPU, when ranks disagree on workspace_bytes or on using
-  // NCCL, when a peer's memory cannot be mapped (another host), or when some rank cannot load nccl_library (on
+  // more than 16; FAILED_PRECONDITION without a usable GPU, when ranks disagree on workspace_bytes, one_shot_bytes
+  // or using NCCL, when a peer's memory cannot be mapped (another host), or when some rank cannot load nccl_library (on
   // every rank, naming it); the wire's error when a peer does not answer.
   static absl::StatusOr<std::unique_ptr<CudaCommunicator>> Create(std::unique_ptr<CollectiveWire> bootstrap,
                                                                   const CudaCommunicatorOptions& options);
@@ -142,6 +144,8 @@ class CudaCommunicator : public Communicator {
   CudaCommunicator() = default;
   // Loads NCCL where asked, checks that every rank agrees and loaded it, and joins the NCCL group.
   absl::Status SetUpNccl(const CudaCommunicatorOptions& options);
+  // Checks, over the bootstrap wire, that every rank has the same one_shot_bytes (FAILED_PRECONDITION if not).
+  absl::Status AgreeOnOneShot(const CudaCommunicatorOptions& options);
   absl::Status NcclAllReduce(const void* in, void* out, size_t count, DataType type, void* stream);
 
   // The round counter the kernels keep (internal::RoundState): the epochs live on the GPU, so a call captured

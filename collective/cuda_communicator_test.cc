@@ -202,8 +202,11 @@ TEST_P(CudaAllReduceTest, EveryCaseIsBitwiseTheCpuReferenceOnEveryRank) {
 // kinds of round alternate on the same workspace (the one-shot region must not be the step areas).
 TEST_P(CudaAllReduceTest, OneShotCallsAreBitwiseTheReferenceWithAnUnquantizedStepTwo) {
   SKIP_WITHOUT_CUDA();
-  constexpr size_t kOneShotBytes = 64 << 10;
-  ExpectEveryCaseBitwiseTheReference(GetParam(), {.workspace_bytes = 8 << 20, .one_shot_bytes = kOneShotBytes},
+  // Odd sizes on purpose: the one-shot region's halves must still start 16-byte aligned (spike headers are
+  // stored as 16-byte words).
+  constexpr size_t kOneShotBytes = (64 << 10) + 3;
+  ExpectEveryCaseBitwiseTheReference(GetParam(),
+                                     {.workspace_bytes = (8 << 20) + 1000, .one_shot_bytes = kOneShotBytes},
                                      [](const Case& c) {
                                        Case r = c;
                                        if (c.values * numerics::DTypeBytes(c.type) <= kOneShotBytes) {
@@ -448,6 +451,14 @@ void ExpectCreateFailsOnEveryRank(int world, const std::function<CudaCommunicato
     ASSERT_EQ(run.records[r].size(), 1u);
     EXPECT_EQ(run.records[r][0].code, absl::StatusCode::kFailedPrecondition) << "rank " << r;
   }
+}
+
+TEST(CudaAllReduceOneShotTest, RanksThatDisagreeOnOneShotBytesFailCreateOnEveryRank) {
+  SKIP_WITHOUT_CUDA();
+  ExpectCreateFailsOnEveryRank(3, [](int rank) {
+    return CudaCommunicatorOptions{.workspace_bytes = size_t{8} << 20,
+                                   .one_shot_bytes = rank == 1 ? size_t{32} << 10 : size_t{64} << 10};
+  });
 }
 
 TEST(CudaAllReduceNcclTest, ALibraryThatDoesNotLoadFailsCreateOnEveryRank) {

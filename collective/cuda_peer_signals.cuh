@@ -207,6 +207,27 @@ absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bo
   return CudaLaunchStatus(what, e);
 }
 
+// A cooperative launch (cudaLaunchAttributeCooperative): the runtime starts the grid only with every block
+// resident at once, or fails (a grid larger than the device holds), so blocks may wait for each other inside it
+// even while other kernels share the device. Not early: a plain launch after the stream's previous work.
+template <typename... Params, typename... Args>
+absl::Status LaunchCooperativeKernel(void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
+                                     const char* what, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e == cudaSuccess) return LaunchError(what);
+  cudaGetLastError();  // clear it: the error is returned here
+  return CudaLaunchStatus(what, e);
+}
+
 }  // namespace kvt::collective::internal
 
 #endif  // KVT_COLLECTIVE_CUDA_PEER_SIGNALS_CUH_

@@ -19,7 +19,10 @@ slots (`slot_offsets`), and expert outputs come one per slot, [num_slots, hidden
 this rank's device, enqueues on the current stream and never waits on the host; its buffers are sized at
 creation for `max_tokens` tokens a rank, rows come at a fixed stride (rows from rank r at r * max_tokens + i for
 i < counts[r]), and expert outputs come per top-k slot, [world * max_tokens, topk, hidden]. A result stays valid
-until the second dispatch after it, so one micro-batch can be dispatched while the previous is combined.
+until the second dispatch after it, so one micro-batch can be dispatched while the previous is combined; the CUDA
+result's tensors view the exchange's buffers (they keep the exchange object alive, but `close` frees the buffers:
+do not use them after it). In a CUDA graph, pair every dispatch with its combine: the combine's round trip is
+what makes the next replay's dispatch into the same buffers safe.
 """
 from __future__ import annotations
 
@@ -229,12 +232,17 @@ class ExpertAllToAll:
         typestr = {"int32": "<i4", "float32": "<f4", torch.float32: "<f4", torch.float16: "<f2",
                    torch.bfloat16: "<i2"}[dtype]
         with torch.cuda.device(self.device):
-            view = torch.as_tensor(_DeviceArray(pointer or 0, tuple(shape), typestr), device=f"cuda:{self.device}")
+            view = torch.as_tensor(_DeviceArray(pointer or 0, tuple(shape), typestr, owner=self),
+                                   device=f"cuda:{self.device}")
         return view.view(torch.bfloat16) if dtype is torch.bfloat16 else view
 
 
 class _DeviceArray:
-    def __init__(self, pointer: int, shape: Any, typestr: str) -> None:
+    """Device memory of an exchange, as torch.as_tensor takes it; the tensor keeps this object, and so the
+    exchange, alive (an exchange that is garbage while its views live would free their memory under them)."""
+
+    def __init__(self, pointer: int, shape: Any, typestr: str, owner: Any) -> None:
+        self.owner = owner
         self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, False),
                                          "version": 2}
 

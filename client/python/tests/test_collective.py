@@ -306,6 +306,37 @@ def _cuda_rank(rank: int, world: int, store_dir: str, graphs: bool, workspace: i
         results.put((rank, repr(e), None, None))
 
 
+def _one_shot_rank(rank: int, world: int, store_dir: str, results: Any) -> None:
+    import torch
+    try:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        store = FileStore(store_dir)
+        x = torch.randn(1 << 15, generator=torch.Generator().manual_seed(40 + rank)).to("cuda", torch.bfloat16)
+        with kc.Communicator(rank, world, store=store, backend="cuda", one_shot_bytes=0) as two_step, \
+                kc.Communicator(rank, world, store=store, backend="cuda", one_shot_bytes=1 << 20) as one_shot:
+            a, b, c = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+            one_shot.all_reduce(x, bits=(4, 8), out=a)  # 64 KiB: the one-shot round
+            two_step.all_reduce(x, bits=(4, 0), out=b)
+            two_step.all_reduce(x, bits=(4, 8), out=c)
+            one_shot.synchronize()
+            two_step.synchronize()
+            results.put((rank, (bool(torch.equal(a, b)), bool(torch.equal(a, c)))))
+    except BaseException as e:
+        results.put((rank, repr(e)))
+
+
+def test_cuda_one_shot_calls_are_the_two_step_round_with_an_unquantized_second_step(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    got = run_ranks(multiprocessing.get_context("spawn"), _one_shot_rank, lambda r: (r, 2, str(tmp_path)), 2,
+                    timeout=240)
+    for r in range(2):
+        # Equal to the two-step round with step 2 unquantized, and (so the path really differed) not to the one
+        # that quantizes step 2 to 8 bits.
+        assert got.get(r) == (True, False), got.get(r)
+
+
 def _cuda_group(tmp_path: Path, graphs: bool, workspace: int = 64 << 20, values: int = 1 << 20) -> Dict[int, Any]:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
