@@ -230,8 +230,8 @@ class PrefillSide::OutboundRequest {
     kvt::Notification done;
   };
 
-  // Starts encoding `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU codec on the
-  // worker pool otherwise) into one pooled buffer the transport sends from.
+  // Layers to keep encoding at once: kEncodeAheadOnDevice on a GPU; in host memory, enough that their pages
+  // cover the codec threads (one page a thread), within kEncodeAheadInHostMin..Max.
   size_t EncodeAhead() const {
     if (codec_->on_device()) return kEncodeAheadOnDevice;
     const size_t pages = std::max<size_t>(1, plan_.layers.empty() ? 1 : plan_.layers[0].size());
@@ -239,6 +239,8 @@ class PrefillSide::OutboundRequest {
     return std::clamp(threads / pages, kEncodeAheadInHostMin, kEncodeAheadInHostMax);
   }
 
+  // Starts encoding `layer` through the region's codec (the CUDA kernels for GPU regions, the CPU codec on the
+  // worker pool otherwise) into one pooled buffer the transport sends from.
   std::shared_ptr<EncodeJob> StartEncode(uint32_t layer) {
     auto job = std::make_shared<EncodeJob>();
     job->layer = layer;
