@@ -151,6 +151,12 @@ absl::Status CopyToDevice2D(void* dst, size_t dst_pitch, const void* src, size_t
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream s) {
   return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(s)), "cudaMemcpyAsync(D2D)");
 }
+absl::Status CopyDeviceToDevice2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                  size_t rows, CudaStream s) {
+  if (width == 0 || rows == 0) return absl::OkStatus();
+  return FromCuda(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, S(s)),
+                  "cudaMemcpy2DAsync(D2D)");
+}
 absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream s) {
   return FromCuda(cudaMemsetAsync(dst, byte, bytes, S(s)), "cudaMemsetAsync");
 }

@@ -107,6 +107,9 @@ absl::Status CopyToHost2D(void* dst, size_t dst_pitch, const void* src, size_t s
 absl::Status CopyToDevice2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
                             CudaStream stream = {});
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, CudaStream stream = {});
+// The same between device rows.
+absl::Status CopyDeviceToDevice2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                  size_t rows, CudaStream stream = {});
 absl::Status FillDevice(void* dst, int byte, size_t bytes, CudaStream stream = {});
 absl::Status Synchronize(CudaStream stream = {});
 // Whether everything enqueued on `stream` has finished (cudaStreamQuery), without waiting.

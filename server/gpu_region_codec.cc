@@ -12,8 +12,10 @@
 #include "codec/gpu/codec_cuda.h"
 #include "codec/gpu/host_containers.h"
 #include "common/cuda_ipc.h"
+#include "common/cuda_util.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "numerics/dtype.h"
 
 namespace kvt::server {
 namespace {
@@ -49,6 +51,8 @@ struct GpuSlot {
   int device = 0;
   std::unique_ptr<OwnedCudaStream> stream;
   codec::gpu::PageStaging staging;
+  // Where a decode lands first when the region holds fewer heads than the pages (ReslicedDecode); grown on demand.
+  std::unique_ptr<DeviceBuffer> reslice;
 };
 
 // A slot lent for one call: it goes back to GpuSlots when the lease ends.
@@ -119,7 +123,8 @@ class GpuSlots {
   static constexpr size_t kMaxKeptBytes = size_t{512} << 20;
   static constexpr int kSlotsForUrgent = 2;
   static size_t StagingBytes(const GpuSlot& slot) {
-    return slot.staging.pages == nullptr ? 0 : slot.staging.pages->allocated_bytes();
+    return (slot.staging.pages == nullptr ? 0 : slot.staging.pages->allocated_bytes()) +
+           (slot.reslice == nullptr ? 0 : slot.reslice->size());
   }
   kvt::Mutex mu_;
   std::map<int, std::vector<std::unique_ptr<GpuSlot>>> free_ ABSL_GUARDED_BY(mu_);
@@ -244,12 +249,67 @@ class GpuRegionCodec final : public RegionCodec {
     const codec::gpu::PageLoop check_loop = [workers](size_t count, const std::function<void(size_t)>& fn) {
       workers->ParallelFor(count, fn, kMaxGpuPageHelpers);
     };
+    const kv::KvLayoutSpec& dst = region_.layout().spec();
+    if (options_.source_heads > 0 &&
+        (options_.source_heads != dst.num_kv_heads || options_.source_head_begin != dst.head_begin)) {
+      return ReslicedDecode(*slot, pages, containers, stages, ids, check_loop);
+    }
     return codec::gpu::DecodeHostContainersCudaWith(slot->staging, containers, stages, codec::CodecOptions{},
                                                     View(region_, first.layer, first.kind), ids, slot->stream->get(),
                                                     check_loop);
   }
 
  private:
+  // The pages hold heads [source_head_begin, + source_heads) of the model and the region a window of them
+  // (tensor-parallel ranks of different sizes; the request checked that the source covers the region): decode
+  // into blocks of the slot's scratch shaped like the region's but with the source's heads, then copy each
+  // block's window of heads, valid tokens only, into the region's block (one strided DMA per block). Synchronizes
+  // the slot's stream.
+  absl::Status ReslicedDecode(GpuSlot& slot, absl::Span<const kv::PageSpec> pages,
+                              absl::Span<const absl::Span<const uint8_t>> containers, int stages,
+                              absl::Span<const int32_t> ids, const codec::gpu::PageLoop& check_loop) {
+    const kv::KvLayoutSpec& dst = region_.layout().spec();
+    const size_t element = numerics::DTypeBytes(dst.dtype);
+    const size_t bt = dst.block_tokens, hd = dst.head_dim;
+    const size_t src_heads = options_.source_heads, dst_heads = dst.num_kv_heads;
+    const size_t skip = dst.head_begin - options_.source_head_begin;  // heads before the window
+    const size_t scratch_block = bt * src_heads * hd * element;
+    const size_t need = ids.size() * scratch_block;
+    if (slot.reslice == nullptr || slot.reslice->size() < need) {
+      slot.reslice.reset();
+      KVT_ASSIGN_OR_RETURN(slot.reslice, DeviceBuffer::Create(need));
+    }
+    codec::gpu::PagedKvView scratch = View(region_, pages[0].layer, pages[0].kind);
+    scratch.data = static_cast<uint8_t*>(slot.reslice->get());
+    scratch.num_blocks = static_cast<int>(ids.size());
+    scratch.heads = static_cast<int>(src_heads);
+    std::vector<int32_t> scratch_ids(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) scratch_ids[j] = static_cast<int32_t>(j);
+    KVT_RETURN_IF_ERROR(codec::gpu::DecodeHostContainersCudaWith(slot.staging, containers, stages,
+                                                                 codec::CodecOptions{}, scratch, scratch_ids,
+                                                                 slot.stream->get(), check_loop));
+    const codec::gpu::PagedKvView target = View(region_, pages[0].layer, pages[0].kind);
+    const size_t dst_block = bt * dst_heads * hd * element;
+    const CudaStream stream{slot.stream->get()};
+    size_t j = 0;
+    for (const kv::PageSpec& page : pages) {
+      for (uint32_t t = 0; t < page.tokens; t += static_cast<uint32_t>(bt), ++j) {
+        const size_t tokens = std::min<size_t>(bt, page.tokens - t);  // the page's last block may be partial
+        const uint8_t* from = static_cast<const uint8_t*>(slot.reslice->get()) + j * scratch_block;
+        uint8_t* to = static_cast<uint8_t*>(target.data) + static_cast<size_t>(ids[j]) * dst_block;
+        if (dst.order == numerics::BlockOrder::kNhd) {  // [tokens][heads][dim]: a row per token
+          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to, dst_heads * hd * element, from + skip * hd * element,
+                                                   src_heads * hd * element, dst_heads * hd * element, tokens,
+                                                   stream));
+        } else {  // [heads][tokens][dim]: a row per head
+          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to, bt * hd * element, from + skip * bt * hd * element,
+                                                   bt * hd * element, tokens * hd * element, dst_heads, stream));
+        }
+      }
+    }
+    return ::kvt::Synchronize(stream);
+  }
+
   const Region& region_;
   const RegionCodecOptions options_;
 };

@@ -91,13 +91,7 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
     return absl::InvalidArgumentError(
         absl::StrFormat("the source announced %d pages, the plan has %d", open.pages.size(), n));
   }
-  if (region_->on_gpu()) {
-    if (dst.head_begin != src.head_begin || dst.num_kv_heads != src.num_kv_heads) {
-      return absl::InvalidArgumentError(
-          "a GPU region must hold the same heads as the source (the GPU path does not re-slice heads yet)");
-    }
-    KVT_RETURN_IF_ERROR(CheckGpuPlan(region_->layout(), plan));
-  }
+  if (region_->on_gpu()) KVT_RETURN_IF_ERROR(CheckGpuPlan(region_->layout(), plan));
   RegionCodecOptions codec_options;
   codec_options.workers = context_->workers;
   codec_options.buffers = context_->buffers;

@@ -110,3 +110,59 @@ def test_a_region_inside_a_larger_allocation_is_written_at_its_offset(
         k = region[start:start + LAYOUT.tensor_bytes].view(torch.bfloat16).view(LAYOUT.tensor_shape)
         assert torch.equal(k, expected[layer])
     assert not allocation[:lead].any()  # nothing before the region was touched
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
+        start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
+    # Tensor parallelism of different sizes: the source holds heads [0, 3) of 3, the decode region head 1 only.
+    # The last block is half full (240 tokens in 8 blocks of 32): its other tokens must stay untouched.
+    import dataclasses
+    src_layout = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=3, head_dim=64, order=order)
+    dst_layout = dataclasses.replace(src_layout, num_kv_heads=1, head_begin=1, total_kv_heads=3)
+    tokens = 8 * 32 - 16
+    head = (slice(None), slice(None), slice(1, 2)) if order == "NHD" else (slice(None), slice(1, 2))
+    prefill, decode = start_daemon("prefill"), start_daemon("decode")
+    with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc, \
+            kvt.KvCache.allocate(src_layout, device="cuda:0") as src, \
+            kvt.KvCache.allocate(dst_layout, device="cuda:0") as gpu_dst, \
+            kvt.KvCache.allocate(dst_layout) as host_dst:
+        fill(src, seed=4)
+        try:
+            src.register(pc, "src")
+            gpu_dst.register(dc, "gpu")
+        except kvt.FailedPrecondition as e:
+            pytest.skip(f"this kvtd has no GPU path: {e}")
+        host_dst.register(dc, "host")
+
+        def move(request: str, region: str, scheme: str) -> None:
+            dc.expect(request, region, range(8), tokens)
+            pc.offer(request, "src", range(8), tokens, range(2), scheme=scheme, decode_daemon=decode.peer_address)
+            events = list(dc.watch(request, timeout=60.0))
+            assert events[-1].kind is kvt.EventKind.DONE, events
+
+        def valid(t: "torch.Tensor") -> "torch.Tensor":  # the transferred tokens of a [blocks, ...] tensor
+            flat = t.transpose(1, 2) if order == "HND" else t
+            return flat.reshape(-1, *flat.shape[2:])[:tokens]
+
+        move("bf16", "gpu", "bf16")
+        for layer in range(2):
+            for got, want in ((gpu_dst.k(layer), src.k(layer)), (gpu_dst.v(layer), src.v(layer))):
+                assert torch.equal(valid(got), valid(want[head].contiguous()))
+                assert not valid_tail(got, order, tokens).any()
+        # lynx: the GPU decode re-sliced equals the CPU decode re-sliced, bit for bit.
+        move("lynx-gpu", "gpu", "lynx")
+        move("lynx-host", "host", "lynx")
+        for layer in range(2):
+            assert torch.equal(gpu_dst.k(layer).cpu(), host_dst.k(layer).cpu())
+            assert torch.equal(gpu_dst.v(layer).cpu(), host_dst.v(layer).cpu())
+            assert gpu_dst.k(layer).any()
+        src.unregister()
+        gpu_dst.unregister()
+        host_dst.unregister()
+
+
+def valid_tail(t: "torch.Tensor", order: str, tokens: int) -> "torch.Tensor":
+    """The tokens of a [blocks, ...] tensor after the first `tokens`."""
+    flat = t.transpose(1, 2) if order == "HND" else t
+    return flat.reshape(-1, *flat.shape[2:])[tokens:]
