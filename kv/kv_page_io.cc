@@ -130,10 +130,13 @@ absl::Status ScatterPage(const KvLayout& layout, absl::Span<uint8_t> region,
   const KvLayoutSpec& spec = layout.spec();
   const uint64_t page_head_end = static_cast<uint64_t>(page_head_begin) + page_heads;
   const uint64_t region_head_end = static_cast<uint64_t>(spec.head_begin) + spec.num_kv_heads;
-  if (page_heads == 0 || spec.head_begin < page_head_begin || region_head_end > page_head_end) {
+  // The heads both hold: [lo, hi).
+  const uint64_t lo = std::max<uint64_t>(spec.head_begin, page_head_begin);
+  const uint64_t hi = std::min(region_head_end, page_head_end);
+  if (page_heads == 0 || lo >= hi) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the region holds heads [", spec.head_begin, ", ", region_head_end, "); the page, with heads [",
-        page_head_begin, ", ", page_head_end, "), must contain them all"));
+        page_head_begin, ", ", page_head_end, "), has none of them"));
   }
   const size_t channels = static_cast<size_t>(spec.num_kv_heads) * spec.head_dim;
   const size_t page_channels = static_cast<size_t>(page_heads) * spec.head_dim;
@@ -143,26 +146,29 @@ absl::Status ScatterPage(const KvLayout& layout, absl::Span<uint8_t> region,
         spec.head_dim, " (the region's head_dim) are ", page.tokens * page_channels));
   }
   const size_t esize = DTypeBytes(spec.dtype);
-  // Channel of the region's first head within a page row.
-  const size_t channel_offset = static_cast<size_t>(spec.head_begin - page_head_begin) * spec.head_dim;
+  const uint32_t heads = static_cast<uint32_t>(hi - lo);
+  const uint32_t first_head = static_cast<uint32_t>(lo - spec.head_begin);  // in the region's blocks
+  const size_t written = static_cast<size_t>(heads) * spec.head_dim;         // channels of a token written
+  // Channel of the first written head within a page row.
+  const size_t channel_offset = static_cast<size_t>(lo - page_head_begin) * spec.head_dim;
   uint8_t* base = region.data();
   const float* values = page_values.data();
   return ForEachSegment(layout, region.size(), block_ids, page, [&](const BlockSegment& s) {
     uint8_t* block = base + s.offset;
     const float* rows = values + s.page_row * page_channels + channel_offset;
     if (spec.order == BlockOrder::kNhd) {
-      uint8_t* dst = block + layout.ElementIndex(s.first_in_block, 0, 0) * esize;
-      if (page_channels == channels) {
+      uint8_t* dst = block + layout.ElementIndex(s.first_in_block, first_head, 0) * esize;
+      if (page_channels == channels && written == channels) {
         WriteRun(spec.dtype, rows, s.count * channels, dst);
         return;
       }
       for (uint32_t t = 0; t < s.count; ++t) {
-        WriteRun(spec.dtype, rows + t * page_channels, channels, dst + t * channels * esize);
+        WriteRun(spec.dtype, rows + t * page_channels, written, dst + t * channels * esize);
       }
       return;
     }
-    for (uint32_t h = 0; h < spec.num_kv_heads; ++h) {
-      uint8_t* dst = block + layout.ElementIndex(s.first_in_block, h, 0) * esize;
+    for (uint32_t h = 0; h < heads; ++h) {
+      uint8_t* dst = block + layout.ElementIndex(s.first_in_block, first_head + h, 0) * esize;
       for (uint32_t t = 0; t < s.count; ++t) {
         WriteRun(spec.dtype, rows + t * page_channels + h * spec.head_dim, spec.head_dim,
                  dst + t * spec.head_dim * esize);

@@ -34,10 +34,11 @@ absl::Status GatherPage(const KvLayout& layout, absl::Span<const uint8_t> region
 
 // Writes a decoded page into `region`'s blocks. `page_values` is float32, token-major [page.tokens,
 // page_heads * head_dim] (head_dim the region's), holding global heads [page_head_begin, page_head_begin +
-// page_heads), i.e. head numbers of the model as in the layout's head_begin. Only the heads the region holds,
-// [head_begin, head_begin + num_kv_heads), are written, and they must lie inside the page's head range;
-// INVALID_ARGUMENT if they do not, if page_heads is 0, or if page_values.size() != page.tokens * page_heads *
-// head_dim. Narrows to bf16/fp16 with round-to-nearest-even (overflow gives +-inf, NaN stays NaN).
+// page_heads), i.e. head numbers of the model as in the layout's head_begin. Only the heads both the region
+// ([head_begin, head_begin + num_kv_heads)) and the page hold are written (tensor parallelism M -> N: a region
+// of one rank takes its heads from a wider page, or a page of a narrower rank fills its part of a wider region;
+// the region's other heads are untouched); INVALID_ARGUMENT if they share none, if page_heads is 0, or if
+// page_values.size() != page.tokens * page_heads * head_dim. Narrows to bf16/fp16 with round-to-nearest-even (overflow gives +-inf, NaN stays NaN).
 absl::Status ScatterPage(const KvLayout& layout, absl::Span<uint8_t> region,
                          absl::Span<const uint32_t> block_ids, const PageSpec& page,
                          absl::Span<const float> page_values, uint32_t page_head_begin, uint32_t page_heads);

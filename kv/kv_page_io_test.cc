@@ -226,13 +226,41 @@ TEST_P(KvPageIoTest, ScatterOfAPageStartingMidModelPicksTheRightHeads) {
   EXPECT_EQ(region, want);
 }
 
-TEST_P(KvPageIoTest, RegionHeadsNotAllInThePageAreRejectedAndNothingIsWritten) {
+// Tensor parallelism M -> N with N < M: a page of a narrower rank fills its part of the region, the region's
+// other heads stay as they were. Pages that overlap the region's heads on either side write the overlap.
+TEST_P(KvPageIoTest, APageWithSomeOfTheRegionsHeadsWritesThoseAndLeavesTheOthers) {
+  KvLayoutSpec s = spec_;
+  s.head_begin = 2;  // heads 2..4 of 8
+  s.total_kv_heads = 8;
+  const KvLayout layout = MakeLayout(s);
+  const PageSpec page{1, 0, 0, 6};  // tokens 0..5: the second block partly
+  for (const auto& [begin, heads] : {std::pair<uint32_t, uint32_t>{3, 5}, {0, 4}, {2, 2}, {4, 1}, {1, 2}}) {
+    std::vector<uint8_t> region(RegionBytes(s), kSentinel);
+    std::vector<uint8_t> want(region.size(), kSentinel);
+    std::vector<float> values;
+    for (uint32_t t = 0; t < page.tokens; ++t) {
+      for (uint32_t h = begin; h < begin + heads; ++h) {
+        for (uint32_t d = 0; d < 5; ++d) {
+          values.push_back(ValueAt(1, 0, t, h, d));
+          if (h >= 2 && h < 5) {
+            StoreAt(s, want, HandOffset(s, 1, 0, kBlocks[t / 4], t % 4, h - 2, d), ValueAt(1, 0, t, h, d));
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(ScatterPage(layout, absl::MakeSpan(region), kBlocks, page, values, begin, heads).ok())
+        << begin << "+" << heads;
+    EXPECT_EQ(region, want) << begin << "+" << heads;
+  }
+}
+
+TEST_P(KvPageIoTest, APageWithNoneOfTheRegionsHeadsIsRejectedAndNothingIsWritten) {
   KvLayoutSpec s = spec_;
   s.head_begin = 2;  // heads 2..4 of 8
   s.total_kv_heads = 8;
   const KvLayout layout = MakeLayout(s);
   const PageSpec page{0, 0, 0, 4};
-  for (const auto& [begin, heads] : {std::pair<uint32_t, uint32_t>{3, 5}, {0, 4}, {2, 2}, {2, 0}}) {
+  for (const auto& [begin, heads] : {std::pair<uint32_t, uint32_t>{5, 3}, {0, 2}, {2, 0}}) {
     const std::vector<float> values(4 * heads * 5, 1.0f);
     const absl::Status st = ScatterPage(layout, absl::MakeSpan(region_), kBlocks, page, values, begin, heads);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << begin << "+" << heads;

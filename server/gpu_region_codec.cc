@@ -260,11 +260,11 @@ class GpuRegionCodec final : public RegionCodec {
   }
 
  private:
-  // The pages hold heads [source_head_begin, + source_heads) of the model and the region a window of them
-  // (tensor-parallel ranks of different sizes; the request checked that the source covers the region): decode
-  // into blocks of the slot's scratch shaped like the region's but with the source's heads, then copy each
-  // block's window of heads, valid tokens only, into the region's block (one strided DMA per block). Synchronizes
-  // the slot's stream.
+  // The pages hold heads [source_head_begin, + source_heads) of the model and the region others (tensor-parallel
+  // ranks of different sizes; the request checked that they share some): decode into blocks of the slot's
+  // scratch shaped like the region's but with the source's heads, then copy each block's shared heads, valid
+  // tokens only, into the region's block (one strided DMA per block), leaving the region's other heads as they
+  // were. Synchronizes the slot's stream.
   absl::Status ReslicedDecode(GpuSlot& slot, absl::Span<const kv::PageSpec> pages,
                               absl::Span<const absl::Span<const uint8_t>> containers, int stages,
                               absl::Span<const int32_t> ids, const codec::gpu::PageLoop& check_loop) {
@@ -272,7 +272,11 @@ class GpuRegionCodec final : public RegionCodec {
     const size_t element = numerics::DTypeBytes(dst.dtype);
     const size_t bt = dst.block_tokens, hd = dst.head_dim;
     const size_t src_heads = options_.source_heads, dst_heads = dst.num_kv_heads;
-    const size_t skip = dst.head_begin - options_.source_head_begin;  // heads before the window
+    const size_t lo = std::max<size_t>(dst.head_begin, options_.source_head_begin);
+    const size_t hi = std::min<size_t>(dst.head_begin + dst_heads, options_.source_head_begin + src_heads);
+    if (lo >= hi) return absl::InternalError("a re-sliced decode whose source shares no head with the region");
+    const size_t heads = hi - lo;
+    const size_t from_head = lo - options_.source_head_begin, to_head = lo - dst.head_begin;
     const size_t scratch_block = bt * src_heads * hd * element;
     const size_t need = ids.size() * scratch_block;
     if (slot.reslice == nullptr || slot.reslice->size() < need) {
@@ -298,12 +302,13 @@ class GpuRegionCodec final : public RegionCodec {
         const uint8_t* from = static_cast<const uint8_t*>(slot.reslice->get()) + j * scratch_block;
         uint8_t* to = static_cast<uint8_t*>(target.data) + static_cast<size_t>(ids[j]) * dst_block;
         if (dst.order == numerics::BlockOrder::kNhd) {  // [tokens][heads][dim]: a row per token
-          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to, dst_heads * hd * element, from + skip * hd * element,
-                                                   src_heads * hd * element, dst_heads * hd * element, tokens,
-                                                   stream));
+          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to + to_head * hd * element, dst_heads * hd * element,
+                                                   from + from_head * hd * element, src_heads * hd * element,
+                                                   heads * hd * element, tokens, stream));
         } else {  // [heads][tokens][dim]: a row per head
-          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to, bt * hd * element, from + skip * bt * hd * element,
-                                                   bt * hd * element, tokens * hd * element, dst_heads, stream));
+          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to + to_head * bt * hd * element, bt * hd * element,
+                                                   from + from_head * bt * hd * element, bt * hd * element,
+                                                   tokens * hd * element, heads, stream));
         }
       }
     }

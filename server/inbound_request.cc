@@ -43,10 +43,13 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
         absl::StrFormat("layouts disagree: source has %d layers of head_dim %d, this region %d layers of head_dim %d",
                         src.num_layers, src.head_dim, dst.num_layers, dst.head_dim));
   }
-  if (TotalHeads(src) != TotalHeads(dst) || dst.head_begin < src.head_begin ||
-      dst.head_begin + dst.num_kv_heads > src.head_begin + src.num_kv_heads) {
+  // Tensor parallelism M -> N: the request writes the heads both hold. A region wider than its source (N < M)
+  // takes one request per source rank, each filling its part; a source that shares no head with the region is
+  // a misconfiguration.
+  if (TotalHeads(src) != TotalHeads(dst) || dst.head_begin >= src.head_begin + src.num_kv_heads ||
+      src.head_begin >= dst.head_begin + dst.num_kv_heads) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "this region holds heads [%d, %d) of %d; the source sends heads [%d, %d) of %d, which must cover them",
+        "this region holds heads [%d, %d) of %d; the source sends heads [%d, %d) of %d, which must share some",
         dst.head_begin, dst.head_begin + dst.num_kv_heads, TotalHeads(dst), src.head_begin,
         src.head_begin + src.num_kv_heads, TotalHeads(src)));
   }

@@ -166,3 +166,51 @@ def valid_tail(t: "torch.Tensor", order: str, tokens: int) -> "torch.Tensor":
     """The tokens of a [blocks, ...] tensor after the first `tokens`."""
     flat = t.transpose(1, 2) if order == "HND" else t
     return flat.reshape(-1, *flat.shape[2:])[tokens:]
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_a_gpu_region_wider_than_its_source_gets_the_sources_heads_and_keeps_the_others(
+        start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
+    # Tensor parallelism 2 -> 1: the source rank holds heads [1, 3) of 3, the decode region all 3; head 0 is
+    # another rank's to fill and must stay as it was (zero here).
+    import dataclasses
+    dst_layout = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=3, head_dim=64, order=order)
+    src_layout = dataclasses.replace(dst_layout, num_kv_heads=2, head_begin=1, total_kv_heads=3)
+    tokens = 8 * 32 - 16
+    mine = (slice(None), slice(None), slice(1, 3)) if order == "NHD" else (slice(None), slice(1, 3))
+    other = (slice(None), slice(None), slice(0, 1)) if order == "NHD" else (slice(None), slice(0, 1))
+    prefill, decode = start_daemon("prefill"), start_daemon("decode")
+    with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc, \
+            kvt.KvCache.allocate(src_layout, device="cuda:0") as src, \
+            kvt.KvCache.allocate(dst_layout, device="cuda:0") as gpu_dst, \
+            kvt.KvCache.allocate(dst_layout) as host_dst:
+        fill(src, seed=5)
+        try:
+            src.register(pc, "src")
+            gpu_dst.register(dc, "gpu")
+        except kvt.FailedPrecondition as e:
+            pytest.skip(f"this kvtd has no GPU path: {e}")
+        host_dst.register(dc, "host")
+
+        def move(request: str, region: str, scheme: str) -> None:
+            dc.expect(request, region, range(8), tokens)
+            pc.offer(request, "src", range(8), tokens, range(2), scheme=scheme, decode_daemon=decode.peer_address)
+            events = list(dc.watch(request, timeout=60.0))
+            assert events[-1].kind is kvt.EventKind.DONE, events
+
+        move("bf16", "gpu", "bf16")
+        for layer in range(2):
+            for got, want in ((gpu_dst.k(layer), src.k(layer)), (gpu_dst.v(layer), src.v(layer))):
+                part = got[mine].contiguous()
+                flat_got = (part.transpose(1, 2) if order == "HND" else part).reshape(-1, 2, 64)[:tokens]
+                flat_want = (want.transpose(1, 2) if order == "HND" else want).reshape(-1, 2, 64)[:tokens]
+                assert torch.equal(flat_got, flat_want)
+                assert not got[other].any()
+        move("lynx-gpu", "gpu", "lynx")
+        move("lynx-host", "host", "lynx")
+        for layer in range(2):
+            assert torch.equal(gpu_dst.k(layer).cpu(), host_dst.k(layer).cpu())
+            assert torch.equal(gpu_dst.v(layer).cpu(), host_dst.v(layer).cpu())
+        src.unregister()
+        gpu_dst.unregister()
+        host_dst.unregister()

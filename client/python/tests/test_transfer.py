@@ -83,6 +83,47 @@ def test_transfer_writes_what_the_codec_decodes(pair: Pair, ids: Callable[[str],
         assert not dst.k_numpy(0)[untouched].any() and not dst.v_numpy(LAYERS - 1)[untouched].any()
 
 
+@pytest.mark.parametrize("scheme,order", [("bf16", "NHD"), ("lynx", "HND")])
+def test_a_wider_decode_region_is_filled_by_one_request_per_narrower_source(
+        pair: Pair, ids: Callable[[str], str], kvtctl_path: str, tmp_path: Path, scheme: str, order: str) -> None:
+    # Tensor parallelism 2 -> 1: two prefill ranks hold heads [0, 2) and [2, 4) of 4; the decode region holds all
+    # 4, and each rank's request fills its heads of the same blocks.
+    import dataclasses
+    full = kvt.KvLayout(num_layers=LAYERS, num_blocks=24, block_tokens=16, num_kv_heads=4, head_dim=64, order=order)
+    halves = [dataclasses.replace(full, num_kv_heads=2, head_begin=2 * r, total_kv_heads=4) for r in range(2)]
+    tokens, blocks = 150, [3, 17, 5, 9, 0, 21, 11, 14, 2, 20]
+    with kvt.KvCache.allocate(halves[0]) as src0, kvt.KvCache.allocate(halves[1]) as src1, \
+            kvt.KvCache.allocate(full) as dst:
+        for r, src in enumerate((src0, src1)):
+            fill_random(src, seed=20 + r)
+            src.register(pair.prefill_client, ids(f"src{r}"))
+        dst.register(pair.decode_client, ids("dst"))
+        for r in range(2):
+            pair.decode_client.expect(ids(f"r{r}"), ids("dst"), blocks, tokens, source_daemon=pair.prefill.daemon_id)
+            pair.prefill_client.offer(ids(f"r{r}"), ids(f"src{r}"), blocks, tokens, range(LAYERS), scheme=scheme,
+                                      decode_daemon=pair.decode.peer_address)
+        for r in range(2):
+            assert events_of(pair.decode_client, ids(f"r{r}"))[-1].kind is kvt.EventKind.DONE
+        received = gather(dst, blocks, tokens)
+        for r, src in enumerate((src0, src1)):
+            source = gather(src, blocks, tokens)
+            expected = expected_after_transfer(kvtctl_path, scheme, source, src.layout.dtype, tmp_path)
+            np.testing.assert_array_equal(received[:, :, :, 2 * r:2 * r + 2], expected)
+        # A source that shares no head with the region is refused, with what to fix.
+        other = dataclasses.replace(full, num_kv_heads=2, head_begin=0, total_kv_heads=8)
+        with kvt.KvCache.allocate(other) as src2:
+            src2.register(pair.prefill_client, ids("src2"))
+            pair.decode_client.expect(ids("bad"), ids("dst"), blocks, tokens, source_daemon=pair.prefill.daemon_id)
+            pair.prefill_client.offer(ids("bad"), ids("src2"), blocks, tokens, range(LAYERS), scheme=scheme,
+                                      decode_daemon=pair.decode.peer_address)
+            # The prefill side is told why; the decode side's expectation stays for a matching source until
+            # its deadline (a wrong peer cannot end it), so cancel it.
+            last = events_of(pair.prefill_client, ids("bad"))[-1]
+            assert last.kind is kvt.EventKind.FAILED
+            assert "must share some" in str(last.error()), last
+            pair.decode_client.cancel(ids("bad"))
+
+
 def test_transfer_counts_in_both_daemons_stats(pair: Pair, ids: Callable[[str], str]) -> None:
     layout = make_layout()
     prefill_before, decode_before = pair.prefill_client.stats(), pair.decode_client.stats()
