@@ -350,6 +350,8 @@ void Engine::SendControl(PeerLink& link, const ControlMessage& m, absl::Time now
   if (!sent.ok()) {
     if (peer_shutdown) {
       LinkDown(link, absl::UnavailableError("peer shut down"), DownCause::kPeerShutdown);
+    } else if (shutting_down_) {  // our own goodbye could not leave: the link goes down with the shutdown anyway
+      LinkDown(link, absl::UnavailableError("transport shut down"), DownCause::kShutdown);
     } else {
       LinkDown(link, absl::UnavailableError(absl::StrCat("send failed: ", sent.message())));
     }
