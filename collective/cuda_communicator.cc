@@ -58,9 +58,19 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("workspace_bytes must be at least 4096, got %d", options.workspace_bytes));
   }
+  std::unique_ptr<CudaCommunicator> comm(new CudaCommunicator());
+  KVT_ASSIGN_OR_RETURN(comm->group_, internal::CudaPeerGroup::Create(std::move(bootstrap),
+                                                                     {.device = options.device,
+                                                                      .flag_bytes = kFlagAreaBytes,
+                                                                      .area_bytes = options.workspace_bytes,
+                                                                      .bootstrap_timeout = options.bootstrap_timeout,
+                                                                      .what = "CudaCommunicator"}));
+  // Every rank checks the same values from here on (the group checked workspace_bytes alike on every rank), so
+  // what one refuses, all refuse.
+  KVT_RETURN_IF_ERROR(comm->AgreeOnOneShot(options));
   // Each half of the one-shot region: one encoding per rank of up to one_shot_bytes of input (an encoding is never
   // larger than its raw input but for group headers), plus room for the 16-byte alignment of every shard slot.
-  const uint64_t world = static_cast<uint64_t>(bootstrap == nullptr ? 1 : bootstrap->world_size());
+  const uint64_t world = static_cast<uint64_t>(comm->group_->world_size());
   // Each half a multiple of 256 bytes, so both start aligned (the region's start is rounded down to 256 too).
   const uint64_t one_shot_half =
       options.one_shot_bytes == 0
@@ -72,13 +82,6 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
         "%d: lower one_shot_bytes or raise workspace_bytes",
         options.one_shot_bytes, 2 * one_shot_half, world, options.workspace_bytes));
   }
-  std::unique_ptr<CudaCommunicator> comm(new CudaCommunicator());
-  KVT_ASSIGN_OR_RETURN(comm->group_, internal::CudaPeerGroup::Create(std::move(bootstrap),
-                                                                     {.device = options.device,
-                                                                      .flag_bytes = kFlagAreaBytes,
-                                                                      .area_bytes = options.workspace_bytes,
-                                                                      .bootstrap_timeout = options.bootstrap_timeout,
-                                                                      .what = "CudaCommunicator"}));
   // The round counter starts at zero, before any kernel of this communicator can run.
   KVT_RETURN_IF_ERROR(comm->group_->UseDevice());
   KVT_ASSIGN_OR_RETURN(comm->round_state_, DeviceBuffer::Create(sizeof(internal::RoundState)));
@@ -90,7 +93,6 @@ absl::StatusOr<std::unique_ptr<CudaCommunicator>> CudaCommunicator::Create(
   comm->one_shot_bytes_ = options.one_shot_bytes;
   comm->one_shot_half_ = one_shot_half;
   KVT_RETURN_IF_ERROR(comm->SetUpNccl(options));
-  KVT_RETURN_IF_ERROR(comm->AgreeOnOneShot(options));
   return comm;
 }
 
