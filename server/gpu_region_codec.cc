@@ -260,6 +260,9 @@ class GpuRegionCodec final : public RegionCodec {
   }
 
  private:
+  // Scratch a slot keeps for ReslicedDecode: 64 MiB, or one page where a page is larger.
+  static constexpr size_t kMaxResliceScratch = size_t{64} << 20;
+
   // The pages hold heads [source_head_begin, + source_heads) of the model and the region others (tensor-parallel
   // ranks of different sizes; the request checked that they share some): decode into blocks of the slot's
   // scratch shaped like the region's but with the source's heads, then copy each block's shared heads, valid
@@ -278,41 +281,55 @@ class GpuRegionCodec final : public RegionCodec {
     const size_t heads = hi - lo;
     const size_t from_head = lo - options_.source_head_begin, to_head = lo - dst.head_begin;
     const size_t scratch_block = bt * src_heads * hd * element;
-    const size_t need = ids.size() * scratch_block;
+    const size_t dst_block = bt * dst_heads * hd * element;
+    // Pages of one batch have one length (DecodePages checks), so each takes the same number of blocks. The
+    // scratch holds at most kMaxResliceScratch bytes (at least one page): a larger batch goes in rounds.
+    const size_t page_blocks = ids.size() / pages.size();
+    const size_t per_round = std::max<size_t>(1, kMaxResliceScratch / (page_blocks * scratch_block));
+    const size_t need = std::min(pages.size(), per_round) * page_blocks * scratch_block;
     if (slot.reslice == nullptr || slot.reslice->size() < need) {
       slot.reslice.reset();
       KVT_ASSIGN_OR_RETURN(slot.reslice, DeviceBuffer::Create(need));
     }
-    codec::gpu::PagedKvView scratch = View(region_, pages[0].layer, pages[0].kind);
-    scratch.data = static_cast<uint8_t*>(slot.reslice->get());
-    scratch.num_blocks = static_cast<int>(ids.size());
-    scratch.heads = static_cast<int>(src_heads);
-    std::vector<int32_t> scratch_ids(ids.size());
-    for (size_t j = 0; j < ids.size(); ++j) scratch_ids[j] = static_cast<int32_t>(j);
-    KVT_RETURN_IF_ERROR(codec::gpu::DecodeHostContainersCudaWith(slot.staging, containers, stages,
-                                                                 codec::CodecOptions{}, scratch, scratch_ids,
-                                                                 slot.stream->get(), check_loop));
     const codec::gpu::PagedKvView target = View(region_, pages[0].layer, pages[0].kind);
-    const size_t dst_block = bt * dst_heads * hd * element;
+    codec::gpu::PagedKvView scratch = target;
+    scratch.data = static_cast<uint8_t*>(slot.reslice->get());
+    scratch.heads = static_cast<int>(src_heads);
     const CudaStream stream{slot.stream->get()};
-    size_t j = 0;
-    for (const kv::PageSpec& page : pages) {
-      for (uint32_t t = 0; t < page.tokens; t += static_cast<uint32_t>(bt), ++j) {
-        const size_t tokens = std::min<size_t>(bt, page.tokens - t);  // the page's last block may be partial
-        const uint8_t* from = static_cast<const uint8_t*>(slot.reslice->get()) + j * scratch_block;
-        uint8_t* to = static_cast<uint8_t*>(target.data) + static_cast<size_t>(ids[j]) * dst_block;
-        if (dst.order == numerics::BlockOrder::kNhd) {  // [tokens][heads][dim]: a row per token
-          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to + to_head * hd * element, dst_heads * hd * element,
-                                                   from + from_head * hd * element, src_heads * hd * element,
-                                                   heads * hd * element, tokens, stream));
-        } else {  // [heads][tokens][dim]: a row per head
-          KVT_RETURN_IF_ERROR(CopyDeviceToDevice2D(to + to_head * bt * hd * element, bt * hd * element,
-                                                   from + from_head * bt * hd * element, bt * hd * element,
-                                                   tokens * hd * element, heads, stream));
+    for (size_t first = 0; first < pages.size(); first += per_round) {
+      const size_t n = std::min(per_round, pages.size() - first);
+      scratch.num_blocks = static_cast<int>(n * page_blocks);
+      std::vector<int32_t> scratch_ids(n * page_blocks);
+      for (size_t j = 0; j < scratch_ids.size(); ++j) scratch_ids[j] = static_cast<int32_t>(j);
+      KVT_RETURN_IF_ERROR(codec::gpu::DecodeHostContainersCudaWith(
+          slot.staging, containers.subspan(first, n), stages, codec::CodecOptions{}, scratch, scratch_ids,
+          slot.stream->get(), check_loop));
+      absl::Status copied = absl::OkStatus();
+      for (size_t p = 0; p < n && copied.ok(); ++p) {
+        const kv::PageSpec& page = pages[first + p];
+        for (size_t b = 0; b < page_blocks && copied.ok(); ++b) {
+          const size_t tokens = std::min<size_t>(bt, page.tokens - b * bt);  // the page's last block may be partial
+          const size_t j = p * page_blocks + b;
+          const uint8_t* from = static_cast<const uint8_t*>(slot.reslice->get()) + j * scratch_block;
+          uint8_t* to = static_cast<uint8_t*>(target.data) +
+                        static_cast<size_t>(ids[(first * page_blocks) + j]) * dst_block;
+          if (dst.order == numerics::BlockOrder::kNhd) {  // [tokens][heads][dim]: a row per token
+            copied = CopyDeviceToDevice2D(to + to_head * hd * element, dst_heads * hd * element,
+                                          from + from_head * hd * element, src_heads * hd * element,
+                                          heads * hd * element, tokens, stream);
+          } else {  // [heads][tokens][dim]: a row per head
+            copied = CopyDeviceToDevice2D(to + to_head * bt * hd * element, bt * hd * element,
+                                          from + from_head * bt * hd * element, bt * hd * element,
+                                          tokens * hd * element, heads, stream);
+          }
         }
       }
+      // Wait for the copies already queued, on failure too: nothing may land after the request has ended.
+      const absl::Status synced = ::kvt::Synchronize(stream);
+      KVT_RETURN_IF_ERROR(copied);
+      KVT_RETURN_IF_ERROR(synced);
     }
-    return ::kvt::Synchronize(stream);
+    return absl::OkStatus();
   }
 
   const Region& region_;

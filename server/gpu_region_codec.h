@@ -27,8 +27,8 @@ inline constexpr size_t kMaxGpuPageHelpers = 8;
 // message says which page or scheme does not fit.
 absl::Status CheckGpuPlan(const kv::KvLayout& layout, const kv::TransferPlan& plan);
 
-// The codec of `region` (on_gpu). The decode side must have checked that the region holds the heads the source
-// sends (the GPU path does not re-slice heads).
+// The codec of `region` (on_gpu). The decode side must have checked that the region and the source share some
+// heads: decodes write those (re-sliced through a scratch when the ranges differ).
 std::unique_ptr<RegionCodec> MakeGpuRegionCodec(const Region& region, const RegionCodecOptions& options);
 
 }  // namespace kvt::server

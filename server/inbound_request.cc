@@ -46,8 +46,12 @@ absl::Status InboundRequest::Accept(const OpenArgs& open, uint64_t first_transfe
   // Tensor parallelism M -> N: the request writes the heads both hold. A region wider than its source (N < M)
   // takes one request per source rank, each filling its part; a source that shares no head with the region is
   // a misconfiguration.
-  if (TotalHeads(src) != TotalHeads(dst) || dst.head_begin >= src.head_begin + src.num_kv_heads ||
-      src.head_begin >= dst.head_begin + dst.num_kv_heads) {
+  if (TotalHeads(src) != TotalHeads(dst)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the source's model has %d KV heads, this region's %d: the layouts' total_kv_heads must agree",
+        TotalHeads(src), TotalHeads(dst)));
+  }
+  if (dst.head_begin >= src.head_begin + src.num_kv_heads || src.head_begin >= dst.head_begin + dst.num_kv_heads) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "this region holds heads [%d, %d) of %d; the source sends heads [%d, %d) of %d, which must share some",
         dst.head_begin, dst.head_begin + dst.num_kv_heads, TotalHeads(dst), src.head_begin,

@@ -57,7 +57,8 @@ struct RegionCodecOptions {
   WorkerPool* workers = nullptr;      // the codec threads (encodes, checks)
   HostBufferPool* buffers = nullptr;  // encoded layers
   // Decodes: the heads the pages hold, [source_head_begin, source_head_begin + source_heads) of the model; the
-  // region's own heads (a sub-range of them) are written. 0 heads: the region's own.
+  // heads both they and the region hold are written, the region's others left as they are. 0 heads: the
+  // region's own.
   uint32_t source_head_begin = 0;
   uint32_t source_heads = 0;
 };

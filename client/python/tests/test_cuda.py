@@ -2,7 +2,7 @@
 run them on a GPU machine with a kvtd built with CUDA."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, List
 
 import numpy as np
 import pytest
@@ -112,22 +112,35 @@ def test_a_region_inside_a_larger_allocation_is_written_at_its_offset(
     assert not allocation[:lead].any()  # nothing before the region was touched
 
 
-@pytest.mark.parametrize("order", ["NHD", "HND"])
-def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
-        start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
-    # Tensor parallelism of different sizes: the source holds heads [0, 3) of 3, the decode region head 1 only.
-    # The last block is half full (240 tokens in 8 blocks of 32): its other tokens must stay untouched.
-    import dataclasses
-    src_layout = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=3, head_dim=64, order=order)
-    dst_layout = dataclasses.replace(src_layout, num_kv_heads=1, head_begin=1, total_kv_heads=3)
-    tokens = 8 * 32 - 16
-    head = (slice(None), slice(None), slice(1, 2)) if order == "NHD" else (slice(None), slice(1, 2))
-    prefill, decode = start_daemon("prefill"), start_daemon("decode")
+# Tensor parallelism M -> N on GPU regions: 23 blocks of 32 tokens at shuffled, different ids on each side, the
+# last block half full, and 64-token pages (the prefill daemon's --page_tokens), so a decode batch carries several
+# pages and the scratch's block index differs from the region's.
+RESLICE_BLOCKS = 24
+RESLICE_TOKENS = 23 * 32 - 16
+SRC_BLOCKS = [(7 * i + 3) % RESLICE_BLOCKS for i in range(23)]
+DST_BLOCKS = [(5 * i + 1) % RESLICE_BLOCKS for i in range(23)]
+
+
+def request_tokens(t: "torch.Tensor", order: str, blocks: List[int], tokens: int) -> "torch.Tensor":
+    """[tokens, heads, dim] of a [blocks, ...] K or V tensor: the request's tokens, in its block order."""
+    picked = t[blocks]
+    if order == "HND":
+        picked = picked.transpose(1, 2)
+    return picked.reshape(-1, *picked.shape[2:])[:tokens]
+
+
+def resliced_transfers(start_daemon: Callable[..., kvt.Daemon], src_layout: kvt.KvLayout,
+                       dst_layout: kvt.KvLayout, seed: int,
+                       check: Callable[[kvt.KvCache, kvt.KvCache], None]) -> None:
+    """bf16 into a GPU region (then `check(src, gpu_dst)`), and lynx into that GPU region and into a host region
+    of the same layout, which must come out bitwise equal."""
+    prefill = start_daemon("prefill", extra=["--page_tokens=64"])
+    decode = start_daemon("decode")
     with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc, \
             kvt.KvCache.allocate(src_layout, device="cuda:0") as src, \
             kvt.KvCache.allocate(dst_layout, device="cuda:0") as gpu_dst, \
             kvt.KvCache.allocate(dst_layout) as host_dst:
-        fill(src, seed=4)
+        fill(src, seed=seed)
         try:
             src.register(pc, "src")
             gpu_dst.register(dc, "gpu")
@@ -136,24 +149,17 @@ def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
         host_dst.register(dc, "host")
 
         def move(request: str, region: str, scheme: str) -> None:
-            dc.expect(request, region, range(8), tokens)
-            pc.offer(request, "src", range(8), tokens, range(2), scheme=scheme, decode_daemon=decode.peer_address)
+            dc.expect(request, region, DST_BLOCKS, RESLICE_TOKENS)
+            pc.offer(request, "src", SRC_BLOCKS, RESLICE_TOKENS, range(src_layout.num_layers), scheme=scheme,
+                     decode_daemon=decode.peer_address)
             events = list(dc.watch(request, timeout=60.0))
             assert events[-1].kind is kvt.EventKind.DONE, events
 
-        def valid(t: "torch.Tensor") -> "torch.Tensor":  # the transferred tokens of a [blocks, ...] tensor
-            flat = t.transpose(1, 2) if order == "HND" else t
-            return flat.reshape(-1, *flat.shape[2:])[:tokens]
-
         move("bf16", "gpu", "bf16")
-        for layer in range(2):
-            for got, want in ((gpu_dst.k(layer), src.k(layer)), (gpu_dst.v(layer), src.v(layer))):
-                assert torch.equal(valid(got), valid(want[head].contiguous()))
-                assert not valid_tail(got, order, tokens).any()
-        # lynx: the GPU decode re-sliced equals the CPU decode re-sliced, bit for bit.
+        check(src, gpu_dst)
         move("lynx-gpu", "gpu", "lynx")
         move("lynx-host", "host", "lynx")
-        for layer in range(2):
+        for layer in range(src_layout.num_layers):
             assert torch.equal(gpu_dst.k(layer).cpu(), host_dst.k(layer).cpu())
             assert torch.equal(gpu_dst.v(layer).cpu(), host_dst.v(layer).cpu())
             assert gpu_dst.k(layer).any()
@@ -162,10 +168,27 @@ def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
         host_dst.unregister()
 
 
-def valid_tail(t: "torch.Tensor", order: str, tokens: int) -> "torch.Tensor":
-    """The tokens of a [blocks, ...] tensor after the first `tokens`."""
-    flat = t.transpose(1, 2) if order == "HND" else t
-    return flat.reshape(-1, *flat.shape[2:])[tokens:]
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
+        start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
+    # The source holds heads [0, 3) of 3, the decode region head 1 only.
+    import dataclasses
+    src_layout = kvt.KvLayout(num_layers=2, num_blocks=RESLICE_BLOCKS, block_tokens=32, num_kv_heads=3,
+                              head_dim=64, order=order)
+    dst_layout = dataclasses.replace(src_layout, num_kv_heads=1, head_begin=1, total_kv_heads=3)
+
+    def check(src: kvt.KvCache, dst: kvt.KvCache) -> None:
+        for layer in range(2):
+            for got, want in ((dst.k(layer), src.k(layer)), (dst.v(layer), src.v(layer))):
+                assert torch.equal(request_tokens(got, order, DST_BLOCKS, RESLICE_TOKENS),
+                                   request_tokens(want, order, SRC_BLOCKS, RESLICE_TOKENS)[:, 1:2])
+                # The last block's other tokens, and the block no request uses, stay as they were (zero).
+                tail = request_tokens(got, order, DST_BLOCKS, 23 * 32)[RESLICE_TOKENS:]
+                assert not tail.any()
+                unused = sorted(set(range(RESLICE_BLOCKS)) - set(DST_BLOCKS))
+                assert not got[unused].any()
+
+    resliced_transfers(start_daemon, src_layout, dst_layout, seed=4, check=check)
 
 
 @pytest.mark.parametrize("order", ["NHD", "HND"])
@@ -174,43 +197,15 @@ def test_a_gpu_region_wider_than_its_source_gets_the_sources_heads_and_keeps_the
     # Tensor parallelism 2 -> 1: the source rank holds heads [1, 3) of 3, the decode region all 3; head 0 is
     # another rank's to fill and must stay as it was (zero here).
     import dataclasses
-    dst_layout = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=3, head_dim=64, order=order)
+    dst_layout = kvt.KvLayout(num_layers=2, num_blocks=RESLICE_BLOCKS, block_tokens=32, num_kv_heads=3,
+                              head_dim=64, order=order)
     src_layout = dataclasses.replace(dst_layout, num_kv_heads=2, head_begin=1, total_kv_heads=3)
-    tokens = 8 * 32 - 16
-    mine = (slice(None), slice(None), slice(1, 3)) if order == "NHD" else (slice(None), slice(1, 3))
-    other = (slice(None), slice(None), slice(0, 1)) if order == "NHD" else (slice(None), slice(0, 1))
-    prefill, decode = start_daemon("prefill"), start_daemon("decode")
-    with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc, \
-            kvt.KvCache.allocate(src_layout, device="cuda:0") as src, \
-            kvt.KvCache.allocate(dst_layout, device="cuda:0") as gpu_dst, \
-            kvt.KvCache.allocate(dst_layout) as host_dst:
-        fill(src, seed=5)
-        try:
-            src.register(pc, "src")
-            gpu_dst.register(dc, "gpu")
-        except kvt.FailedPrecondition as e:
-            pytest.skip(f"this kvtd has no GPU path: {e}")
-        host_dst.register(dc, "host")
 
-        def move(request: str, region: str, scheme: str) -> None:
-            dc.expect(request, region, range(8), tokens)
-            pc.offer(request, "src", range(8), tokens, range(2), scheme=scheme, decode_daemon=decode.peer_address)
-            events = list(dc.watch(request, timeout=60.0))
-            assert events[-1].kind is kvt.EventKind.DONE, events
+    def check(src: kvt.KvCache, dst: kvt.KvCache) -> None:
+        for layer in range(2):
+            for got, want in ((dst.k(layer), src.k(layer)), (dst.v(layer), src.v(layer))):
+                landed = request_tokens(got, order, DST_BLOCKS, RESLICE_TOKENS)
+                assert torch.equal(landed[:, 1:3], request_tokens(want, order, SRC_BLOCKS, RESLICE_TOKENS))
+                assert not landed[:, 0].any()
 
-        move("bf16", "gpu", "bf16")
-        for layer in range(2):
-            for got, want in ((gpu_dst.k(layer), src.k(layer)), (gpu_dst.v(layer), src.v(layer))):
-                part = got[mine].contiguous()
-                flat_got = (part.transpose(1, 2) if order == "HND" else part).reshape(-1, 2, 64)[:tokens]
-                flat_want = (want.transpose(1, 2) if order == "HND" else want).reshape(-1, 2, 64)[:tokens]
-                assert torch.equal(flat_got, flat_want)
-                assert not got[other].any()
-        move("lynx-gpu", "gpu", "lynx")
-        move("lynx-host", "host", "lynx")
-        for layer in range(2):
-            assert torch.equal(gpu_dst.k(layer).cpu(), host_dst.k(layer).cpu())
-            assert torch.equal(gpu_dst.v(layer).cpu(), host_dst.v(layer).cpu())
-        src.unregister()
-        gpu_dst.unregister()
-        host_dst.unregister()
+    resliced_transfers(start_daemon, src_layout, dst_layout, seed=5, check=check)

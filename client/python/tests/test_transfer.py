@@ -109,19 +109,25 @@ def test_a_wider_decode_region_is_filled_by_one_request_per_narrower_source(
             source = gather(src, blocks, tokens)
             expected = expected_after_transfer(kvtctl_path, scheme, source, src.layout.dtype, tmp_path)
             np.testing.assert_array_equal(received[:, :, :, 2 * r:2 * r + 2], expected)
-        # A source that shares no head with the region is refused, with what to fix.
-        other = dataclasses.replace(full, num_kv_heads=2, head_begin=0, total_kv_heads=8)
-        with kvt.KvCache.allocate(other) as src2:
-            src2.register(pair.prefill_client, ids("src2"))
-            pair.decode_client.expect(ids("bad"), ids("dst"), blocks, tokens, source_daemon=pair.prefill.daemon_id)
-            pair.prefill_client.offer(ids("bad"), ids("src2"), blocks, tokens, range(LAYERS), scheme=scheme,
-                                      decode_daemon=pair.decode.peer_address)
-            # The prefill side is told why; the decode side's expectation stays for a matching source until
-            # its deadline (a wrong peer cannot end it), so cancel it.
-            last = events_of(pair.prefill_client, ids("bad"))[-1]
-            assert last.kind is kvt.EventKind.FAILED
-            assert "must share some" in str(last.error()), last
-            pair.decode_client.cancel(ids("bad"))
+        # A source that shares no head with the region is refused, with what to fix: a region of heads [0, 2)
+        # of 4 and a source of heads [2, 4); and so is a source of another model (8 heads in all).
+        narrow = dataclasses.replace(full, num_kv_heads=2, head_begin=0, total_kv_heads=4)
+        other_model = dataclasses.replace(full, num_kv_heads=2, head_begin=0, total_kv_heads=8)
+        with kvt.KvCache.allocate(narrow) as dst2, kvt.KvCache.allocate(other_model) as src8:
+            dst2.register(pair.decode_client, ids("dst2"))
+            src8.register(pair.prefill_client, ids("src8"))
+            for name, source, region, want in (("bad", "src1", "dst2", "must share some"),
+                                               ("bad8", "src8", "dst", "total_kv_heads must agree")):
+                pair.decode_client.expect(ids(name), ids(region), blocks, tokens,
+                                          source_daemon=pair.prefill.daemon_id)
+                pair.prefill_client.offer(ids(name), ids(source), blocks, tokens, range(LAYERS), scheme=scheme,
+                                          decode_daemon=pair.decode.peer_address)
+                # The prefill side is told why; the decode side's expectation stays for a matching source until
+                # its deadline (a wrong peer cannot end it), so cancel it.
+                last = events_of(pair.prefill_client, ids(name))[-1]
+                assert last.kind is kvt.EventKind.FAILED
+                assert want in str(last.error()), last
+                pair.decode_client.cancel(ids(name))
 
 
 def test_transfer_counts_in_both_daemons_stats(pair: Pair, ids: Callable[[str], str]) -> None:
