@@ -146,8 +146,12 @@ __device__ __forceinline__ UnitWalk MakeWalk(const TeamInfo& team) {
 
 // ---- kernels --------------------------------------------------------------------------------------------
 
-template <typename T, int kBits>
-__device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const RoundParams& p) {
+// Encodes every unit (chunk, shard, group) of the round with the step-1 format, as step 1 of both kinds of round
+// does, and has `targets(at, shard, write)` call write(slot) for each place the group goes (its slot's start:
+// raw elements or GroupQuantizer's packed bytes land at the group's position in it). A non-finite input is
+// recorded as kBadInput (raw elements pass through unchecked, as WireCommunicator's memcpy does).
+template <typename T, int kBits, typename Targets>
+__device__ __forceinline__ void EncodeStep1(const T* __restrict__ in, const RoundParams& p, Targets targets) {
   const int group = p.step1.group_size;
   const bool spike = p.step1.spike;
   const TeamInfo team = MakeTeam(group);
@@ -157,15 +161,15 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
   for (uint32_t u = walk.first; u < total; u += walk.stride) {
     const Unit at = LocateUnit(p, u);
     const Shard shard = ShardOfClass(at.last ? p.last : p.full, at.j);
-    const uint64_t full_enc1 = ShardOfClass(p.full, at.j).enc1;
     const uint64_t first = static_cast<uint64_t>(at.g) * group;
     const int valid = ValidIn(shard.size, first, team.t);
     const uint64_t value_index = at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread;
     float v[kPerThread];
     LoadElements(in + value_index, valid, v);
-    uint8_t* slot = p.step1_area[at.j] + at.kk * p.world * full_enc1 + p.rank * shard.enc1;
-    if constexpr (kBits == 0) {  // raw elements pass through unchecked, as WireCommunicator's memcpy does
-      StoreElements(reinterpret_cast<T*>(slot) + first + team.t * kPerThread, valid, v);
+    if constexpr (kBits == 0) {
+      targets(at, shard, [&](uint8_t* slot) {
+        StoreElements(reinterpret_cast<T*>(slot) + first + team.t * kPerThread, valid, v);
+      });
     } else {
       bool group_bad = false;
       const Piece<kBits> piece = EncodeGroup<kBits>(spike, v, valid, team, &group_bad);
@@ -175,14 +179,23 @@ __device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const Roun
           if (i < valid && !isfinite(v[i]) && first_bad == ~0ull) first_bad = p.call_offset + value_index + i;
         }
       }
-      StorePiece<kBits>(spike, piece, PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, at.g), first,
-                        team.t, slot);
+      const GroupPlace<kBits> place = PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, at.g);
+      targets(at, shard, [&](uint8_t* slot) { StorePiece<kBits>(spike, piece, place, first, team.t, slot); });
     }
   }
   if (first_bad != ~0ull) {
     atomicMin(&p.status->first_bad_input, first_bad);
     atomicOr(&p.status->errors, static_cast<unsigned>(kBadInput));
   }
+}
+
+// Step 1 of the two-step round: shard j of every chunk into rank j's step-1 area, slot [chunk][me].
+template <typename T, int kBits>
+__device__ __forceinline__ void ScatterBody(const T* __restrict__ in, const RoundParams& p) {
+  EncodeStep1<T, kBits>(in, p, [&](const Unit& at, const Shard& shard, auto&& write) {
+    const uint64_t full_enc1 = ShardOfClass(p.full, at.j).enc1;
+    write(p.step1_area[at.j] + at.kk * p.world * full_enc1 + p.rank * shard.enc1);
+  });
 }
 
 template <typename T>
@@ -200,7 +213,6 @@ __global__ void __launch_bounds__(kThreads, 3) ReduceScatterPushKernel(const T* 
   ArriveAndSignal(p, epoch, 0);
 }
 
-// Decodes rank r's step-1 encoding of this unit.
 // Decodes rank r's step-1 encoding of this unit into d, or with kAccumulate adds it to d.
 template <typename T, int kBits, bool kAccumulate>
 __device__ __forceinline__ void DecodeStep1(const RoundParams& p, const uint8_t* slot, const Shard& shard, uint32_t g,
@@ -214,6 +226,17 @@ __device__ __forceinline__ void DecodeStep1(const RoundParams& p, const uint8_t*
     DecodeGroup<kBits, kAccumulate>(p.step1.spike,
                                     PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, g), first,
                                     valid, t, slot, d);
+  }
+}
+
+// The sum in fp32 of the N ranks' step-1 encodings of one group, in rank order 0..N-1 as WireCommunicator adds
+// them: rank r's at slots + r * shard.enc1.
+template <typename T, int kBits>
+__device__ __forceinline__ void SumStep1(const RoundParams& p, const uint8_t* slots, const Shard& shard, uint32_t g,
+                                         uint64_t first, int valid, int t, float sum[kPerThread]) {
+  DecodeStep1<T, kBits, false>(p, slots, shard, g, first, valid, t, sum);
+  for (int r = 1; r < p.world; ++r) {
+    DecodeStep1<T, kBits, true>(p, slots + r * shard.enc1, shard, g, first, valid, t, sum);
   }
 }
 
@@ -236,11 +259,8 @@ __device__ __forceinline__ void ReduceBody(const RoundParams& p) {
     const uint64_t first = static_cast<uint64_t>(g) * group;
     const int valid = ValidIn(shard.size, first, team.t);
     const uint8_t* slots = p.step1_area[p.rank] + kk * p.world * full_mine.enc1;
-    float sum[kPerThread];  // in rank order 0..N-1, as WireCommunicator
-    DecodeStep1<T, kBits1, false>(p, slots, shard, g, first, valid, team.t, sum);
-    for (int r = 1; r < p.world; ++r) {
-      DecodeStep1<T, kBits1, true>(p, slots + r * shard.enc1, shard, g, first, valid, team.t, sum);
-    }
+    float sum[kPerThread];
+    SumStep1<T, kBits1>(p, slots, shard, g, first, valid, team.t, sum);
     const uint64_t step2_offset = kk * step2_stride + Step2Prefix(is_last ? p.last : p.full, p.rank);
     WithBits(p.step2.bits, [&](auto bits2) {
       constexpr int kBits2 = decltype(bits2)::value;
@@ -328,50 +348,14 @@ __device__ __forceinline__ uint64_t OneShotSlot(const RoundParams& p, const Unit
          static_cast<uint64_t>(r) * shard.enc1;
 }
 
-// ScatterBody's encode, with each group's encoding stored into every rank's region (the next rank first, so the
+// The one-shot round's step 1: each group's encoding into every rank's region (the next rank first, so the
 // ranks' stores spread over the links).
 template <typename T, int kBits>
 __device__ __forceinline__ void OneShotPushBody(const T* __restrict__ in, const RoundParams& p, uint64_t half) {
-  const int group = p.step1.group_size;
-  const bool spike = p.step1.spike;
-  const TeamInfo team = MakeTeam(group);
-  const uint32_t total = TotalUnits(p);
-  const UnitWalk walk = MakeWalk(team);
-  uint64_t first_bad = ~0ull;
-  for (uint32_t u = walk.first; u < total; u += walk.stride) {
-    const Unit at = LocateUnit(p, u);
-    const Shard shard = ShardOfClass(at.last ? p.last : p.full, at.j);
-    const uint64_t first = static_cast<uint64_t>(at.g) * group;
-    const int valid = ValidIn(shard.size, first, team.t);
-    const uint64_t value_index = at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread;
-    float v[kPerThread];
-    LoadElements(in + value_index, valid, v);
+  EncodeStep1<T, kBits>(in, p, [&](const Unit& at, const Shard& shard, auto&& write) {
     const uint64_t slot = half + OneShotSlot(p, at, shard, p.rank);
-    if constexpr (kBits == 0) {
-      for (int r = 0; r < p.world; ++r) {
-        const int dst = (p.rank + 1 + r) % p.world;
-        StoreElements(reinterpret_cast<T*>(p.one_shot_area[dst] + slot) + first + team.t * kPerThread, valid, v);
-      }
-    } else {
-      bool group_bad = false;
-      const Piece<kBits> piece = EncodeGroup<kBits>(spike, v, valid, team, &group_bad);
-      if (group_bad) {
-#pragma unroll
-        for (int i = 0; i < kPerThread; ++i) {
-          if (i < valid && !isfinite(v[i]) && first_bad == ~0ull) first_bad = p.call_offset + value_index + i;
-        }
-      }
-      const GroupPlace<kBits> place = PlaceGroup<kBits>(p.step1.header_bytes, shard.size, shard.groups, at.g);
-      for (int r = 0; r < p.world; ++r) {
-        const int dst = (p.rank + 1 + r) % p.world;
-        StorePiece<kBits>(spike, piece, place, first, team.t, p.one_shot_area[dst] + slot);
-      }
-    }
-  }
-  if (first_bad != ~0ull) {
-    atomicMin(&p.status->first_bad_input, first_bad);
-    atomicOr(&p.status->errors, static_cast<unsigned>(kBadInput));
-  }
+    for (int r = 0; r < p.world; ++r) write(p.one_shot_area[(p.rank + 1 + r) % p.world] + slot);
+  });
 }
 
 // ReduceBody's decode and sum (every rank's encodings of a group, rank order), over every shard, into `out`.
@@ -389,10 +373,7 @@ __device__ __forceinline__ void OneShotSumBody(T* __restrict__ out, const RoundP
     const int valid = ValidIn(shard.size, first, team.t);
     const uint8_t* const slots = mine + OneShotSlot(p, at, shard, 0);
     float sum[kPerThread];
-    DecodeStep1<T, kBits, false>(p, slots, shard, at.g, first, valid, team.t, sum);
-    for (int r = 1; r < p.world; ++r) {
-      DecodeStep1<T, kBits, true>(p, slots + r * shard.enc1, shard, at.g, first, valid, team.t, sum);
-    }
+    SumStep1<T, kBits>(p, slots, shard, at.g, first, valid, team.t, sum);
     StoreElements(out + at.kk * p.chunk_values + shard.begin + first + team.t * kPerThread, valid, sum);
   }
 }
