@@ -1,14 +1,31 @@
-"""Helpers for tests that run one process per rank: a file-backed store with the two calls the collectives'
-bootstrap makes (torch.distributed's Store has them too), and a runner that collects each rank's report by a
-deadline and kills what is left."""
+"""Helpers for the collectives' tests, which run one process per rank: the fixture that finds the collective
+library, a file-backed store with the two calls the collectives' bootstrap makes (torch.distributed's Store has
+them too), and a runner that collects each rank's report by a deadline and kills what is left."""
 from __future__ import annotations
 
+import os
 import queue
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
-__all__ = ["FileStore", "run_ranks"]
+import pytest
+
+__all__ = ["FileStore", "collective_library", "run_ranks"]
+
+_REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collective_library() -> str:
+    """libkvt_collective.so for the module's tests ($KVT_COLLECTIVE_LIB, else the checkout's bazel-bin), exported
+    as KVT_COLLECTIVE_LIB for the rank processes; a clear failure when it is not built."""
+    path = os.environ.get("KVT_COLLECTIVE_LIB") or str(_REPO / "bazel-bin/collective/libkvt_collective.so")
+    if not Path(path).exists():
+        pytest.fail(f"no {path}: run `bazel build //collective:libkvt_collective.so` or set KVT_COLLECTIVE_LIB",
+                    pytrace=False)
+    os.environ["KVT_COLLECTIVE_LIB"] = path
+    return path
 
 
 class FileStore:

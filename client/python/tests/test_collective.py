@@ -20,19 +20,8 @@ import pytest
 
 import kvt
 import kvt.collective as kc
-from ranks import FileStore, run_ranks
+from ranks import FileStore, collective_library, run_ranks  # noqa: F401 (an autouse fixture)
 
-_REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def collective_library() -> str:
-    path = os.environ.get("KVT_COLLECTIVE_LIB") or str(_REPO / "bazel-bin/collective/libkvt_collective.so")
-    if not Path(path).exists():
-        pytest.fail(f"no {path}: run `bazel build //collective:libkvt_collective.so` or set KVT_COLLECTIVE_LIB",
-                    pytrace=False)
-    os.environ["KVT_COLLECTIVE_LIB"] = path
-    return path
 
 
 def _inputs(rank: int, n: int) -> np.ndarray:

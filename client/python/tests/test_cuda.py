@@ -2,6 +2,7 @@
 run them on a GPU machine with a kvtd built with CUDA."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, List
 
 import numpy as np
@@ -172,7 +173,6 @@ def resliced_transfers(start_daemon: Callable[..., kvt.Daemon], src_layout: kvt.
 def test_a_gpu_region_holding_some_of_the_sources_heads_gets_exactly_those(
         start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
     # The source holds heads [0, 3) of 3, the decode region head 1 only.
-    import dataclasses
     src_layout = kvt.KvLayout(num_layers=2, num_blocks=RESLICE_BLOCKS, block_tokens=32, num_kv_heads=3,
                               head_dim=64, order=order)
     dst_layout = dataclasses.replace(src_layout, num_kv_heads=1, head_begin=1, total_kv_heads=3)
@@ -196,7 +196,6 @@ def test_a_gpu_region_wider_than_its_source_gets_the_sources_heads_and_keeps_the
         start_daemon: Callable[..., kvt.Daemon], order: str) -> None:
     # Tensor parallelism 2 -> 1: the source rank holds heads [1, 3) of 3, the decode region all 3; head 0 is
     # another rank's to fill and must stay as it was (zero here).
-    import dataclasses
     dst_layout = kvt.KvLayout(num_layers=2, num_blocks=RESLICE_BLOCKS, block_tokens=32, num_kv_heads=3,
                               head_dim=64, order=order)
     src_layout = dataclasses.replace(dst_layout, num_kv_heads=2, head_begin=1, total_kv_heads=3)

@@ -3,7 +3,6 @@ processes: the TCP backend on CI, the CUDA backend over torch tensors where a GP
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -13,20 +12,9 @@ import pytest
 
 import kvt
 import kvt.moe as km
-from ranks import FileStore, run_ranks
+from ranks import FileStore, collective_library, run_ranks  # noqa: F401 (an autouse fixture)
 
-_REPO = Path(__file__).resolve().parents[3]
 HIDDEN, TOPK, EXPERTS = 64, 3, 8
-
-
-@pytest.fixture(scope="module", autouse=True)
-def collective_library() -> str:
-    path = os.environ.get("KVT_COLLECTIVE_LIB") or str(_REPO / "bazel-bin/collective/libkvt_collective.so")
-    if not Path(path).exists():
-        pytest.fail(f"no {path}: run `bazel build //collective:libkvt_collective.so` or set KVT_COLLECTIVE_LIB",
-                    pytrace=False)
-    os.environ["KVT_COLLECTIVE_LIB"] = path
-    return path
 
 
 def _routing(rank: int, n: int) -> Any:

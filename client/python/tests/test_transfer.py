@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import time
 from pathlib import Path
 from typing import Callable, List
@@ -88,7 +89,6 @@ def test_a_wider_decode_region_is_filled_by_one_request_per_narrower_source(
         pair: Pair, ids: Callable[[str], str], kvtctl_path: str, tmp_path: Path, scheme: str, order: str) -> None:
     # Tensor parallelism 2 -> 1: two prefill ranks hold heads [0, 2) and [2, 4) of 4; the decode region holds all
     # 4, and each rank's request fills its heads of the same blocks.
-    import dataclasses
     full = kvt.KvLayout(num_layers=LAYERS, num_blocks=24, block_tokens=16, num_kv_heads=4, head_dim=64, order=order)
     halves = [dataclasses.replace(full, num_kv_heads=2, head_begin=2 * r, total_kv_heads=4) for r in range(2)]
     tokens, blocks = 150, [3, 17, 5, 9, 0, 21, 11, 14, 2, 20]
