@@ -35,17 +35,50 @@ def intq(X,bits,chunk=32):
     if n<T: out[n:]=intq(X[n:],bits,T-n) if T-n>0 else X[n:]
     return out
 
+def quant_ends(cmin,cmax,lo,hi,grid,warp=0.0):
+    """Outward-rounded ends of [cmin, cmax] on a grid of `grid` points over [lo, hi] (elementwise arrays)."""
+    lo=np.broadcast_to(lo,cmin.shape).astype(np.float32); hi=np.broadcast_to(hi,cmin.shape).astype(np.float32)
+    centre=((lo.astype(np.float64)+hi)*0.5).astype(np.float32); half=((hi.astype(np.float64)-lo)*0.5).astype(np.float32)
+    G=grid-1; mid=G//2
+    u=(np.arange(grid)-mid)/mid
+    g=(np.sinh(warp*u)/np.sinh(warp) if warp>0 else u).astype(np.float32)
+    def end(q):
+        e=np.clip(centre+half*g[q],lo,hi)
+        e=np.where(q==0,lo,e); e=np.where(q==G,hi,e); return e
+    hs=np.where(half>0,half,1)
+    ql=np.clip(np.searchsorted(g,((cmin-centre)/hs).ravel(),side='right').reshape(cmin.shape)-1,0,G)
+    for _ in range(3):
+        ql=np.where(end(ql)>cmin,ql-1,ql); ql=np.clip(ql,0,G)
+        ql=np.where((ql<G)&(end(np.minimum(ql+1,G))<=cmin),ql+1,ql)
+    qh=np.clip(np.searchsorted(g,((cmax-centre)/hs).ravel(),side='left').reshape(cmax.shape),0,G)
+    for _ in range(3):
+        qh=np.where(end(qh)<cmax,qh+1,qh); qh=np.clip(qh,0,G)
+        qh=np.where((qh>0)&(end(np.maximum(qh-1,0))>=cmax),qh-1,qh)
+    qh=np.maximum(qh,ql)
+    return np.where(half>0,end(ql),lo), np.where(half>0,end(qh),lo)
+
 def lynx(X,page=1024,chunk=32,alpha=0.1,w=0.11,grid=4095,exact_ends=False,sample_ch=64,tables_per=None,
-         stage='both',extremes=True,centre_rule='midrange',frame_spikes=0):
+         stage='both',extremes=True,centre_rule='midrange',frame_spikes=0,warp=0.0,spike_rule='median',super_chunk=0,sub_grid=21,adaptive=False):
     """Approximate lynx a4r4 roundtrip of X [T,C] -> (anchor, full). tables_per: None=page (first sample_ch channels), int=per group of channels"""
     T,C=X.shape; A=np.empty_like(X); F=np.empty_like(X)
     t,V=tables(alpha,w)
     for p0 in range(0,T,page):
         P0=X[p0:p0+page]; pt=P0.shape[0]; P=P0.copy()
         if frame_spikes:
-            dev=np.abs(P-np.median(P,0)); idx=np.argsort(-dev,0)[:frame_spikes]
+            k=frame_spikes
+            if spike_rule=='median':
+                dev=np.abs(P-np.median(P,0)); idx=np.argsort(-dev,0)[:k]
+            else:  # 'range': the k values (i lowest, k - i highest) whose removal leaves the narrowest frame
+                order=np.argsort(P,0,kind='stable'); S=np.take_along_axis(P,order,0).astype(np.float64); n=P.shape[0]
+                r=np.stack([S[n-1-(k-i)]-S[i] for i in range(k+1)]); best=np.argmin(r,0)
+                idx=np.stack([np.where(j<best,order[j],order[n-k+j]) for j in range(k)])
             ex=np.zeros(P.shape,bool); np.put_along_axis(ex,idx,True,0)
-            med=np.median(P,0); P=np.where(ex,med[None,:],P).astype(np.float32)
+            # each spike is replaced by the first non-spike value of its chunk-channel (the codec's rule)
+            cl_=min(chunk,pt)
+            for c in np.nonzero(ex.any(0))[0]:
+                for tt in np.nonzero(ex[:,c])[0]:
+                    c0_=tt//cl_*cl_; seg=np.arange(c0_,min(c0_+cl_,pt)); ok=seg[~ex[seg,c]]
+                    P[tt,c]=P[ok[0],c] if len(ok) else P[tt,c]
         cl=min(chunk,pt); nc=pt//cl; n=nc*cl
         segs=[(P[:n],cl)]+([(P[n:],pt-n)] if n<pt else [])
         outA=[];outF=[]
@@ -55,23 +88,32 @@ def lynx(X,page=1024,chunk=32,alpha=0.1,w=0.11,grid=4095,exact_ends=False,sample
             cmin=Y.min(1); cmax=Y.max(1)
             if exact_ends:
                 a=cmin; b=cmax
+            elif super_chunk and adaptive:
+                # per channel, the flat grid or the two-level ends, whichever gives the smaller sum of squared widths
+                fa,fb=quant_ends(cmin,cmax,lo.astype(np.float32),hi.astype(np.float32),grid,warp)
+                ns=super_chunk//cl2 if cl2<super_chunk else 1
+                SA=np.empty_like(cmin); SB=np.empty_like(cmax)
+                for j in range(-(-Y.shape[0]//ns)):
+                    sl=slice(j*ns,min((j+1)*ns,Y.shape[0]))
+                    sa,sb=quant_ends(cmin[sl].min(0),cmax[sl].max(0),lo.astype(np.float32),hi.astype(np.float32),4095,0.0)
+                    SA[sl]=sa; SB[sl]=sb
+                ta,tb=quant_ends(cmin,cmax,SA,SB,sub_grid,0.0)
+                use2=((tb.astype(np.float64)-ta)**2).sum(0)<((fb.astype(np.float64)-fa)**2).sum(0)
+                a=np.where(use2[None,:],ta,fa); b=np.where(use2[None,:],tb,fb)
+                self_frac=use2.mean()
+            elif super_chunk:
+                # two levels: super-chunk ends on the frame's `grid`, then each chunk's ends on `sub_grid` points
+                # over its super-chunk's interval
+                ns=super_chunk//cl2 if cl2<super_chunk else 1
+                nsc=-(-Y.shape[0]//ns)
+                SA=np.empty_like(cmin); SB=np.empty_like(cmax)
+                for j in range(nsc):
+                    sl=slice(j*ns,min((j+1)*ns,Y.shape[0]))
+                    sa,sb=quant_ends(cmin[sl].min(0),cmax[sl].max(0),lo.astype(np.float32),hi.astype(np.float32),grid,warp)
+                    SA[sl]=sa; SB[sl]=sb
+                a,b=quant_ends(cmin,cmax,SA,SB,sub_grid,0.0)
             else:
-                centre=((lo+hi)*0.5).astype(np.float32); half=((hi-lo)*0.5).astype(np.float32)
-                G=grid-1; mid=G//2
-                def end(q): 
-                    e=np.clip(centre+half*((q.astype(np.float32)-mid)/mid),lo.astype(np.float32),hi.astype(np.float32))
-                    e=np.where(q==0,lo.astype(np.float32),e); e=np.where(q==G,hi.astype(np.float32),e); return e
-                hs=np.where(half>0,half,1)
-                ql=np.clip(np.floor((cmin-centre)/hs*mid+mid).astype(np.int64),0,G)
-                for _ in range(3):
-                    ql=np.where(end(ql)>cmin,ql-1,ql); ql=np.clip(ql,0,G)
-                    ql=np.where((ql<G)&(end(np.minimum(ql+1,G))<=cmin),ql+1,ql)
-                qh=np.clip(np.ceil((cmax-centre)/hs*mid+mid).astype(np.int64),0,G)
-                for _ in range(3):
-                    qh=np.where(end(qh)<cmax,qh+1,qh); qh=np.clip(qh,0,G)
-                    qh=np.where((qh>0)&(end(np.maximum(qh-1,0))>=cmax),qh-1,qh)
-                qh=np.maximum(qh,ql)
-                a=np.where(half>0,end(ql),lo.astype(np.float32)); b=np.where(half>0,end(qh),lo.astype(np.float32))
+                a,b=quant_ends(cmin,cmax,lo.astype(np.float32),hi.astype(np.float32),grid,warp)
             mu=np.clip(0.5*a+0.5*b,a,b).astype(np.float32); sig=np.maximum(b-mu,mu-a).astype(np.float32)
             inv=np.where(sig>0,1/np.where(sig>0,sig,1),0).astype(np.float32)
             xf=np.clip((Y-mu[:,None])*inv[:,None],-1,1)

@@ -27,8 +27,8 @@ def run(args):
         ka,kf=m.lynx(K,page=page,**kw); va,vf=m.lynx(V,page=page,**kw)
         r[name]=(m.vnmse(K3,V3,sh(ka),sh(va),Qs),m.vnmse(K3,V3,sh(kf),sh(vf),Qs),nm(ka,K),nm(kf,K))
     return r
-jobs=[(f,l) for f in files for l in range(np.load(f,mmap_mode='r').shape[0])]
-with ProcessPoolExecutor(2) as ex: res=list(ex.map(run,jobs))
+LAY=os.environ.get("LAYERS"); jobs=[(f,l) for f in files for l in (range(np.load(f,mmap_mode="r").shape[0]) if not LAY else [int(v) for v in LAY.split(",")])]
+with ProcessPoolExecutor(int(os.environ.get("PROCS","2"))) as ex: res=list(ex.map(run,jobs))
 print('%-28s %8s %8s %8s %8s %8s %8s'%('variant','A/int4','maxA','F/int8','maxF','A knmse','F knmse'))
 for name in variants:
     a=np.array([r[name][0]/r['int4'] for r in res]); f=np.array([r[name][1]/r['int8'] for r in res])
