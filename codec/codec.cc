@@ -41,7 +41,7 @@ ContainerLayout PageLayoutFor(const Scheme& scheme, const CodecOptions& options,
   layout.scheme = scheme;
   layout.tokens = tokens;
   layout.channels = channels;
-  layout.chunk_tokens = options.chunk_tokens;
+  layout.chunk_tokens = ResolveChunkTokens(scheme, options.chunk_tokens);
   const bool lynx = scheme.kind == SchemeKind::kLynx;
   layout.alpha = lynx ? options.alpha : 0.0f;
   layout.top_width = lynx && scheme.total_code_bits() == 8 ? options.top_width : 0.0f;
@@ -63,7 +63,7 @@ absl::Status ValidateEncode(const Scheme& scheme, const CodecOptions& options, c
   KVT_RETURN_IF_ERROR(options.Validate());
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
   if (page.data == nullptr) return absl::InvalidArgumentError("page has no data");
-  KVT_RETURN_IF_ERROR(ValidatePageDims(page.tokens, page.channels, options.chunk_tokens));
+  KVT_RETURN_IF_ERROR(ValidatePageDims(page.tokens, page.channels, ResolveChunkTokens(scheme, options.chunk_tokens)));
   if (page.row_stride != 0 && page.row_stride < static_cast<size_t>(page.channels)) {
     return absl::InvalidArgumentError(
         absl::StrCat("page row_stride ", page.row_stride, " is less than its ", page.channels, " channels"));
@@ -99,7 +99,9 @@ absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const Codec
   for (int i = 0; i < scheme.num_streams(); ++i) {
     streams[i] = out.data() + layout.stream_offset[i] + (i == 0 ? layout.header_bytes : 0);
   }
-  const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
+  const int chunk_len = page.tokens < layout.chunk_tokens ? page.tokens : layout.chunk_tokens;
+  CodecOptions resolved = options;
+  resolved.chunk_tokens = layout.chunk_tokens;
   switch (scheme.kind) {
     case SchemeKind::kBf16:
       internal::EncodeBf16(page, streams[0]);
@@ -112,7 +114,7 @@ absl::StatusOr<ContainerLayout> EncodePageInto(const Scheme& scheme, const Codec
       internal::EncodeFp8(page, streams[0]);
       break;
     case SchemeKind::kLynx:
-      if (!internal::EncodeLynx(scheme, options, page, kernels, streams)) return FirstNonFinite(page);
+      if (!internal::EncodeLynx(scheme, resolved, page, kernels, streams)) return FirstNonFinite(page);
       break;
   }
   for (int i = 0; i < scheme.num_streams(); ++i) {

@@ -20,7 +20,7 @@ constexpr size_t kOffKind = 6;
 constexpr size_t kOffNumStreams = 7;
 constexpr size_t kOffStageBits = 8;
 constexpr size_t kOffFlags = 16;
-constexpr size_t kOffReserved1 = 17;
+constexpr size_t kOffEndPairBits = 17;
 constexpr size_t kOffChunkTokens = 18;
 constexpr size_t kOffTokens = 20;
 constexpr size_t kOffChannels = 24;
@@ -56,6 +56,12 @@ size_t LynxAnchorTableFloats(const Scheme& scheme) {
   return floats;
 }
 
+int PageFrameSpikes(const Scheme& scheme, int tokens, int chunk_tokens) {
+  if (scheme.kind != SchemeKind::kLynx || tokens <= 0 || chunk_tokens <= 0) return 0;
+  const int chunk_len = tokens < chunk_tokens ? tokens : chunk_tokens;
+  return scheme.frame_spikes < chunk_len - 1 ? scheme.frame_spikes : chunk_len - 1;
+}
+
 int NumChunks(int tokens, int chunk_tokens) {
   if (tokens <= 0 || chunk_tokens <= 0) return 0;
   return tokens < chunk_tokens ? 1 : tokens / chunk_tokens;
@@ -63,7 +69,7 @@ int NumChunks(int tokens, int chunk_tokens) {
 
 absl::Status ValidateScheme(const Scheme& s) {
   auto fixed = [&](int bits) -> absl::Status {
-    if (s.stage_bits != std::vector<int>{bits} || s.spike_reserve) {
+    if (s.stage_bits != std::vector<int>{bits} || s.spike_reserve || s.end_pair_bits != 0 || s.frame_spikes != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("scheme ", s.Name(), ": a single ", bits, "-bit stream without spikes is required"));
     }
@@ -88,6 +94,17 @@ absl::Status ValidateScheme(const Scheme& s) {
       int total = s.total_code_bits();
       if (total < 2 || total > 8) {
         return absl::InvalidArgumentError(absl::StrCat("lynx total code bits ", total, " outside 2..8"));
+      }
+      if (s.end_pair_bits < kMinEndPairBits || s.end_pair_bits > kMaxEndPairBits) {
+        return absl::InvalidArgumentError(absl::StrCat("lynx end pair bits ", s.end_pair_bits, " outside ",
+                                                       kMinEndPairBits, "..", kMaxEndPairBits));
+      }
+      if (s.frame_spikes < 0 || s.frame_spikes > kMaxFrameSpikes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("lynx frame spikes ", s.frame_spikes, " outside 0..", kMaxFrameSpikes));
+      }
+      if (s.spike_reserve && s.frame_spikes != 0) {
+        return absl::InvalidArgumentError("lynx spike reserving takes no frame spikes");
       }
       return absl::OkStatus();
     }
@@ -134,9 +151,10 @@ size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int chan
     }
     case SchemeKind::kLynx: {
       if (stream > 0) return PackedBytes(n, scheme.stage_bits[stream]);
-      // f32 lo, hi per channel; the 23-bit chunk end pairs; spikes; the anchor tables.
-      size_t meta = 8 * static_cast<size_t>(channels) + (chunk_values * 23 + 7) / 8;
+      // f32 lo, hi per channel; the chunk end pairs; spikes; frame spikes (f32 value, u16 token); the tables.
+      size_t meta = 8 * static_cast<size_t>(channels) + PackedBytes(chunk_values, scheme.end_pair_bits);
       if (scheme.spike_reserve) meta += 5 * chunk_values;
+      meta += 6 * static_cast<size_t>(PageFrameSpikes(scheme, tokens, chunk_tokens)) * channels;
       meta += 4 * LynxAnchorTableFloats(scheme);
       return meta + PackedBytes(n, scheme.stage_bits[0]);
     }
@@ -146,7 +164,8 @@ size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int chan
 
 void ComputeLayout(ContainerLayout& layout) {
   layout.header_bytes = kContainerHeaderBytes;
-  layout.flags = layout.scheme.spike_reserve ? kFlagSpikeReserve : 0;
+  layout.flags = static_cast<uint8_t>((layout.scheme.spike_reserve ? kFlagSpikeReserve : 0) |
+                                     (layout.scheme.frame_spikes << kFlagFrameSpikesShift));
   size_t offset = 0;
   layout.stream_offset.fill(0);
   layout.stream_length.fill(0);
@@ -168,6 +187,7 @@ void WriteContainerHeader(const ContainerLayout& layout, uint8_t* h) {
   h[kOffNumStreams] = static_cast<uint8_t>(layout.scheme.num_streams());
   for (int i = 0; i < layout.scheme.num_streams(); ++i) h[kOffStageBits + i] = layout.scheme.stage_bits[i];
   h[kOffFlags] = layout.flags;
+  h[kOffEndPairBits] = static_cast<uint8_t>(layout.scheme.end_pair_bits);
   Store<uint16_t>(h + kOffChunkTokens, static_cast<uint16_t>(layout.chunk_tokens));
   Store<uint32_t>(h + kOffTokens, static_cast<uint32_t>(layout.tokens));
   Store<uint32_t>(h + kOffChannels, static_cast<uint32_t>(layout.channels));
@@ -192,7 +212,7 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
   }
   if (uint16_t v = Load<uint16_t>(h + kOffVersion); v != kContainerVersion) {
     return absl::InvalidArgumentError(absl::StrCat("container version ", v, " unsupported (this build reads only ",
-                                                   kContainerVersion, "; versions 1 and 2 encode lynx differently: re-encode)"));
+                                                   kContainerVersion, "; versions 1 to 3 encode lynx differently: re-encode)"));
   }
   if (uint32_t crc = Crc32c(h, kOffHeaderCrc); crc != Load<uint32_t>(h + kOffHeaderCrc)) {
     return absl::DataLossError("container header CRC32C mismatch");
@@ -216,13 +236,13 @@ absl::StatusOr<ContainerLayout> ParseContainerHeader(absl::Span<const uint8_t> b
     }
   }
   layout.flags = h[kOffFlags];
-  if ((layout.flags & ~kFlagSpikeReserve) != 0) {
+  if ((layout.flags & ~(kFlagSpikeReserve | kFlagFrameSpikesMask)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("container flags 0x", absl::Hex(layout.flags), " unknown"));
   }
   layout.scheme.spike_reserve = (layout.flags & kFlagSpikeReserve) != 0;
-  if (h[kOffReserved1] != 0) {
-    return absl::InvalidArgumentError("container reserved header bytes are not zero");
-  }
+  layout.scheme.frame_spikes = (layout.flags & kFlagFrameSpikesMask) >> kFlagFrameSpikesShift;
+  layout.scheme.end_pair_bits = h[kOffEndPairBits];
+  // ValidateScheme names the field: flags or end pair bits set for a scheme without them, or out of range.
   KVT_RETURN_IF_ERROR(ValidateScheme(layout.scheme));
   layout.chunk_tokens = Load<uint16_t>(h + kOffChunkTokens);
   const uint32_t tokens = Load<uint32_t>(h + kOffTokens);

@@ -17,12 +17,17 @@ namespace kvt::codec {
 
 inline constexpr uint32_t kContainerMagic = 0x3154564Bu;  // "KVT1" in little-endian byte order
 // Version 2: lynx chunk metadata as 12-bit interval ends and the conditional-mean anchor tables (docs/FORMAT.md).
-// Version 3: the lynx curve's knee (top_width) in the header. Other versions are rejected with INVALID_ARGUMENT.
-inline constexpr uint16_t kContainerVersion = 3;
+// Version 3: the lynx curve's knee (top_width) in the header.
+// Version 4: the lynx chunk-end pair width (header byte 17) and frame spikes (flags bits 1..3) in the header,
+// the frame spikes' values and tokens in stream 0. Other versions are rejected with INVALID_ARGUMENT.
+inline constexpr uint16_t kContainerVersion = 4;
 // The fixed header that opens every container (and stream 0); docs/FORMAT.md has its fields.
 inline constexpr size_t kContainerHeaderBytes = 104;
 // ContainerLayout::flags bits.
 inline constexpr uint8_t kFlagSpikeReserve = 0x01;
+// Bits 1..3: the lynx scheme's frame spikes per page-channel (Scheme::frame_spikes, 0..7).
+inline constexpr int kFlagFrameSpikesShift = 1;
+inline constexpr uint8_t kFlagFrameSpikesMask = 0x0E;
 
 // What a container says about itself, validated.
 struct ContainerLayout {
@@ -59,6 +64,10 @@ size_t StreamPayloadBytes(const Scheme& scheme, int stream, int tokens, int chan
 // (1..num_streams - 1, knowing the code's top k_s = stage_bits[0] + ... + stage_bits[s - 1] bits), 2^(k_s - 1)
 // magnitudes. 0 for other schemes and single-stream lynx.
 size_t LynxAnchorTableFloats(const Scheme& scheme);
+
+// The frame spikes each channel of a tokens-token page keeps: the scheme's frame_spikes, but at most one fewer
+// than the page's chunk length (so every chunk keeps a value of its own); 0 for non-lynx schemes.
+int PageFrameSpikes(const Scheme& scheme, int tokens, int chunk_tokens);
 
 // Chunks per channel in a page: tokens / chunk_tokens, or 1 for a page shorter than one chunk.
 int NumChunks(int tokens, int chunk_tokens);

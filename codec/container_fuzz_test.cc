@@ -97,15 +97,23 @@ TEST(ContainerFuzzTest, ResealedMetadataNoEncoderWritesIsDataLoss) {
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, std::nanf("")); });
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p, 1e30f); });
   expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 4 * 12, INFINITY); });
-  // Offsets: lo, hi (12 ch x 4 B each), 23-bit end pairs (2 chunks x 12 ch: 69 B), then for lynx+spike spike
-  // values (24 x 4 B) and spike indices (24), then the anchor table (8 x f32).
-  // lynx: an end pair index past the grid (all 23 bits set), an anchor table entry NaN or above 1.
-  expect_data_loss("lynx", [&](uint8_t* p) { p[96] = p[97] = 0xFF; p[98] |= 0x7F; });
-  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 96 + 69, std::nanf("")); });
-  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + 96 + 69 + 4 * 7, 1.5f); });
+  // Offsets (docs/FORMAT.md, a 64 x 12 page, 16-token chunks): lo, hi (12 ch x 4 B each), 14-bit end pairs (4
+  // chunks x 12 ch: 84 B); lynx: 3 frame spikes per channel, values (36 x 4 B) then tokens (36 x 2 B), then the
+  // anchor table (8 x f32); lynx+spike: spike values (48 x 4 B) and spike indices (48), then the table.
+  constexpr size_t kEnds = 96, kAfterEnds = kEnds + 84;
+  constexpr size_t kFrameValues = kAfterEnds, kFrameTokens = kFrameValues + 36 * 4, kTable = kFrameTokens + 36 * 2;
+  constexpr size_t kSpikeValues = kAfterEnds, kSpikeIndex = kSpikeValues + 48 * 4;
+  // lynx: an end pair index past the grid (all 14 bits set), an anchor table entry NaN or above 1.
+  expect_data_loss("lynx", [&](uint8_t* p) { p[kEnds] = 0xFF; p[kEnds + 1] |= 0x3F; });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + kTable, std::nanf("")); });
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + kTable + 4 * 7, 1.5f); });
+  // lynx: a frame spike NaN, past the page, or repeating its channel's token.
+  expect_data_loss("lynx", [&](uint8_t* p) { put_float(p + kFrameValues + 4 * 5, std::nanf("")); });
+  expect_data_loss("lynx", [&](uint8_t* p) { p[kFrameTokens] = 64; p[kFrameTokens + 1] = 0; });
+  expect_data_loss("lynx", [&](uint8_t* p) { std::memcpy(p + kFrameTokens + 2 * 12, p + kFrameTokens, 2); });
   // lynx+spike: spike index past the chunk, spike value NaN.
-  expect_data_loss("lynx+spike", [&](uint8_t* p) { p[96 + 69 + 96] = 32; });
-  expect_data_loss("lynx+spike", [&](uint8_t* p) { put_float(p + 96 + 69, std::nanf("")); });
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { p[kSpikeIndex] = 16; });
+  expect_data_loss("lynx+spike", [&](uint8_t* p) { put_float(p + kSpikeValues, std::nanf("")); });
   // int8: fp16 min = inf (0x7C00); fp8: scale NaN, scale so large that 448 * scale overflows, a NaN code.
   expect_data_loss("int8", [&](uint8_t* p) { p[0] = 0x00; p[1] = 0x7C; });
   expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, std::nanf("")); });

@@ -27,7 +27,9 @@ TEST(ContainerTest, HeaderParsesBackToTheEncodersLayout) {
   EXPECT_EQ(got->scheme, enc.layout.scheme);
   EXPECT_EQ(got->tokens, 64);
   EXPECT_EQ(got->channels, 24);
-  EXPECT_EQ(got->chunk_tokens, 32);
+  EXPECT_EQ(got->chunk_tokens, kLynxChunkTokens);  // the lynx family's own, as CodecOptions{} asks
+  EXPECT_EQ(got->scheme.end_pair_bits, kDefaultEndPairBits);
+  EXPECT_EQ(got->scheme.frame_spikes, kDefaultFrameSpikes);
   EXPECT_EQ(got->alpha, CodecOptions{}.alpha);
   EXPECT_EQ(got->top_width, CodecOptions{}.top_width);
   EXPECT_GT(got->top_width, 0.0f);
@@ -41,8 +43,10 @@ TEST(ContainerTest, StreamsAreContiguousAndStreamZeroStartsWithTheHeader) {
   EncodedPage enc = EncodeRamp("lynx", 256, 64);
   EXPECT_EQ(enc.layout.stream_offset[0], 0u);
   EXPECT_EQ(enc.layout.stream_offset[1], enc.layout.stream_length[0]);
-  // Header, lo/hi, 23-bit end pairs of 8 x 64 chunks, the 8-entry anchor table, the anchor codes.
-  EXPECT_EQ(enc.layout.stream_length[0], kContainerHeaderBytes + 8 * 64 + 8 * 64 * 23 / 8 + 4 * 8 + 256 * 64 / 2);
+  // Header, lo/hi, 14-bit end pairs of 16 x 64 chunks, 3 frame spikes (f32 + u16) per channel, the 8-entry anchor
+  // table, the anchor codes.
+  EXPECT_EQ(enc.layout.stream_length[0],
+            kContainerHeaderBytes + 8 * 64 + 16 * 64 * 14 / 8 + 6 * 3 * 64 + 4 * 8 + 256 * 64 / 2);
   EXPECT_EQ(enc.layout.stream_length[1], 256u * 64 / 2);
   uint32_t magic;
   std::memcpy(&magic, enc.stream(0).data(), 4);
@@ -50,15 +54,25 @@ TEST(ContainerTest, StreamsAreContiguousAndStreamZeroStartsWithTheHeader) {
 }
 
 TEST(ContainerTest, StreamPayloadBytesFollowsTheDocumentedFormulas) {
-  const Scheme lynx = *ParseScheme("lynx-a3r5"), spike = *ParseScheme("lynx+spike");
+  // Version 3's lynx metadata (23-bit end pairs, no frame spikes) at 32-token chunks.
+  const Scheme lynx = *ParseScheme("lynx-a3r5+e23+f0"), spike = *ParseScheme("lynx+spike+e23");
   // lo, hi; 23-bit end pairs; one anchor table of 2^(3 - 1) f32 magnitudes; the anchor codes.
   EXPECT_EQ(StreamPayloadBytes(lynx, 0, 256, 1024, 32),
             8 * 1024 + (8 * 1024 * 23 + 7) / 8 + 4 * 4 + (256 * 1024 * 3 + 7) / 8);
   EXPECT_EQ(StreamPayloadBytes(lynx, 1, 256, 1024, 32), 256u * 1024 * 5 / 8);
   EXPECT_EQ(StreamPayloadBytes(spike, 0, 64, 10, 32), 8 * 10 + (20 * 23 + 7) / 8 + 5 * 20 + 4 * 8 + 64 * 10 / 2);
-  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx-a2r2r4"), 0, 256, 1024, 32),
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx-a2r2r4+e23+f0"), 0, 256, 1024, 32),
             8 * 1024 + (8 * 1024 * 23 + 7) / 8 + 4 * (2 + 8) + 256 * 1024 * 2 / 8);
-  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx8"), 0, 256, 1024, 32), 8 * 1024 + 8 * 1024 * 23 / 8 + 256u * 1024);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx8+e23+f0"), 0, 256, 1024, 32),
+            8 * 1024 + 8 * 1024 * 23 / 8 + 256u * 1024);
+  // Version 4's defaults: 14-bit pairs of 16-token chunks, 3 frame spikes per channel.
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx"), 0, 2048, 1024, 16),
+            8 * 1024 + 128 * 1024 * 14 / 8 + 6 * 3 * 1024 + 4 * 8 + 2048 * 1024 / 2);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx+e13+f2"), 0, 3, 7, 16),  // 13-bit pairs; 2 spikes, below 3 tokens
+            8 * 7 + (7 * 13 + 7) / 8 + 6 * 2 * 7 + 4 * 8 + (3 * 7 * 4 + 7) / 8);
+  EXPECT_EQ(StreamPayloadBytes(*ParseScheme("lynx"), 0, 1, 7, 16), 8 * 7 + (7 * 14 + 7) / 8 + 4 * 8 + 4u);  // no room
+  EXPECT_EQ(PageFrameSpikes(*ParseScheme("lynx"), 2, 16), 1);
+  EXPECT_EQ(PageFrameSpikes(*ParseScheme("int8"), 256, 32), 0);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("int4"), 0, 7, 3, 32), 4 * 3 + (21 * 4 + 7) / 8);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("fp8"), 0, 2, 129, 32), 4 * 2 * 2 + 2 * 129);
   EXPECT_EQ(StreamPayloadBytes(*ParseScheme("bf16"), 0, 3, 5, 32), 30u);
@@ -75,7 +89,11 @@ TEST(ContainerTest, BadMagicVersionAndTruncatedHeadersAreInvalidArguments) {
   b[0] ^= 1;
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
   b = enc.bytes;
-  b[4] = 4;  // version 4
+  b[4] = 3;  // version 3: lynx's metadata had another layout
+  const absl::Status old = ParseContainerHeader(b).status();
+  EXPECT_EQ(old.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(old.message().find("re-encode"), std::string::npos) << old;
+  b[4] = 5;
   EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -167,7 +185,24 @@ TEST(ContainerTest, ConsistentButWrongFieldsAreInvalidArgumentsEvenWithAGoodCrc)
   EXPECT_EQ(rewrite([](ContainerLayout& l) { l.stream_length[1] += 1; }), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rewrite([](ContainerLayout& l) { l.scheme.stage_bits = {4, 5}; }), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rewrite([](ContainerLayout& l) { l.flags = 0x80; }), absl::StatusCode::kInvalidArgument);
+  // Version 4's fields: the end pair width in range and matching the lengths, the frame spikes too, and neither
+  // on a scheme without them.
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.scheme.end_pair_bits = 7; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.scheme.end_pair_bits = 24; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.scheme.end_pair_bits = 15; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.flags = 2 << kFlagFrameSpikesShift; }),
+            absl::StatusCode::kInvalidArgument);  // 2 frame spikes where the lengths hold 3
+  EXPECT_EQ(rewrite([](ContainerLayout& l) { l.flags |= kFlagSpikeReserve; }), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rewrite([](ContainerLayout&) {}), absl::StatusCode::kOk);
+  EncodedPage int8 = EncodeRamp("int8", 64, 8);
+  for (auto mutate : {+[](ContainerLayout& l) { l.scheme.end_pair_bits = 14; },
+                      +[](ContainerLayout& l) { l.flags = 3 << kFlagFrameSpikesShift; }}) {
+    ContainerLayout l = int8.layout;
+    mutate(l);
+    std::vector<uint8_t> b = int8.bytes;
+    WriteContainerHeader(l, b.data());
+    EXPECT_EQ(ParseContainerHeader(b).status().code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

@@ -31,11 +31,16 @@ std::vector<float> Decode(const EncodedPage& enc, int stages, AnchorRule rule = 
 }
 
 // exact_extremes also shapes the encoder's anchor tables (the rule's singles are left out of the top cell's).
+// These tests are about the codes and the anchor rules, whose properties do not depend on the metadata's format:
+// pages are written with 32-token chunks, 23-bit end pairs and no frame spikes, so that the test data can put
+// every chunk's ends exactly on the grid (frame spikes would take a page's extremes out of the frame).
 EncodedPage Encode(const char* scheme, const std::vector<float>& data, int tokens, int channels,
                    bool exact_extremes = true) {
   CodecOptions o;
   o.exact_extremes = exact_extremes;
-  absl::StatusOr<EncodedPage> enc = EncodePage(*ParseScheme(scheme), o, PageView{data.data(), tokens, channels, 0});
+  o.chunk_tokens = 32;
+  absl::StatusOr<EncodedPage> enc =
+      EncodePage(*ParseScheme(absl::StrCat(scheme, "+e23+f0")), o, PageView{data.data(), tokens, channels, 0});
   EXPECT_TRUE(enc.ok()) << enc.status();
   return *std::move(enc);
 }
@@ -147,7 +152,10 @@ void ExpectOnlyTheCodesError(const std::vector<float>& x, Centering centering) {
   const int tokens = static_cast<int>(x.size());
   CodecOptions options;
   options.centering = centering;
-  absl::StatusOr<EncodedPage> enc = EncodePage(*ParseScheme("lynx8"), options, PageView{x.data(), tokens, 1, 0});
+  options.chunk_tokens = 32;
+  // Version 3's metadata (23-bit end pairs, no frame spikes), which the reading below follows.
+  absl::StatusOr<EncodedPage> enc =
+      EncodePage(*ParseScheme("lynx8+e23+f0"), options, PageView{x.data(), tokens, 1, 0});
   ASSERT_TRUE(enc.ok()) << enc.status();
   const std::vector<float> ours = Decode(*enc, 1);
 
@@ -156,14 +164,14 @@ void ExpectOnlyTheCodesError(const std::vector<float>& x, Centering centering) {
   float lo, hi;
   std::memcpy(&lo, p, 4);
   std::memcpy(&hi, p + 4, 4);
-  const internal::ChannelFrame frame = internal::MakeChannelFrame(lo, hi);
+  const internal::ChannelFrame frame = internal::MakeChannelFrame(lo, hi, internal::kEndGridMax);
   const int chunks = tokens / 32;
   std::vector<uint32_t> pairs(chunks);
-  internal::UnpackEndPairs(p + 8, chunks, pairs.data());
+  internal::UnpackEndPairs(p + 8, chunks, 23, pairs.data());
   const double max_gap = CodeMaxGap();
   for (int k = 0; k < chunks; ++k) {
     int q_low, q_high;
-    ASSERT_TRUE(internal::EndPairFromIndex(pairs[k], q_low, q_high));
+    ASSERT_TRUE(internal::EndPairFromIndex(pairs[k], internal::kEndGridMax, q_low, q_high));
     float mu, sigma;
     internal::ChunkCentreAndWidth(frame, q_low, q_high, mu, sigma);
     for (int t = 32 * k; t < 32 * k + 32; ++t) {
@@ -189,7 +197,7 @@ TEST(LynxCorrectionsTest, EncoderUsesTheStoredMetadataSoDecodeErrorIsOnlyTheCode
   // Algorithm 1 quantizes with the exact mean and max deviation; storing the centre on the same grid afterwards
   // (the nearest of the 4095 points over [0, 100]) moves every value of chunk 1 by the centre's rounding error,
   // several times the code's own error.
-  const internal::ChannelFrame frame = internal::MakeChannelFrame(0.0f, 100.0f);
+  const internal::ChannelFrame frame = internal::MakeChannelFrame(0.0f, 100.0f, internal::kEndGridMax);
   double mean = 0;
   for (int t = 32; t < 64; ++t) mean += x[t] / 32.0;
   const int below = internal::QuantizeEndBelow(frame, static_cast<float>(mean));

@@ -11,8 +11,9 @@ bool ValidTopWidth(float w) {
 }
 
 absl::Status CodecOptions::Validate() const {
-  if (chunk_tokens < 1 || chunk_tokens > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("CodecOptions.chunk_tokens = ", chunk_tokens, " outside 1..256"));
+  if (chunk_tokens < 0 || chunk_tokens > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CodecOptions.chunk_tokens = ", chunk_tokens, " outside 0..256 (0: the scheme's own)"));
   }
   if (!std::isfinite(alpha) || !(alpha >= kMinAlpha) || !(alpha <= kMaxAlpha)) {
     return absl::InvalidArgumentError(

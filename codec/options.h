@@ -43,9 +43,10 @@ inline constexpr float kMaxTopWidth = 0.12f;
 bool ValidTopWidth(float w);
 
 struct CodecOptions {
-  // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256; pages longer than one
-  // chunk must be a whole number of chunks. Encode-side only: the decoder reads it from the container.
-  int chunk_tokens = 32;
+  // Tokens per chunk (metadata granularity of int8/int4 and the lynx family). 1..256, or 0: the scheme's own
+  // (scheme.h ResolveChunkTokens: 16 for the lynx family, 32 for int8/int4). Pages longer than one chunk must be
+  // a whole number of chunks. Encode-side only: the decoder reads it from the container.
+  int chunk_tokens = 0;
   // The lynx log curve's steepness, in [kMinAlpha, kMaxAlpha]; chosen by the sweep in docs/CODEC.md. It travels
   // in the container, so the decoder uses the encoder's value (the decode-side field is ignored).
   float alpha = 0.1f;  // docs/CODEC.md "Version 2.1": near-linear; 0.5 until the exact-extremes tables

@@ -38,13 +38,14 @@ inline constexpr int kMaxPageChannels = 1 << 16;
 inline constexpr size_t kMaxPageValues = size_t{1} << 26;  // 64 Mi values, 256 MiB of float32
 
 // The page size kvtd picks when not told (--page_tokens=0), and kvtctl codec's --page-tokens=0: the smallest power
-// of two of at least 1024 tokens whose page holds 2^20 values (channels * tokens), at most 8192 tokens. 1024 for
+// of two of at least 2048 tokens whose page holds 2^21 values (channels * tokens), at most 8192 tokens. 2048 for
 // Llama-8B or Qwen3-32B (1024 channels), 8192 for SmolLM2-135M (192). A page's streams are the data plane's chunks
 // and a decode's unit, and each costs about the same whatever its size, so pages sized in values rather than
-// tokens keep small-head models from paying that cost per few KB (docs/DAEMON.md, "Page size").
+// tokens keep small-head models from paying that cost per few KB; and lynx's per-page-channel metadata (frame and
+// frame spikes, docs/FORMAT.md) fits its bit budget from 2048 tokens (docs/DAEMON.md, "Page size").
 constexpr int AutoPageTokens(int channels) {
-  int tokens = 1024;
-  while (tokens < 8192 && int64_t{tokens} * channels < (int64_t{1} << 20)) tokens *= 2;
+  int tokens = 2048;
+  while (tokens < 8192 && int64_t{tokens} * channels < (int64_t{1} << 21)) tokens *= 2;
   return tokens;
 }
 

@@ -1,5 +1,6 @@
 // The codec schemes of docs/FORMAT.md and their names ("bf16", "int8", "int4", "fp8", "lynx", "lynx-a2r6",
-// "lynx-a2r2r4", "lynx8", "lynx4", any of the lynx family with "+spike" for spike reserving).
+// "lynx-a2r2r4", "lynx8", "lynx4", any of the lynx family with "+spike" for spike reserving, "+e<bits>" for its
+// chunk-end pair width and "+f<k>" for its frame spikes when they differ from the defaults).
 // Plain values; thread-compatible.
 //
 //   absl::StatusOr<Scheme> s = ParseScheme("lynx-a3r5");
@@ -28,6 +29,20 @@ enum class SchemeKind : uint8_t {
 // The most streams a container may hold (anchor + 7 refinement stages).
 inline constexpr int kMaxStreams = 8;
 
+// The lynx family's metadata format (docs/FORMAT.md, version 4; docs/CODEC.md "Version 4" has the measurements):
+// each chunk's two ends are one index of kDefaultEndPairBits bits on a grid over its page-channel's frame, and
+// each page-channel keeps kDefaultFrameSpikes values exactly, outside that frame. Version 3's layout is
+// end_pair_bits 23, frame_spikes 0 (with 32-token chunks).
+inline constexpr int kMinEndPairBits = 8;
+inline constexpr int kMaxEndPairBits = 23;
+inline constexpr int kDefaultEndPairBits = 14;
+inline constexpr int kMaxFrameSpikes = 7;
+inline constexpr int kDefaultFrameSpikes = 3;
+// Tokens per chunk when the caller does not choose (CodecOptions::chunk_tokens = 0): the lynx family's
+// metadata is per 16 tokens, int8's and int4's per 32 (their f16 pair costs twice lynx's 14-bit end pair).
+inline constexpr int kLynxChunkTokens = 16;
+inline constexpr int kUniformChunkTokens = 32;
+
 struct Scheme {
   SchemeKind kind = SchemeKind::kLynx;
   // Code bits carried by each stream, anchor first. Single-stream schemes have one entry (bf16: 16, int8: 8,
@@ -36,15 +51,26 @@ struct Scheme {
   std::vector<int> stage_bits;
   // Spike reserving (lynx family only): each chunk's largest-|x| value travels exactly in the anchor stream.
   bool spike_reserve = false;
+  // Lynx family only (0 for the others): the width of a chunk's stored end pair, kMinEndPairBits..
+  // kMaxEndPairBits; its grid has EndGridPoints(end_pair_bits) points.
+  int end_pair_bits = 0;
+  // Lynx family only: the values of each page-channel kept exactly and out of its frame (0..kMaxFrameSpikes; 0
+  // with spike reserving, which keeps one per chunk instead).
+  int frame_spikes = 0;
 
   int num_streams() const { return static_cast<int>(stage_bits.size()); }
   int total_code_bits() const;
   // The canonical name; ParseScheme(Name()) gives back an equal Scheme.
   std::string Name() const;
   bool operator==(const Scheme& o) const {
-    return kind == o.kind && stage_bits == o.stage_bits && spike_reserve == o.spike_reserve;
+    return kind == o.kind && stage_bits == o.stage_bits && spike_reserve == o.spike_reserve &&
+           end_pair_bits == o.end_pair_bits && frame_spikes == o.frame_spikes;
   }
 };
+
+// The chunk tokens a page of `scheme` uses when asked for `chunk_tokens` (0: the scheme's own,
+// kLynxChunkTokens or kUniformChunkTokens; anything else as given).
+int ResolveChunkTokens(const Scheme& scheme, int chunk_tokens);
 
 // Parses a scheme name. INVALID_ARGUMENT with the list of valid forms for anything else.
 absl::StatusOr<Scheme> ParseScheme(absl::string_view name);

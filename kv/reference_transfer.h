@@ -25,7 +25,7 @@ struct ReferenceTransfer {
   int stages = 0;                  // 0 = every stream
   absl::Span<const int> layers;    // empty = every layer
   uint32_t page_tokens = 0;        // the daemon's --page_tokens (0: codec::AutoPageTokens)
-  int chunk_tokens = 32;           // DaemonOptions::chunk_tokens
+  int chunk_tokens = 0;            // DaemonOptions::chunk_tokens (0: the scheme's own)
 };
 
 // Writes the pages `t` names into `dst` (bytes of a region shaped like *t.dst_layout); other bytes stay as they are.

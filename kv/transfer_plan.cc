@@ -55,9 +55,11 @@ uint64_t TransferPlan::stream_bytes(int stream) const {
 absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int chunk_tokens, uint32_t num_layers,
                                               uint64_t num_tokens, uint32_t target_page_tokens, uint32_t channels) {
   KVT_RETURN_IF_ERROR(codec::ValidateScheme(scheme));
-  if (chunk_tokens < 1 || chunk_tokens > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk_tokens must be 1..256, got ", chunk_tokens));
+  if (chunk_tokens < 0 || chunk_tokens > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_tokens must be 1..256, or 0 for the scheme's own, got ", chunk_tokens));
   }
+  chunk_tokens = codec::ResolveChunkTokens(scheme, chunk_tokens);
   if (num_layers == 0 || num_layers > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("num_layers must be 1..1024, got ", num_layers));
   }

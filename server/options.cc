@@ -103,7 +103,9 @@ absl::StatusOr<DaemonOptions> ValidateOptions(DaemonOptions o) {
   }
   if (o.codec_threads == 0) o.codec_threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.page_tokens > 65536) return absl::InvalidArgumentError("page_tokens must be 0..65536 (0: sized by the region's channels)");
-  if (o.chunk_tokens < 1 || o.chunk_tokens > 256) return absl::InvalidArgumentError("chunk_tokens must be 1..256");
+  if (o.chunk_tokens < 0 || o.chunk_tokens > 256) {
+    return absl::InvalidArgumentError("chunk_tokens must be 1..256, or 0 for each scheme's own (lynx 16, int8/int4 32)");
+  }
   if (o.host_buffer_pool_bytes < 0) return absl::InvalidArgumentError("host_buffer_pool_bytes must be >= 0");
   if (o.staging_bytes_per_request < (int64_t{1} << 20)) {
     return absl::InvalidArgumentError("staging_bytes_per_request must be at least 1 MiB");

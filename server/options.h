@@ -68,8 +68,9 @@ struct DaemonOptions {
   int codec_threads = 0;
   // Target tokens per page (rounded down to whole codec chunks); 0 = codec::AutoPageTokens of the region's channels.
   uint32_t page_tokens = 0;
-  // Tokens per codec chunk (codec::CodecOptions::chunk_tokens).
-  int chunk_tokens = 32;
+  // Tokens per codec chunk (codec::CodecOptions::chunk_tokens): 0 = each scheme's own (codec::ResolveChunkTokens:
+  // 16 for the lynx family, 32 for int8/int4).
+  int chunk_tokens = 0;
   // Encoded bytes of one request held while on the wire: past this, encoding waits for the oldest layer's
   // acknowledgement. It should cover a whole request, or the last layers' anchors queue behind earlier layers'
   // residuals and time-to-anchor approaches time-to-full.

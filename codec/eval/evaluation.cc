@@ -35,11 +35,13 @@ struct SchemeSums {
 absl::Status EvalOptions::Validate() const {
   if (schemes.empty()) return absl::InvalidArgumentError("no schemes to evaluate");
   if (auto st = codec.Validate(); !st.ok()) return st;
-  if (page_tokens != 0 &&
-      (page_tokens < codec.chunk_tokens || page_tokens % codec.chunk_tokens != 0 || page_tokens > kMaxPageTokens)) {
-    return absl::InvalidArgumentError(absl::StrCat("page_tokens (", page_tokens,
-                                                   ") must be 0 (kvtd's choice) or a multiple of chunk_tokens (",
-                                                   codec.chunk_tokens, ") and at most ", kMaxPageTokens));
+  for (const Scheme& scheme : schemes) {
+    const int chunk = ResolveChunkTokens(scheme, codec.chunk_tokens);
+    if (page_tokens != 0 && (page_tokens < chunk || page_tokens % chunk != 0 || page_tokens > kMaxPageTokens)) {
+      return absl::InvalidArgumentError(absl::StrCat("page_tokens (", page_tokens,
+                                                     ") must be 0 (kvtd's choice) or a multiple of ", scheme.Name(),
+                                                     "'s chunk_tokens (", chunk, ") and at most ", kMaxPageTokens));
+    }
   }
   if (max_layers < 0) return absl::InvalidArgumentError("max_layers must be >= 0 (0 = all)");
   if (queries.queries_per_head < 1) return absl::InvalidArgumentError("queries_per_head must be >= 1");

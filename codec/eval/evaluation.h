@@ -24,7 +24,9 @@ namespace kvt::codec::eval {
 struct EvalOptions {
   std::vector<Scheme> schemes;  // at least one
   CodecOptions codec;           // used for every scheme (alpha, centering, anchor rule: the lynx family)
-  int page_tokens = 256;        // a multiple of codec.chunk_tokens; 0 = kvtd's own choice (codec::AutoPageTokens)
+  // A multiple of every scheme's chunk (ResolveChunkTokens of codec.chunk_tokens); 0 = kvtd's own choice
+  // (codec::AutoPageTokens).
+  int page_tokens = 0;
   // Evaluate at most this many layers, spread evenly over the depth (first and last included); 0 = all.
   int max_layers = 4;
   QueryOptions queries;  // the attention probe's queries (per query head)

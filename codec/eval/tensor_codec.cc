@@ -32,7 +32,7 @@ size_t EncodedTensor::StreamBytes(int i) const {
 absl::StatusOr<EncodedTensor> EncodeTensor(const Scheme& scheme, const CodecOptions& options,
                                            const TensorView& tensor, int page_tokens) {
   if (page_tokens == 0) page_tokens = AutoPageTokens(tensor.channels);
-  auto pages = PlanPages(tensor.tokens, page_tokens, options.chunk_tokens);
+  auto pages = PlanPages(tensor.tokens, page_tokens, ResolveChunkTokens(scheme, options.chunk_tokens));
   if (!pages.ok()) return pages.status();
   EncodedTensor out;
   out.tokens = tensor.tokens;

@@ -18,7 +18,8 @@
 
 namespace kvt::codec::eval {
 
-inline constexpr int kDefaultPageTokens = 256;
+// 0: kvtd's own page size (codec::AutoPageTokens), so that figures describe the pages kvtd sends.
+inline constexpr int kDefaultPageTokens = 0;
 
 // A dense [tokens, channels] float32 tensor, token-major. Does not own the data.
 struct TensorView {
@@ -29,7 +30,7 @@ struct TensorView {
 
 // The pages a tensor of `tokens` tokens is cut into, as (first token, tokens). INVALID_ARGUMENT unless
 // tokens >= 1 and page_tokens is a positive multiple of chunk_tokens. (EncodeTensor also takes page_tokens 0: kvtd's
-// own choice, codec::AutoPageTokens of the tensor's channels.)
+// own choice, codec::AutoPageTokens of the tensor's channels; and options.chunk_tokens 0, the scheme's own chunk.)
 absl::StatusOr<std::vector<std::pair<int, int>>> PlanPages(int tokens, int page_tokens, int chunk_tokens);
 
 struct EncodedTensor {

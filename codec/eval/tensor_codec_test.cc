@@ -34,7 +34,8 @@ TEST(TensorCodecTest, TensorDecodeEqualsThePageByPageCodecDecode) {
   const std::vector<float> x = Random(tokens * channels, 1);
   const Scheme scheme = *ParseScheme("lynx");
   const CodecOptions options;
-  auto enc = EncodeTensor(scheme, options, TensorView{x.data(), tokens, channels});
+  // 256-token pages of 16-token chunks (lynx's own): 256, then 32 (whole chunks), then the 12 left.
+  auto enc = EncodeTensor(scheme, options, TensorView{x.data(), tokens, channels}, 256);
   ASSERT_TRUE(enc.ok()) << enc.status();
   ASSERT_EQ(enc->encoded.size(), 3u);
   for (int stages = 1; stages <= 2; ++stages) {

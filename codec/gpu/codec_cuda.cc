@@ -36,8 +36,10 @@ size_t MetaBytes(const ContainerLayout& l) {
     case SchemeKind::kFp8:
       return 4 * static_cast<size_t>(l.tokens) * ((static_cast<size_t>(l.channels) + 127) / 128);
     case SchemeKind::kLynx:
-      return 8 * static_cast<size_t>(l.channels) + cpu::EndPairBytes(chunk_values) +
-             (l.scheme.spike_reserve ? 5 * chunk_values : 0) + 4 * LynxAnchorTableFloats(l.scheme);
+      return 8 * static_cast<size_t>(l.channels) + cpu::EndPairBytes(chunk_values, l.scheme.end_pair_bits) +
+             (l.scheme.spike_reserve ? 5 * chunk_values : 0) +
+             6 * static_cast<size_t>(PageFrameSpikes(l.scheme, l.tokens, l.chunk_tokens)) * l.channels +
+             4 * LynxAnchorTableFloats(l.scheme);
   }
   return 0;
 }
@@ -100,6 +102,11 @@ internal::PageShape Shape(const DeviceEncodedPages& pages) {
   s.channels = l.channels;
   s.chunk_len = l.tokens < l.chunk_tokens ? l.tokens : l.chunk_tokens;
   s.num_chunks = l.tokens / s.chunk_len;
+  if (l.scheme.kind == SchemeKind::kLynx) {
+    s.end_pair_bits = l.scheme.end_pair_bits;
+    s.grid_max = cpu::EndGridMax(l.scheme.end_pair_bits);
+    s.frame_spikes = PageFrameSpikes(l.scheme, l.tokens, l.chunk_tokens);
+  }
   return s;
 }
 
@@ -110,8 +117,11 @@ internal::Staging StagingOf(const DeviceEncodedPages& pages) {
   const ContainerLayout& l = pages.layout();
   if (l.scheme.kind == SchemeKind::kLynx) {
     const size_t chunk_values = static_cast<size_t>(NumChunks(l.tokens, l.chunk_tokens)) * l.channels;
+    const size_t frame_values = static_cast<size_t>(PageFrameSpikes(l.scheme, l.tokens, l.chunk_tokens)) * l.channels;
     st.ends_offset = 8 * static_cast<size_t>(l.channels);
-    st.tables_offset = st.ends_offset + cpu::EndPairBytes(chunk_values);
+    st.frame_offset = st.ends_offset + cpu::EndPairBytes(chunk_values, l.scheme.end_pair_bits);
+    st.tables_offset = st.frame_offset + 6 * frame_values;
+    st.frame_sub = pages.frame_scratch();
     st.table_floats = static_cast<int>(LynxAnchorTableFloats(l.scheme));
     st.histogram = pages.histogram();
     if (st.histogram != nullptr) {  // the scratch's layout: see DeviceEncodedPages::Create
@@ -207,6 +217,11 @@ absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> DeviceEncodedPages::Create(c
     // counts in shared memory: one block per page holds the tables' channels and writes the tables itself.)
     const size_t words = static_cast<size_t>(num_pages) * 256 * shape.scheme.num_streams();
     KVT_ASSIGN_OR_RETURN(p->histogram_, DeviceBuffer::Create(sizeof(uint32_t) * words));
+  }
+  if (const int spikes = PageFrameSpikes(shape.scheme, shape.tokens, shape.chunk_tokens); spikes > 0) {
+    // The encoder's frame-spike replacements (Staging::frame_sub): a float per (page, spike, channel).
+    const size_t floats = static_cast<size_t>(num_pages) * spikes * shape.channels;
+    KVT_ASSIGN_OR_RETURN(p->frame_scratch_, DeviceBuffer::Create(sizeof(float) * floats));
   }
   KVT_ASSIGN_OR_RETURN(p->status_, DeviceBuffer::Create(sizeof(internal::DeviceStatus)));
   p->base_ = static_cast<uint8_t*>(p->buffer_->get());
@@ -523,6 +538,10 @@ absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream strea
   if (st.errors & internal::kErrBadAnchorTable) {
     return absl::DataLossError("lynx container: an anchor table entry is outside [0, 1]");
   }
+  if (st.errors & internal::kErrBadFrameSpike) {
+    return absl::DataLossError(
+        "lynx container: a frame spike is not finite, past the page or out of token order in its channel");
+  }
   if (st.errors & internal::kErrBadFp16Meta) {
     return absl::DataLossError(absl::StrCat("int", pages.layout().scheme.stage_bits[0],
                                             " container: non-finite fp16 metadata"));
@@ -546,7 +565,8 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
   KVT_RETURN_IF_ERROR(ValidateScheme(scheme));
   KVT_RETURN_IF_ERROR(SpikeUnimplemented(scheme));
   KVT_RETURN_IF_ERROR(ValidateKv(src, tokens_per_page, "source KV"));
-  KVT_RETURN_IF_ERROR(ValidatePageDims(tokens_per_page, src.channels(), options.chunk_tokens));
+  KVT_RETURN_IF_ERROR(
+      ValidatePageDims(tokens_per_page, src.channels(), ResolveChunkTokens(scheme, options.chunk_tokens)));
   KVT_ASSIGN_OR_RETURN(int num_pages, PagesFromBlockIds(src, tokens_per_page, block_ids));
   const ContainerLayout layout = PageLayoutFor(scheme, options, tokens_per_page, src.channels());
   if (!staging.Fits(layout, num_pages)) {

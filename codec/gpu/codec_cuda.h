@@ -94,6 +94,8 @@ class DeviceEncodedPages {
   // Multi-stream lynx: the encoder's scratch for the anchor tables (code counts, codec_kernels.h Staging); else
   // null.
   uint32_t* histogram() const { return histogram_ ? static_cast<uint32_t*>(histogram_->get()) : nullptr; }
+  // The lynx encoder's frame-spike scratch (codec_kernels.h Staging::frame_sub); null without frame spikes.
+  float* frame_scratch() const { return frame_scratch_ ? static_cast<float*>(frame_scratch_->get()) : nullptr; }
   // What a launch's lynx tables are made from: the scheme (kind, spike flag, stage widths), alpha and top width as
   // bits, and for a decode its stages and anchor rule (0 and 0 for an encode). Equal keys mean equal tables. Fixed
   // size, so that building and comparing one on every launch allocates nothing (a Scheme's stage_bits would).
@@ -161,6 +163,7 @@ class DeviceEncodedPages {
   std::unique_ptr<DeviceBuffer> buffer_;
   std::unique_ptr<DeviceBuffer> status_;
   std::unique_ptr<DeviceBuffer> histogram_;
+  std::unique_ptr<DeviceBuffer> frame_scratch_;
   uint8_t* base_ = nullptr;
   mutable std::array<std::unique_ptr<DeviceBuffer>, 2> tables_;
   mutable std::array<std::vector<uint8_t>, 2> tables_host_;

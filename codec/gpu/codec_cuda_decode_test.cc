@@ -340,7 +340,7 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   shape.scheme = lynx;
   shape.tokens = 256;
   shape.channels = 1024;
-  shape.chunk_tokens = 32;
+  shape.chunk_tokens = ResolveChunkTokens(lynx, CodecOptions{}.chunk_tokens);  // what the options give
   shape.alpha = CodecOptions{}.alpha;
   shape.top_width = CodecOptions{}.top_width;
   absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> pages = DeviceEncodedPages::Create(shape, 2);
@@ -409,7 +409,9 @@ TEST(CudaDecodeTest, CorruptContainersAndBadArgumentsGiveTheirStatusCodes) {
   // The batch's status word was cleared: the next good decode is OK.
   EXPECT_TRUE(DecodePagesCuda({good}, 1, CodecOptions{}, kv.view(), {0}).ok());
 
-  // An end pair index past the grid (chunk 0, channel 0) and an anchor table entry above 1, each resealed.
+  // An end pair index past the grid (chunk 0, channel 0), an anchor table entry above 1 and frame spikes no encoder
+  // writes, each resealed. The 32 x 64 page's metadata: lo, hi; 14-bit end pairs of 2 chunks x 64 channels (224
+  // bytes); 3 frame spikes per channel, f32 values then u16 tokens; the anchor table.
   auto resealed = [&](auto edit) {
     std::vector<uint8_t> b = enc->bytes;
     edit(b.data() + meta);
@@ -418,16 +420,34 @@ TEST(CudaDecodeTest, CorruptContainersAndBadArgumentsGiveTheirStatusCodes) {
     WriteContainerHeader(rl, b.data());
     return b;
   };
-  const std::vector<uint8_t> bad_ends = resealed([](uint8_t* p) { p[8 * 64] = p[8 * 64 + 1] = 0xFF; p[8 * 64 + 2] |= 0x7F; });
+  const std::vector<uint8_t> bad_ends = resealed([](uint8_t* p) { p[8 * 64] = 0xFF; p[8 * 64 + 1] |= 0x3F; });
   EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(bad_ends)}, 1, CodecOptions{}, kv.view(), {0}).code(),
             absl::StatusCode::kDataLoss);
-  const size_t tables = 8 * 64 + (64 * 23 + 7) / 8;  // one chunk of 64 channels
+  const size_t spike_values = 8 * 64 + 2 * 64 * 14 / 8, spike_tokens = spike_values + 4 * 3 * 64;
+  const size_t tables = spike_tokens + 2 * 3 * 64;
   const std::vector<uint8_t> bad_table = resealed([&](uint8_t* p) {
     const float big = 1.5f;
     std::memcpy(p + tables, &big, 4);
   });
   EXPECT_EQ(DecodePagesCuda({absl::MakeConstSpan(bad_table)}, 1, CodecOptions{}, kv.view(), {0}).code(),
             absl::StatusCode::kDataLoss);
+  const std::vector<uint8_t> spike_past_page = resealed([&](uint8_t* p) { p[spike_tokens] = 32, p[spike_tokens + 1] = 0; });
+  const std::vector<uint8_t> spike_repeated = resealed([&](uint8_t* p) {
+    std::memcpy(p + spike_tokens + 2 * 64, p + spike_tokens, 2);  // channel 0's second spike = its first
+  });
+  const std::vector<uint8_t> spike_nan = resealed([&](uint8_t* p) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(p + spike_values + 4 * 9, &nan, 4);
+  });
+  for (const auto* bad : {&spike_past_page, &spike_repeated, &spike_nan}) {
+    for (int stages : {1, 2}) {
+      const absl::Status st = DecodePagesCuda({absl::MakeConstSpan(*bad)}, stages, CodecOptions{}, kv.view(), {0});
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+      // The CPU decoder refuses the same bytes.
+      std::vector<float> out(32 * 64);
+      EXPECT_EQ(DecodePage(*bad, stages, MutablePageView{out.data(), 32, 64, 0}).code(), absl::StatusCode::kDataLoss);
+    }
+  }
   EXPECT_TRUE(DecodePagesCuda({good}, 2, CodecOptions{}, kv.view(), {0}).ok());
 }
 

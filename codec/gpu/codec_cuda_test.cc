@@ -78,6 +78,14 @@ void ExpectEncodeMatchesCpu(const std::string& scheme_name, const CodecOptions& 
 }
 
 
+// The lynx tile encoder takes version 3's metadata only (LynxTileEncodeFits): 32-token chunks, 23-bit end pairs,
+// no frame spikes. Its tests name those schemes and options.
+std::string Tile(const char* name) { return std::string(name) + "+e23+f0"; }
+CodecOptions TileOptions(CodecOptions o = CodecOptions{}) {
+  o.chunk_tokens = 32;
+  return o;
+}
+
 TEST(CudaEncodeTest, EveryFullSizeSchemeMatchesTheCpuReferenceByteForByte) {
   SKIP_WITHOUT_CUDA();
   for (const std::string& name : AllGpuSchemes()) {
@@ -116,9 +124,9 @@ TEST(CudaEncodeTest, AdversarialPagesInTheLynxTileEncodersShapeMatchTheCpuRefere
     const TestPage tiled = InTileShape(page);
     const int tokens = tiled.tokens, channels = tiled.channels;
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
-      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data}, tokens, channels, KvDType::kFloat32,
+      ExpectEncodeMatchesCpu(Tile(name), TileOptions(), {tiled.data}, tokens, channels, KvDType::kFloat32,
                              KvLayout::kNhd, 16, channels / 64);
-      ExpectEncodeMatchesCpu(name, CodecOptions{}, {tiled.data, tiled.data}, tokens, channels, KvDType::kBfloat16,
+      ExpectEncodeMatchesCpu(Tile(name), TileOptions(), {tiled.data, tiled.data}, tokens, channels, KvDType::kBfloat16,
                              KvLayout::kHnd, 32, channels / 64);
     }
   }
@@ -149,7 +157,7 @@ TEST(CudaEncodeTest, LargeBatchesOfMoreTilesThanResidentBlocksMatchTheCpuReferen
   for (const LargeBatch& batch : kLargeBatches) {
     const std::vector<std::vector<float>> batch_pages(pages.begin(), pages.begin() + batch.pages);
     for (const char* name : {"lynx", "lynx8", "lynx4", "lynx-a2r6", "lynx-a2r2r4"}) {
-      ExpectEncodeMatchesCpu(name, CodecOptions{}, batch_pages, kLargeTokens, kLargeChannels, batch.dtype,
+      ExpectEncodeMatchesCpu(Tile(name), TileOptions(), batch_pages, kLargeTokens, kLargeChannels, batch.dtype,
                              batch.layout, batch.block_tokens, kLargeHeads);
     }
   }
@@ -276,8 +284,8 @@ TEST(CudaEncodeTest, LynxTileEncodersOnEveryCurvePathMatchTheCpuReference) {
         CodecOptions o;
         o.alpha = alpha;
         o.top_width = top_width;
-        ExpectEncodeMatchesCpu(name, o, {Realistic(256, 128, 11)}, 256, 128, KvDType::kFloat32, KvLayout::kNhd, 16, 2);
-        ExpectEncodeMatchesCpu(name, o, {underflow.data}, underflow.tokens, underflow.channels, KvDType::kBfloat16,
+        ExpectEncodeMatchesCpu(Tile(name), TileOptions(o), {Realistic(256, 128, 11)}, 256, 128, KvDType::kFloat32, KvLayout::kNhd, 16, 2);
+        ExpectEncodeMatchesCpu(Tile(name), TileOptions(o), {underflow.data}, underflow.tokens, underflow.channels, KvDType::kBfloat16,
                                KvLayout::kHnd, 32, underflow.channels / 64);
       }
     }
@@ -360,7 +368,7 @@ std::vector<float> GridPointChunkEnds(int tokens, int channels, uint64_t seed) {
     const float scale = std::ldexp(1.0f, static_cast<int>(unit(rng) * 40.0f) - 20);
     const float offset = (c % 3 == 0 ? 0.0f : (c % 3 == 1 ? 1.0f : 2048.0f * unit(rng))) * scale;
     const float lo = offset - scale * (0.5f + unit(rng)), hi = offset + scale * (0.5f + unit(rng));
-    const cpu::ChannelFrame f = cpu::MakeChannelFrame(lo, hi);
+    const cpu::ChannelFrame f = cpu::MakeChannelFrame(lo, hi, cpu::kEndGridMax);
     auto at = [&](int t) -> float& { return page[static_cast<size_t>(t) * channels + c]; };
     auto near_grid = [&]() {
       float v = cpu::ChunkEnd(f, grid(rng));
@@ -383,11 +391,42 @@ std::vector<float> GridPointChunkEnds(int tokens, int channels, uint64_t seed) {
 TEST(CudaEncodeTest, ChunkEndsOnAndBesideGridPointsMatchTheCpuReference) {
   SKIP_WITHOUT_CUDA();
   for (const char* name : {"lynx", "lynx8", "lynx4"}) {
-    ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(256, 128, 21), GridPointChunkEnds(256, 128, 22)},
+    ExpectEncodeMatchesCpu(Tile(name), TileOptions(), {GridPointChunkEnds(256, 128, 21), GridPointChunkEnds(256, 128, 22)},
                            256, 128, KvDType::kFloat32, KvLayout::kNhd, 16, 2);
-    ExpectEncodeMatchesCpu(name, CodecOptions{}, {GridPointChunkEnds(128, 192, 23)}, 128, 192, KvDType::kFloat32,
+    ExpectEncodeMatchesCpu(Tile(name), TileOptions(), {GridPointChunkEnds(128, 192, 23)}, 128, 192, KvDType::kFloat32,
                            KvLayout::kHnd, 8, 3);
   }
+}
+
+// Version 4's frame spikes on the GPU: pages with sink tokens and outliers (which the spikes take out of the
+// frame) on kvtd's page shape and on pages shorter than a chunk (fewer spikes), in every input type and layout,
+// other end pair widths and spike counts; and an Inf the selection would have taken as a spike is still named.
+TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
+  SKIP_WITHOUT_CUDA();
+  auto sinks = [](int tokens, int channels, uint64_t seed) {
+    std::vector<float> page = Realistic(tokens, channels, seed);
+    for (int c = 0; c < channels; ++c) {
+      page[c] = 40.0f + static_cast<float>(c % 7);                                    // a sink token
+      if (c % 5 == 0) page[static_cast<size_t>(tokens / 2) * channels + c] = -300.0f;  // an outlier
+    }
+    return page;
+  };
+  for (const char* name : {"lynx", "lynx8", "lynx-a2r2r4", "lynx+e23", "lynx+e13+f1", "lynx+f7", "lynx4+e8+f2"}) {
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {sinks(2048, 256, 1), sinks(2048, 256, 2)}, 2048, 256,
+                           KvDType::kBfloat16, KvLayout::kNhd, 16, 2);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {sinks(256, 192, 3)}, 256, 192, KvDType::kFloat16, KvLayout::kHnd,
+                           32, 3);
+    ExpectEncodeMatchesCpu(name, CodecOptions{}, {sinks(3, 64, 4)}, 3, 64, KvDType::kFloat32, KvLayout::kNhd, 4, 1);
+  }
+  std::vector<float> page = sinks(64, 64, 5);
+  page[7 * 64 + 2] = std::numeric_limits<float>::infinity();
+  DeviceKv kv(KvDType::kFloat32, KvLayout::kNhd, 4, 16, 1, 64);
+  const std::vector<int32_t> ids = {2, 0, 3, 1};
+  kv.Place(page, 64, ids, 0);
+  kv.Upload();
+  absl::StatusOr<std::vector<EncodedPage>> got = EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), 64, ids);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_NE(std::string(got.status().message()).find("(token 7, channel 2)"), std::string::npos) << got.status();
 }
 
 TEST(CudaEncodeTest, NanOrInfInTheInputIsRejectedWithInvalidArgumentNamingIt) {

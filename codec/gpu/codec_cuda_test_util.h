@@ -37,7 +37,7 @@ namespace ff = ::kvt::numerics;
 inline const std::vector<std::string>& AllGpuSchemes() {
   static const auto* names = new std::vector<std::string>{
       "bf16", "int8", "int4", "fp8", "lynx", "lynx-a2r6", "lynx-a3r5", "lynx-a4r4", "lynx-a2r2r4", "lynx8", "lynx4",
-      "lynx-a1r3r4", "lynx-a3r2r3"};
+      "lynx-a1r3r4", "lynx-a3r2r3", "lynx+e23+f0", "lynx8+e13+f1"};
   return *names;
 }
 

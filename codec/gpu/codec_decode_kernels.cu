@@ -107,9 +107,9 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
           s_lo[cc] = l;
           s_hi[cc] = h;
         }
-        const Frame f = MakeChannelFrame(l, h);
+        const Frame f = MakeChannelFrame(l, h, p.shape.grid_max);
         float mu, sigma;
-        if (!DecodeChunk(meta + p.in.ends_offset, mi, f, mu, sigma)) atomicOr(&p.status->errors, kErrBadChunkEnds);
+        if (!DecodeChunk(meta + p.in.ends_offset, mi, p.shape.end_pair_bits, f, mu, sigma)) atomicOr(&p.status->errors, kErrBadChunkEnds);
         s_p0[kk][cc] = mu;
         s_p1[kk][cc] = sigma;
       } else if constexpr (kKind == Kind::kUniform) {
@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, kParams == Params::kSharedOnce ? kDe
           lo[e] = reinterpret_cast<const float*>(meta)[c + e];
           hi[e] = reinterpret_cast<const float*>(meta)[channels + c + e];
           if (!isfinite(lo[e]) || !isfinite(hi[e]) || !(lo[e] <= hi[e])) bad = true;
-          const Frame f = MakeChannelFrame(lo[e], hi[e]);
-          if (!DecodeChunk(meta + p.in.ends_offset, mi + e, f, p0[e], p1[e])) bad_ends = true;
+          const Frame f = MakeChannelFrame(lo[e], hi[e], p.shape.grid_max);
+          if (!DecodeChunk(meta + p.in.ends_offset, mi + e, p.shape.end_pair_bits, f, p0[e], p1[e])) bad_ends = true;
         }
         if (bad) atomicOr(&p.status->errors, kErrBadChannelRange);
         if (bad_ends) atomicOr(&p.status->errors, kErrBadChunkEnds);
@@ -337,8 +337,16 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
   const absl::Status st = ForDType(dst.dtype, [&](auto tag) {
     return LaunchDecodeTyped<typename decltype(tag)::type>(scheme.kind, p, tb, stream);
   });
-  if (!st.ok() || !extremes || fused) return st;
-  return LaunchExactExtremes(scheme, stages, tables, in, shape, dst, stream_handle);
+  if (!st.ok()) return st;
+  if (extremes && !fused) {
+    const absl::Status rule = LaunchExactExtremes(scheme, stages, tables, in, shape, dst, stream_handle);
+    if (!rule.ok()) return rule;
+  }
+  // The frame spikes last, over whatever the codes (and the rule) put in their places.
+  if (scheme.kind == SchemeKind::kLynx && shape.frame_spikes > 0) {
+    return LaunchFrameSpikeScatter(in, shape, dst, status, stream_handle);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvt::codec::gpu::internal

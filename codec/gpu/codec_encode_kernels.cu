@@ -90,6 +90,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_red_hi[kRounds][kGroup];
   __shared__ __align__(16) float s_p0[kRounds][kGroup];  // lynx: mu; uniform: min
   __shared__ __align__(16) float s_p1[kRounds][kGroup];  // lynx: 1 / sigma (InverseSigma); uniform: scale
+  // Lynx frame spikes of the block's channels (LaunchFrameSpikeSelect): each spike's token (-1: none) and the
+  // value coded in its place.
+  __shared__ int s_ftok[kLynx ? kMaxFrameSpikes : 1][kGroup];
+  __shared__ float s_fsub[kLynx ? kMaxFrameSpikes : 1][kGroup];
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -112,15 +116,30 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = tid; j <= tb.bucket_count; j += kThreads) s_bucket[j] = tables->bucket_base[j];
   }
 
-  // Value (t, c0 + c) from global memory; 0 (and an error) for a bad block id.
+  const int spikes = kLynx ? p.shape.frame_spikes : 0;
+  if constexpr (kLynx) {
+    const uint8_t* tokens_at = p.out.meta + page * p.out.meta_stride + p.out.frame_offset +
+                               4 * static_cast<size_t>(spikes) * channels;
+    for (int i = tid; i < spikes * kGroup; i += kThreads) {
+      const int j = i / kGroup, c = i % kGroup;
+      const size_t s = static_cast<size_t>(j) * channels + c0 + c;
+      s_ftok[j][c] = c < nvalid ? (tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8)) : -1;
+      s_fsub[j][c] = c < nvalid ? p.out.frame_sub[static_cast<size_t>(page) * spikes * channels + s] : 0.0f;
+    }
+  }
+  // Value (t, c0 + c) from global memory, a frame spike's replacement in its place; 0 (and an error) for a bad
+  // block id.
   auto load_global = [&](int t, int c) -> float {
     size_t base;
     if (!RowBase(p.src, channels, page, t, base)) {
       atomicOr(&p.status->errors, kErrBadBlockId);
       return 0.0f;
     }
-    return ToFloat<T>(src[ChannelOffset(p.src, base, c0 + c)]);
+    float x = ToFloat<T>(src[ChannelOffset(p.src, base, c0 + c)]);
+    for (int j = 0; j < spikes; ++j) x = s_ftok[j][c] == t ? s_fsub[j][c] : x;
+    return x;
   };
+  if (spikes > 0) __syncthreads();
   if constexpr (kStaged) {
     // Row offsets first (one block-id lookup and division per token), then the tile: thread tid always loads
     // the same VEC channels, of rows tid / kPerRow + u * kRowsPerPass, so no division per vector.
@@ -157,6 +176,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int e = 0; e < VEC; ++e) tile[t * kGroup + j * VEC + e] = v[u][e];
         }
+      }
+    }
+    if (spikes > 0) {  // each frame spike's replacement into its place in the tile
+      __syncthreads();
+      for (int i = tid; i < spikes * kGroup; i += kThreads) {
+        const int j = i / kGroup, c = i % kGroup;
+        if (s_ftok[j][c] >= 0) tile[s_ftok[j][c] * kGroup + c] = s_fsub[j][c];
       }
     }
   }
@@ -227,7 +253,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       lo = lo == 0.0f ? 0.0f : lo;  // canonical zero
       hi = hi == 0.0f ? 0.0f : hi;
-      s_frame[tid] = MakeChannelFrame(lo, hi);
+      s_frame[tid] = MakeChannelFrame(lo, hi, p.shape.grid_max);
       reinterpret_cast<float*>(meta)[c0 + tid] = lo;
       reinterpret_cast<float*>(meta)[channels + c0 + tid] = hi;
     }
@@ -270,10 +296,10 @@ __global__ void __launch_bounds__(kThreads)
           QuantizeChunkEnds(f, p.centering_mean, cmin, cmax, centre, ql, qh);
           float mu, sigma;
           ChunkCentreAndWidth(f, ql, qh, mu, sigma);
-          // The 23-bit field of chunk-channel i, ORed into the zeroed 32-bit words it spans (shared with the
-          // neighbouring fields, some written by other blocks).
+          // The end_pair_bits field of chunk-channel i, ORed into the zeroed 32-bit words it spans (shared with
+          // the neighbouring fields, some written by other blocks).
           const unsigned index = static_cast<unsigned>(qh) * static_cast<unsigned>(qh + 1) / 2 + static_cast<unsigned>(ql);
-          const size_t bit = i * kEndPairBits;
+          const size_t bit = i * p.shape.end_pair_bits;
           unsigned* words = reinterpret_cast<unsigned*>(meta + p.out.ends_offset) + bit / 32;
           const unsigned long long v = static_cast<unsigned long long>(index) << (bit % 32);
           atomicOr(&words[0], static_cast<unsigned>(v));
@@ -539,6 +565,10 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
     if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaMemsetAsync: ", cudaGetErrorName(e)));
     if (p.num_streams > 1 && (out.histogram == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
       return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
+    }
+    if (shape.frame_spikes > 0) {
+      const absl::Status selected = LaunchFrameSpikeSelect(src, shape, out, status, stream_handle);
+      if (!selected.ok()) return selected;
     }
   }
   const absl::Status st = ForDType(src.dtype, [&](auto tag) {

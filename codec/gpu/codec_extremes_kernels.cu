@@ -50,9 +50,12 @@ __global__ void __launch_bounds__(kThreads) ExactExtremesKernel(ExtremesParams p
   const float lo = reinterpret_cast<const float*>(meta)[c];
   const float hi = reinterpret_cast<const float*>(meta)[channels + c];
   if (!isfinite(lo) || !isfinite(hi) || !(lo <= hi)) return;  // reported by the decode launch
-  const Frame f = MakeChannelFrame(lo, hi);
+  const Frame f = MakeChannelFrame(lo, hi, p.shape.grid_max);
   float mu, sigma;
-  if (!DecodeChunk(meta + p.in.ends_offset, static_cast<size_t>(k) * channels + c, f, mu, sigma)) return;
+  if (!DecodeChunk(meta + p.in.ends_offset, static_cast<size_t>(k) * channels + c, p.shape.end_pair_bits, f, mu,
+                   sigma)) {
+    return;
+  }
   const float top = tables->full_values[tables->max_code];
   OutT* out = static_cast<OutT*>(p.dst.data);
   size_t base;

@@ -33,6 +33,11 @@ struct PageShape {
   int num_pages = 0, tokens = 0, channels = 0;
   int chunk_len = 0;   // min(chunk_tokens, tokens)
   int num_chunks = 0;  // tokens / chunk_len
+  // Lynx (docs/FORMAT.md, version 4): the end pair width, its grid (EndGridMax) and the frame spikes per channel
+  // (PageFrameSpikes: the scheme's, at most chunk_len - 1).
+  int end_pair_bits = 23;
+  int grid_max = 4094;
+  int frame_spikes = 0;
 };
 
 // The staging layout of DeviceEncodedPages.
@@ -43,6 +48,11 @@ struct Staging {
   // the number of f32 table entries (LynxAnchorTableFloats).
   size_t ends_offset = 0, tables_offset = 0;
   int table_floats = 0;
+  // Lynx with frame spikes: their f32 values from frame_offset in meta, [spike][channel], then their u16 tokens.
+  size_t frame_offset = 0;
+  // The encoder's scratch for frame spikes: the value coded in each spike's place (its chunk-channel's first
+  // non-spike value), [page][spike][channel] floats. Null without frame spikes.
+  float* frame_sub = nullptr;
   // The general encoder's multi-stream lynx anchor tables' input: 256 u32 code counts per page (zeroed by the
   // launch). The tile encoder counts in shared memory instead.
   uint32_t* histogram = nullptr;
@@ -68,6 +78,7 @@ enum DeviceError : unsigned int {
   kErrNonFiniteCode = 16u,   // fp8 NaN code or bf16 NaN/Inf value
   kErrBadChunkEnds = 32u,    // lynx chunk end pair index past the grid
   kErrBadAnchorTable = 64u,  // lynx anchor table entry not in [0, 1]
+  kErrBadFrameSpike = 128u,  // lynx frame spike not finite, past the page or out of token order
 };
 inline constexpr unsigned long long kNoNonFinite = ~0ull;
 
@@ -157,6 +168,16 @@ bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_ex
 absl::Status LaunchLynxTileEncode(const Scheme& scheme, bool exact_extremes, const LynxDeviceTables* tables,
                                   const LynxDeviceTables& host_tables, const KvGeometry& src, const PageShape& shape,
                                   const Staging& out, DeviceStatus* status, void* stream);
+
+// Lynx frame spikes (codec/internal/lynx_frame_spikes.h), before the general encoder (shape.frame_spikes > 0):
+// selects every page-channel's spikes from `src`, writes their values and tokens into out.meta at
+// out.frame_offset and the values to code in their places into out.frame_sub. The meta must be zeroed first.
+absl::Status LaunchFrameSpikeSelect(const KvGeometry& src, const PageShape& shape, const Staging& out,
+                                    DeviceStatus* status, void* stream);
+// After a lynx decode with frame spikes: checks every page's spikes (kErrBadFrameSpike) and writes them into
+// dst, over what the codes decoded there.
+absl::Status LaunchFrameSpikeScatter(const Staging& in, const PageShape& shape, const KvGeometry& dst,
+                                     DeviceStatus* status, void* stream);
 
 // The general encoder's half of the exact-extremes rule: after the codes are written, counts into
 // out.exclusions (zeroed) the code of every single top-cell value at a sampled token, per partial stage.

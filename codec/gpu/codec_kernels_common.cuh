@@ -50,56 +50,59 @@ using ::kvt::codec::internal::ChunkEnd;
 using ::kvt::codec::internal::Clamp;
 using ::kvt::codec::internal::EndOffset;
 using ::kvt::codec::internal::kEndGridMax;
-using ::kvt::codec::internal::kEndPairBits;
-using ::kvt::codec::internal::kMaxEndPairIndex;
 using ::kvt::codec::internal::MakeChannelFrame;
+using ::kvt::codec::internal::MaxEndPairIndex;
+// Version 3's end pair width: the tile encoder's only one (LynxTileEncodeFits).
+constexpr int kEndPairBits23 = 23;
 using ::kvt::codec::internal::QuantizeChunkEnds;
 using Frame = ::kvt::codec::internal::ChannelFrame;
 constexpr int kAnchorSampleStride = 4;  // the anchor tables count tokens t % 4 == 0 (lynx_math.h)
-// q_high = h is the largest h with h (h + 1) / 2 <= index, q_low the rest. The f32 square root guesses h within one
-// of it for every valid index: end_pair_guess_test.cc checks all 8386560 of them with the reciprocal square root
-// off by up to 2^-19 (16 times rsqrt.approx.f32's documented bound). So one step each way, without
-// branches, corrects it exactly in 32-bit integers (h <= 4094 keeps (h + 1) (h + 2) / 2 below 2^24); the check
-// that q_low lies in [0, h] would turn a miss into a bad pair (DATA_LOSS) rather than wrong values.
-// x >= 1 has no subnormal to care about: rsqrt.approx.ftz skips rsqrtf's scaling for one.
-__device__ __forceinline__ bool EndPairFromIndex(unsigned index, int& q_low, int& q_high) {
-  const unsigned i = index < kMaxEndPairIndex ? index : kMaxEndPairIndex;
+// q_high = h is the largest h with h (h + 1) / 2 <= index, q_low the rest, on the grid 0..grid_max. The f32 square
+// root guesses h within one of it for every valid index of every grid (their indices are a prefix of the 23-bit
+// grid's): end_pair_guess_test.cc checks all 8386560 of them with the reciprocal square root off by up to 2^-19
+// (16 times rsqrt.approx.f32's documented bound). So one step each way, without branches, corrects it exactly in
+// 32-bit integers (h <= 4094 keeps (h + 1) (h + 2) / 2 below 2^24); the check that q_low lies in [0, h] would
+// turn a miss into a bad pair (DATA_LOSS) rather than wrong values. x >= 1 has no subnormal to care about:
+// rsqrt.approx.ftz skips rsqrtf's scaling for one.
+__device__ __forceinline__ bool EndPairFromIndex(unsigned index, int grid_max, int& q_low, int& q_high) {
+  const unsigned max_index = MaxEndPairIndex(grid_max);
+  const unsigned i = index < max_index ? index : max_index;
   const float x = 8.0f * static_cast<float>(i) + 1.0f;
   float r;
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   int g = static_cast<int>((x * r - 1.0f) * 0.5f);
-  unsigned h = g < 0 ? 0u : (g > kEndGridMax ? kEndGridMax : static_cast<unsigned>(g));
+  unsigned h = g < 0 ? 0u : (g > grid_max ? static_cast<unsigned>(grid_max) : static_cast<unsigned>(g));
   h -= h * (h + 1) / 2 > i ? 1 : 0;  // unsigned: the triangles are shifts, and h >= 0 throughout
   h += (h + 1) * (h + 2) / 2 <= i ? 1 : 0;
   const int low = static_cast<int>(i) - static_cast<int>(h * (h + 1) / 2);
   q_high = static_cast<int>(h);
   q_low = low;
-  return index <= kMaxEndPairIndex && low >= 0 && low <= q_high;
+  return index <= max_index && low >= 0 && low <= q_high;
 }
-// The 23-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves room
-// past the array for the 4-byte read).
-__device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i) {
-  const size_t bit = i * kEndPairBits;
+// The `bits`-bit end pair index of chunk-channel i from the packed field array (LSB-first; the staging leaves
+// room past the array for the 4-byte read).
+__device__ __forceinline__ unsigned ReadEndPair(const uint8_t* ends, size_t i, int bits) {
+  const size_t bit = i * bits;
   const uint8_t* q = ends + bit / 8;
   const unsigned v = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24);
-  return (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+  return (v >> (bit % 8)) & ((1u << bits) - 1);
 }
 // ReadEndPair from two aligned 32-bit loads; `ends` must be 4-byte aligned (the staging's end pairs are: they
 // start 8 * channels bytes into 256-byte-aligned metadata) with a readable word past the field's. i < 2^22 (a
-// page has at most 2^26 values, chunks >= 16 tokens here), so i * 23 fits 32 bits. In two halves, so that a
+// page has at most 2^26 values, chunks >= 16 tokens here), so i * bits fits 32 bits. In two halves, so that a
 // kernel can ask for the words early and cut the pair out once it needs it.
 struct EndPairWords {
   uint32_t lo = 0, hi = 0;
 };
-__device__ __forceinline__ EndPairWords LoadEndPairWords(const uint8_t* ends, unsigned i) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(ends) + i * kEndPairBits / 32;
+__device__ __forceinline__ EndPairWords LoadEndPairWords(const uint8_t* ends, unsigned i, int bits) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(ends) + i * bits / 32;
   return EndPairWords{w[0], w[1]};
 }
-__device__ __forceinline__ unsigned CutEndPair(const EndPairWords& w, unsigned i) {
-  return __funnelshift_r(w.lo, w.hi, i * kEndPairBits % 32) & ((1u << kEndPairBits) - 1);
+__device__ __forceinline__ unsigned CutEndPair(const EndPairWords& w, unsigned i, int bits) {
+  return __funnelshift_r(w.lo, w.hi, i * bits % 32) & ((1u << bits) - 1);
 }
-__device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, unsigned i) {
-  return CutEndPair(LoadEndPairWords(ends, i), i);
+__device__ __forceinline__ unsigned ReadEndPairAligned(const uint8_t* ends, unsigned i, int bits) {
+  return CutEndPair(LoadEndPairWords(ends, i, bits), i, bits);
 }
 // A word of 8 4-bit anchor codes (sign in bit 3 of each nibble): 0x1 in nibble e where code e has the top magnitude
 // (the top cell of its sign), and its sign bits.
@@ -135,10 +138,12 @@ struct TopCells {
     return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
   }
 };
-// mu and sigma of chunk-channel i from its stored end pair; false (and mu = lo, sigma = 0) for a bad index.
-__device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, const Frame& f, float& mu, float& sigma) {
+// mu and sigma of chunk-channel i from its stored `bits`-bit end pair on f's grid; false (and mu = lo, sigma = 0)
+// for a bad index.
+__device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, int bits, const Frame& f, float& mu,
+                                            float& sigma) {
   int ql, qh;
-  const bool ok = EndPairFromIndex(ReadEndPair(ends, i), ql, qh);
+  const bool ok = EndPairFromIndex(ReadEndPair(ends, i, bits), f.grid_max, ql, qh);
   if (!ok) ql = qh = 0;
   ChunkCentreAndWidth(f, ql, qh, mu, sigma);
   return ok;

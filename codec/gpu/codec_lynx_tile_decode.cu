@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   if (param_thread) {
     l = reinterpret_cast<const float*>(meta)[ca];
     h = reinterpret_cast<const float*>(meta)[channels + ca];
-    if (kk0 < tile_chunks) pair0_words = LoadEndPairWords(ends, i0);
-    if (kk0 + kChunkStep < tile_chunks) pair1_words = LoadEndPairWords(ends, i1);
+    if (kk0 < tile_chunks) pair0_words = LoadEndPairWords(ends, i0, p.shape.end_pair_bits);
+    if (kk0 + kChunkStep < tile_chunks) pair1_words = LoadEndPairWords(ends, i1, p.shape.end_pair_bits);
   }
 
   // The thread's loads: every stage's fields of its rows (kAny: merged into one code prefix byte per value;
@@ -162,7 +162,8 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
     }
   }
 
-  const unsigned pair0 = CutEndPair(pair0_words, i0), pair1 = CutEndPair(pair1_words, i1);
+  const unsigned pair0 = CutEndPair(pair0_words, i0, p.shape.end_pair_bits),
+                 pair1 = CutEndPair(pair1_words, i1, p.shape.end_pair_bits);
 
   // The prefix bits a value has (a constant for the fixed layouts).
   int known = kLayout == CodeLayout::kOne4 ? 4 : kLayout == CodeLayout::kTwo4 ? 8 : 0;
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       s_lo[cc] = FromFloat<RangeT>(l);
       s_hi[cc] = FromFloat<RangeT>(h);
     }
-    const Frame f = MakeChannelFrame(l, h);
+    const Frame f = MakeChannelFrame(l, h, p.shape.grid_max);
     bool bad = false;
     for (int kk = kk0; kk < tile_chunks; kk += kChunkStep) {
       unsigned pair;
@@ -211,10 +212,10 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
       } else if (kk == kk0 + kChunkStep) {
         pair = pair1;
       } else {
-        pair = ReadEndPairAligned(ends, static_cast<unsigned>(k_first + kk) * channels + ca);
+        pair = ReadEndPairAligned(ends, static_cast<unsigned>(k_first + kk) * channels + ca, p.shape.end_pair_bits);
       }
       int ql, qh;
-      if (!EndPairFromIndex(pair, ql, qh)) {
+      if (!EndPairFromIndex(pair, p.shape.grid_max, ql, qh)) {
         bad = true;
         ql = qh = 0;
       }

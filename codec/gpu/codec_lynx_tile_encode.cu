@@ -26,9 +26,9 @@ namespace {
 constexpr int kChunkTokens = 32;                               // a chunk is a warp
 constexpr int kSliceTokens = 8;                                // tokens per lane
 constexpr int kMaxChunks = 8;                                  // warps per block
-constexpr int kEndWords = kTileChannels * kEndPairBits / 32;  // 46 words: a chunk's end pairs of one group
+constexpr int kEndWords = kTileChannels * kEndPairBits23 / 32;  // 46 words: a chunk's end pairs of one group
 static_assert(kTileChannels == 64, "lane (s, g) covers 8 x 8 channels");
-static_assert(kTileChannels * kEndPairBits % 32 == 0, "a group's end pairs fill whole words");
+static_assert(kTileChannels * kEndPairBits23 % 32 == 0, "a group's end pairs fill whole words");
 
 struct TileParams {
   KvGeometry src;
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     for (int h = 0; h < 2; ++h) {
       lo[h] = lo[h] == 0.0f ? 0.0f : lo[h];  // canonical zero
       hi[h] = hi[h] == 0.0f ? 0.0f : hi[h];
-      f[h] = MakeChannelFrame(lo[h], hi[h]);
+      f[h] = MakeChannelFrame(lo[h], hi[h], kEndGridMax);
     }
     int ql[2], qh[2];
     float a[2], b[2];  // ChunkEnd(f, ql), ChunkEnd(f, qh)
@@ -417,10 +417,10 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
     // k channels + c0 is a multiple of 32. Lane L holds bits [46 L, 46 L + 46) of them (fields 2 L and 2 L + 1);
     // word w (bits [32 w, 32 w + 32)) starts in lane a = 32 w / 46 and ends there or in lane a + 1, so each
     // lane builds word L, and lanes 0..13 word L + 32 too, from two lanes' bits fetched by shuffles.
-    const unsigned long long mine = idx[0] | static_cast<unsigned long long>(idx[1]) << kEndPairBits;
+    const unsigned long long mine = idx[0] | static_cast<unsigned long long>(idx[1]) << kEndPairBits23;
     uint32_t* ends = reinterpret_cast<uint32_t*>(meta + p.out.ends_offset) +
-                     (static_cast<size_t>(k) * channels + c0) / 32 * kEndPairBits;
-    constexpr int kLaneBits = 2 * kEndPairBits;
+                     (static_cast<size_t>(k) * channels + c0) / 32 * kEndPairBits23;
+    constexpr int kLaneBits = 2 * kEndPairBits23;
 #pragma unroll
     for (int round = 0; round < 2; ++round) {
       const int w = lane + 32 * round;
@@ -644,6 +644,8 @@ __global__ void __launch_bounds__(kMaxChunks * 32, kTileMinBlocks<T>)
 bool LynxTileEncodeFits(const Scheme& scheme, bool centering_mean, bool exact_extremes, const KvGeometry& src,
                         const PageShape& shape, const Staging& out) {
   if (scheme.kind != SchemeKind::kLynx || centering_mean) return false;
+  // Version 3's metadata only: 23-bit end pairs on the 4095-point grid (proven_ends.h), no frame spikes.
+  if (shape.end_pair_bits != kEndPairBits23 || shape.grid_max != kEndGridMax || shape.frame_spikes != 0) return false;
   // The exact-extremes rule's singles are counted here for up to kTileExclusionStages partial stages.
   if (exact_extremes && scheme.num_streams() > 1 + kTileExclusionStages) return false;
   if (shape.chunk_len != kChunkTokens || shape.num_chunks < 1 || shape.num_chunks > kMaxChunks ||

@@ -72,7 +72,7 @@ __device__ __forceinline__ void SearchEnds2(const float* lo, const float* hi, co
                                             float* end_high) {
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {
-    const Frame f = MakeChannelFrame(h == 0 ? lo[0] : lo[1], h == 0 ? hi[0] : hi[1]);
+    const Frame f = MakeChannelFrame(h == 0 ? lo[0] : lo[1], h == 0 ? hi[0] : hi[1], kEndGridMax);
     const float a = s_cmin[h], b = s_cmax[h];
     const bool flat = f.half == 0.0f;
     const int ql = flat ? 0 : BisectEndBelow(f, a);

@@ -105,7 +105,7 @@ TEST(HostContainers, ResetRejectsNoPagesAndShapesTheFormatCannotHold) {
   bad.tokens = 0;
   EXPECT_EQ(host.Reset(bad, 1).code(), absl::StatusCode::kInvalidArgument);
   bad = ref[0].layout;
-  bad.tokens = 48;  // not a whole number of 32-token chunks
+  bad.tokens = 40;  // not a whole number of 16-token chunks
   EXPECT_EQ(host.Reset(bad, 1).code(), absl::StatusCode::kInvalidArgument);
   bad = ref[0].layout;
   bad.scheme.stage_bits[1] = 7;  // 4 + 7 bits: not a lynx split

@@ -34,7 +34,7 @@ TestFrame MakeTestFrame(float lo, float hi) {
   lo = lo == 0.0f ? 0.0f : lo;
   hi = hi == 0.0f ? 0.0f : hi;
   TestFrame f;
-  f.ref = cpu::MakeChannelFrame(lo, hi);
+  f.ref = cpu::MakeChannelFrame(lo, hi, cpu::kEndGridMax);
   f.proven = MakeProvenFrame(f.ref.lo, f.ref.hi, f.ref.centre, f.ref.half, RoundedReciprocal(f.ref.half));
   return f;
 }

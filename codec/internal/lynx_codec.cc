@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/internal/bitpack.h"
 #include "codec/internal/lynx_extremes.h"
+#include "codec/internal/lynx_frame_spikes.h"
 #include "codec/internal/lynx_math.h"
 
 namespace kvt::codec::internal {
@@ -67,19 +68,39 @@ bool NibbleStages(const Scheme& scheme, int stages) {
   return true;
 }
 
-struct MetaOffsets {
-  size_t lo, hi, ends, spike_value, spike_index, tables, codes;
+// Per-thread copy of a page with its frame spikes masked (lynx_frame_spikes.h), released when large.
+class MaskScratch {
+ public:
+  explicit MaskScratch(size_t n) : buf_(Buffer()) { buf_.resize(n); }
+  ~MaskScratch() {
+    if (buf_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(buf_);
+  }
+  float* data() { return buf_.data(); }
+
+ private:
+  static std::vector<float>& Buffer() {
+    thread_local std::vector<float> buffer;
+    return buffer;
+  }
+  std::vector<float>& buf_;
 };
 
-MetaOffsets Offsets(const Scheme& scheme, int channels, size_t chunk_values) {
+struct MetaOffsets {
+  size_t lo, hi, ends, spike_value, spike_index, frame_value, frame_token, tables, codes;
+};
+
+// Stream 0's parts (docs/FORMAT.md "lynx family"), `frame_values` = frame spikes per channel x channels.
+MetaOffsets Offsets(const Scheme& scheme, int channels, size_t chunk_values, size_t frame_values) {
   const bool spikes = scheme.spike_reserve;
   MetaOffsets o;
   o.lo = 0;
   o.hi = o.lo + 4 * static_cast<size_t>(channels);
   o.ends = o.hi + 4 * static_cast<size_t>(channels);
-  o.spike_value = o.ends + EndPairBytes(chunk_values);
+  o.spike_value = o.ends + EndPairBytes(chunk_values, scheme.end_pair_bits);
   o.spike_index = o.spike_value + (spikes ? 4 * chunk_values : 0);
-  o.tables = o.spike_index + (spikes ? chunk_values : 0);
+  o.frame_value = o.spike_index + (spikes ? chunk_values : 0);
+  o.frame_token = o.frame_value + 4 * frame_values;
+  o.tables = o.frame_token + 2 * frame_values;
   o.codes = o.tables + 4 * LynxAnchorTableFloats(scheme);
   return o;
 }
@@ -130,14 +151,24 @@ void ApplyExactExtremes(const uint8_t* prefix, int known, float top, const LynxK
 
 }  // namespace
 
-bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& page, const LynxKernels& kernels,
+bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageView& input, const LynxKernels& kernels,
                 const std::array<uint8_t*, kMaxStreams>& streams) {
   const int bits = scheme.total_code_bits();
   const auto tables = GetLynxTables(options.alpha, options.top_width, bits);
-  const int chunk_len = page.tokens < options.chunk_tokens ? page.tokens : options.chunk_tokens;
+  const int chunk_len = input.tokens < options.chunk_tokens ? input.tokens : options.chunk_tokens;
   MetaScratch scratch;
   LynxPageMeta& meta = scratch.meta();
-  meta.Resize(page.tokens, page.channels, chunk_len, scheme.spike_reserve);
+  meta.Resize(input.tokens, input.channels, chunk_len, scheme.spike_reserve, scheme.end_pair_bits,
+              PageFrameSpikes(scheme, input.tokens, options.chunk_tokens));
+  // With frame spikes, everything below codes the page with them masked.
+  PageView page = input;
+  MaskScratch masked(meta.frame_spikes > 0 ? input.num_values() : 0);
+  if (meta.frame_spikes > 0) {
+    if (!kernels.all_finite(input)) return false;
+    kernels.select_frame_spikes(input, meta);
+    MaskFrameSpikes(input, meta, masked.data());
+    page = PageView{masked.data(), input.tokens, input.channels, 0};
+  }
   if (scheme.spike_reserve) {
     if (!kernels.all_finite(page)) return false;
     SpikeStats(page, options.centering, meta);
@@ -148,7 +179,7 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
 
   const size_t n = page.num_values();
   const size_t chunk_values = meta.q_low.size();
-  const MetaOffsets o = Offsets(scheme, page.channels, chunk_values);
+  const MetaOffsets o = Offsets(scheme, page.channels, chunk_values, meta.frame_token.size());
   uint8_t* s0 = streams[0];
   // The fused kernel writes the packed streams (no code bytes); the tables' counts are read back from them.
   // Even channel counts only: the anchor tables' search (ExcludeSingleExtremes) reads a chunk's packed anchor
@@ -163,11 +194,13 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
   std::memcpy(s0 + o.hi, meta.hi.data(), 4 * meta.hi.size());
-  kernels.pack_end_pairs(meta.q_low.data(), meta.q_high.data(), chunk_values, s0 + o.ends);
+  kernels.pack_end_pairs(meta.q_low.data(), meta.q_high.data(), chunk_values, scheme.end_pair_bits, s0 + o.ends);
   if (scheme.spike_reserve) {
     std::memcpy(s0 + o.spike_value, meta.spike_value.data(), 4 * chunk_values);
     std::memcpy(s0 + o.spike_index, meta.spike_index.data(), chunk_values);
   }
+  std::memcpy(s0 + o.frame_value, meta.frame_value.data(), 4 * meta.frame_value.size());
+  std::memcpy(s0 + o.frame_token, meta.frame_token.data(), 2 * meta.frame_token.size());
   if (scheme.num_streams() > 1) {
     // (Multi-stream packed pages are lynx's 4 + 4: NibbleStages.)
     const std::vector<uint64_t> count =
@@ -210,9 +243,10 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   const int chunk_len = layout.tokens < layout.chunk_tokens ? layout.tokens : layout.chunk_tokens;
   MetaScratch scratch;
   LynxPageMeta& meta = scratch.meta();
-  meta.Resize(layout.tokens, layout.channels, chunk_len, scheme.spike_reserve);
+  meta.Resize(layout.tokens, layout.channels, chunk_len, scheme.spike_reserve, scheme.end_pair_bits,
+              PageFrameSpikes(scheme, layout.tokens, layout.chunk_tokens));
   const size_t chunk_values = meta.q_low.size();
-  const MetaOffsets o = Offsets(scheme, layout.channels, chunk_values);
+  const MetaOffsets o = Offsets(scheme, layout.channels, chunk_values, meta.frame_token.size());
   const uint8_t* s0 = streams[0];
   std::memcpy(meta.lo.data(), s0 + o.lo, 4 * meta.lo.size());
   std::memcpy(meta.hi.data(), s0 + o.hi, 4 * meta.hi.size());
@@ -224,10 +258,10 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
   }
   {
     uint32_t* pairs = scratch.pairs(chunk_values);
-    kernels.unpack_end_pairs(s0 + o.ends, chunk_values, pairs);
-    if (!kernels.end_pairs(pairs, chunk_values, meta.q_low.data(), meta.q_high.data())) {
+    kernels.unpack_end_pairs(s0 + o.ends, chunk_values, scheme.end_pair_bits, pairs);
+    if (!kernels.end_pairs(pairs, chunk_values, meta.grid_max, meta.q_low.data(), meta.q_high.data())) {
       for (size_t i = 0; i < chunk_values; ++i) {
-        if (pairs[i] > kMaxEndPairIndex) {
+        if (pairs[i] > MaxEndPairIndex(meta.grid_max)) {
           return absl::DataLossError(absl::StrCat("lynx container: chunk end pair index ", pairs[i], " at chunk ",
                                                   i / layout.channels, ", channel ", i % layout.channels,
                                                   " is past the grid"));
@@ -247,6 +281,9 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
       }
     }
   }
+  std::memcpy(meta.frame_value.data(), s0 + o.frame_value, 4 * meta.frame_value.size());
+  std::memcpy(meta.frame_token.data(), s0 + o.frame_token, 2 * meta.frame_token.size());
+  if (absl::Status st = CheckFrameSpikes(meta); !st.ok()) return st;
   // The conditional-mean tables (every one checked, used or not): finite magnitudes in [0, 1].
   std::vector<float> stored(LynxAnchorTableFloats(scheme));
   if (!stored.empty()) std::memcpy(stored.data(), s0 + o.tables, 4 * stored.size());
@@ -299,6 +336,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
       }
     }
   }
+  ApplyFrameSpikes(meta, out);
   return absl::OkStatus();
 }
 

@@ -1,5 +1,5 @@
 // The lynx chunk-end grid (docs/FORMAT.md, "From metadata to the chunk's centre and half-width"): a page-channel's
-// frame, the 4095-point grid of chunk ends over it, the search for a chunk's stored ends and the centre and width
+// frame, the grid of chunk ends over it, the search for a chunk's stored ends and the centre and width
 // they give. One definition, host and device (numerics/host_device.h): the CPU reference (lynx_math.h) and the
 // CUDA kernels (codec/gpu) both run these functions, so their metadata agree by construction. The vector CPU
 // paths keep their own lane-wise forms, checked against these by the byte-identity tests.
@@ -18,18 +18,37 @@ namespace kvt::codec::internal {
 
 inline constexpr float kFloatMax = 3.40282347e+38f;  // FLT_MAX
 
-// The frame of one page-channel, from its stored fp32 lo <= hi (finite; a zero is stored as +0).
+// A chunk's interval [ChunkEnd(q_low), ChunkEnd(q_high)] has its ends on a grid of G + 1 points over the
+// page-channel range: q in 0..G, q = 0 exactly lo, q = G exactly hi, q = G / 2 exactly the channel centre. The
+// pair (q_low <= q_high) is stored as one index of E bits (Scheme::end_pair_bits), q_high * (q_high + 1) / 2 +
+// q_low; G = EndGridMax(E) is the largest even number whose largest index, G * (G + 3) / 2, fits E bits: 4094 for
+// version 3's 23 bits, 178 for the default 14 (docs/FORMAT.md).
+KVT_HOST_DEVICE constexpr int EndGridMax(int end_pair_bits) {
+  int g = 0;
+  while (static_cast<int64_t>(g + 2) * (g + 5) / 2 < (int64_t{1} << end_pair_bits)) g += 2;
+  return g;
+}
+inline constexpr int kEndGridMax = EndGridMax(23);  // version 3's grid
+static_assert(kEndGridMax == 4094 && EndGridMax(14) == 178 && EndGridMax(8) == 20, "the documented grids");
+KVT_HOST_DEVICE constexpr uint32_t MaxEndPairIndex(int grid_max) {
+  return static_cast<uint32_t>(grid_max) * static_cast<uint32_t>(grid_max + 3) / 2;
+}
+
+// The frame of one page-channel, from its stored fp32 lo <= hi (finite; a zero is stored as +0), and the grid
+// of its chunk ends.
 struct ChannelFrame {
   float lo = 0, hi = 0;
   float centre = 0;  // float(((double)lo + hi) * 0.5)
   float half = 0;    // float(((double)hi - lo) * 0.5): finite even for lo = -3e38, hi = 3e38
+  int grid_max = kEndGridMax;  // G: EndGridMax(end_pair_bits)
 };
-KVT_HOST_DEVICE ChannelFrame MakeChannelFrame(float lo, float hi) {
+KVT_HOST_DEVICE ChannelFrame MakeChannelFrame(float lo, float hi, int grid_max) {
   ChannelFrame f;
   f.lo = lo;
   f.hi = hi;
   f.centre = static_cast<float>((static_cast<double>(lo) + static_cast<double>(hi)) * 0.5);
   f.half = static_cast<float>((static_cast<double>(hi) - static_cast<double>(lo)) * 0.5);
+  f.grid_max = grid_max;
   return f;
 }
 
@@ -40,82 +59,53 @@ KVT_HOST_DEVICE float Clamp(float x, float lo, float hi) {
   return y < hi ? y : hi;
 }
 
-// A chunk's interval [ChunkEnd(q_low), ChunkEnd(q_high)] has its ends on a 4095-point grid over the page-channel
-// range: q in 0..kEndGridMax, q = 0 exactly lo, q = kEndGridMax exactly hi, q = kEndGridCentre exactly the
-// channel centre. The pair (q_low <= q_high) is stored as one 23-bit index (docs/FORMAT.md).
-inline constexpr int kEndGridMax = 4094;
-inline constexpr int kEndGridCentre = 2047;
-inline constexpr int kEndPairBits = 23;
-inline constexpr uint32_t kMaxEndPairIndex = kEndGridMax * (kEndGridMax + 1) / 2 + kEndGridMax;  // < 2^23
-static_assert(kMaxEndPairIndex < (1u << kEndPairBits), "the pair index fits its bits");
-
-// (q - 2047.0f) / 2047.0f (f32 subtract, correctly rounded f32 division) for q in 0..kEndGridMax, precomputed on
-// the host.
-#ifndef __CUDA_ARCH__
-inline const float* EndOffsetTable() {
-  static const std::array<float, kEndGridMax + 1> table = [] {
-    std::array<float, kEndGridMax + 1> t{};
-    for (int q = 0; q <= kEndGridMax; ++q) t[q] = (static_cast<float>(q) - 2047.0f) / 2047.0f;
-    return t;
-  }();
-  return table.data();
-}
-#endif
-
-// The same quotient without a float division or a table, for the kernels: n = q - 2047 in [-2047, 2047] times
-// 1 / 2047 in double is within 2^-52 (relative) of n / 2047, while n / 2047 (2047 is odd and n no multiple of
-// it, or n = 0 or +-2047) lies at least 2^-36 (relative) from every float rounding boundary, so rounding the
-// double to float gives the correctly rounded quotient. lynx_math_test checks it against the table for every q.
-KVT_HOST_DEVICE float EndOffsetInDouble(int q) {
-  return static_cast<float>(static_cast<double>(q - kEndGridCentre) * (1.0 / kEndGridCentre));
-}
-
-// The offset of grid point q: the table on the host (a load is cheaper there: the decoder derives every chunk's
-// centre and width), the double product on the device.
-KVT_HOST_DEVICE float EndOffset(int q) {
-#ifdef __CUDA_ARCH__
-  return EndOffsetInDouble(q);
-#else
-  return EndOffsetTable()[q < 0 ? 0 : (q > kEndGridMax ? kEndGridMax : q)];
-#endif
+// (q - C) / C for q in 0..G, C = G / 2, correctly rounded to float, without a float division: n = q - C in
+// [-C, C] times 1 / C in double is within 2^-52 (relative) of n / C, while n / C (C odd, or a power of two, which
+// is exact; n no multiple of an odd C, or n = 0 or +-C) lies at least 2^-36 (relative) from every float rounding
+// boundary for C <= 2047, so rounding the double to float gives the correctly rounded quotient. lynx_math_test
+// checks it against the f32 division for every q of every grid.
+KVT_HOST_DEVICE float EndOffset(int q, int grid_max) {
+  const int c = grid_max >> 1;
+  return static_cast<float>(static_cast<double>(q - c) * (1.0 / c));
 }
 
 // Float ops, in this order, no contraction (the codec builds with -ffp-contract=off):
-//   q <= 0: lo;  q >= kEndGridMax: hi;  else min(max(centre + half * ((q - 2047.0f) / 2047.0f), lo), hi)
+//   q <= 0: lo;  q >= G: hi;  else min(max(centre + half * ((q - C) / C), lo), hi)   (C = G / 2)
 // Non-decreasing in q. Without branches (the grid value of any q is computed, then replaced at the ends by two
 // selects), so that the kernels' many call sites need no divergence bookkeeping.
 KVT_HOST_DEVICE float ChunkEnd(const ChannelFrame& f, int q) {
-  const float prod = f.half * EndOffset(q);
+  const float prod = f.half * EndOffset(q, f.grid_max);
   const float v = Clamp(f.centre + prod, f.lo, f.hi);
-  return q <= 0 ? f.lo : (q >= kEndGridMax ? f.hi : v);
+  return q <= 0 ? f.lo : (q >= f.grid_max ? f.hi : v);
 }
 
-// The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half *
-// 2047 + 2047) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
+// The grid point nearest below a target end, as a first guess for QuantizeEnd*: floor((a - centre) / half * C +
+// C) clamped into the grid; requires half > 0. Only the speed of the searches depends on it.
 KVT_HOST_DEVICE int GuessEnd(const ChannelFrame& f, float a) {
+  const float c = static_cast<float>(f.grid_max >> 1);
   float u = Clamp((a - f.centre) / f.half, -1.0f, 1.0f);
-  int g = static_cast<int>(u * 2047.0f + 2047.0f);  // u in [-1, 1]: truncation is floor
-  return g < 0 ? 0 : (g > kEndGridMax ? kEndGridMax : g);
+  int g = static_cast<int>(u * c + c);  // u in [-1, 1]: truncation is floor
+  return g < 0 ? 0 : (g > f.grid_max ? f.grid_max : g);
 }
 
-// q_low for a target lower end a in [lo, hi]: 0 when half == 0, else the largest q in 0..kEndGridMax with
-// ChunkEnd(q) <= a (exists: ChunkEnd(0) = lo).
+// q_low for a target lower end a in [lo, hi]: 0 when half == 0, else the largest q in 0..G with ChunkEnd(q) <= a
+// (exists: ChunkEnd(0) = lo).
 KVT_HOST_DEVICE int QuantizeEndBelow(const ChannelFrame& f, float a) {
   if (f.half == 0.0f) return 0;
   int q = GuessEnd(f, a);
   while (q > 0 && ChunkEnd(f, q) > a) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q + 1) <= a) ++q;
+  while (q < f.grid_max && ChunkEnd(f, q + 1) <= a) ++q;
   return q;
 }
 
-// q_high for a target upper end b in [lo, hi]: 0 when half == 0, else the smallest q in q_low..kEndGridMax with
-// ChunkEnd(q) >= b (exists: ChunkEnd(kEndGridMax) = hi).
+// q_high for a target upper end b in [lo, hi]: 0 when half == 0, else the smallest q in q_low..G with
+// ChunkEnd(q) >= b (exists: ChunkEnd(G) = hi).
 KVT_HOST_DEVICE int QuantizeEndAbove(const ChannelFrame& f, float b, int q_low) {
   if (f.half == 0.0f) return 0;
   int q = GuessEnd(f, b);
   if (q < q_low) q = q_low;
   while (q > q_low && ChunkEnd(f, q - 1) >= b) --q;
-  while (q < kEndGridMax && ChunkEnd(f, q) < b) ++q;
+  while (q < f.grid_max && ChunkEnd(f, q) < b) ++q;
   return q;
 }
 
@@ -157,7 +147,7 @@ KVT_HOST_DEVICE void QuantizeChunkEnds(const ChannelFrame& f, bool centering_mea
   q_high = QuantizeEndAbove(f, b, q_low);
 }
 
-// The stored 23-bit index of an end pair q_low <= q_high: q_high * (q_high + 1) / 2 + q_low.
+// The stored index of an end pair q_low <= q_high: q_high * (q_high + 1) / 2 + q_low.
 KVT_HOST_DEVICE uint32_t EndPairIndex(int q_low, int q_high) {
   return static_cast<uint32_t>(q_high) * static_cast<uint32_t>(q_high + 1) / 2 + static_cast<uint32_t>(q_low);
 }

@@ -22,16 +22,23 @@ struct LynxPageMeta {
   int chunk_len = 0;   // tokens per chunk: min(chunk_tokens, tokens)
   int num_chunks = 0;
   bool spikes = false;
+  int end_pair_bits = 0;   // Scheme::end_pair_bits
+  int grid_max = 0;        // EndGridMax(end_pair_bits)
+  int frame_spikes = 0;    // per page-channel: PageFrameSpikes (container.h)
   std::vector<float> lo, hi;               // [channels]
-  std::vector<uint16_t> q_low, q_high;     // [num_chunks * channels], chunk-major: the chunk's ends, 0..4094
+  std::vector<uint16_t> q_low, q_high;     // [num_chunks * channels], chunk-major: the chunk's ends, 0..grid_max
   std::vector<float> spike_value;          // [num_chunks * channels] when spikes
   std::vector<uint8_t> spike_index;        // token within the chunk, < chunk_len
+  // Frame spikes, spike-major: entry (j, c) at j * channels + c, a channel's tokens increasing in j
+  // (lynx_frame_spikes.h).
+  std::vector<uint16_t> frame_token;       // [frame_spikes * channels]
+  std::vector<float> frame_value;          // [frame_spikes * channels]
 
   std::vector<ChannelFrame> frames;        // [channels]
   std::vector<float> mu, sigma, inv_sigma; // [num_chunks * channels]
 
   // Sizes every vector for the page; contents are unspecified until filled (a reused object keeps old values).
-  void Resize(int tokens, int channels, int chunk_len, bool spikes);
+  void Resize(int tokens, int channels, int chunk_len, bool spikes, int end_pair_bits, int frame_spikes);
   // Fills frames, mu, sigma and inv_sigma from lo, hi, q_low, q_high (lynx_math.h's ChunkCentreAndWidth,
   // InverseSigma).
   void Derive();
@@ -51,14 +58,15 @@ struct LynxKernels {
   bool (*all_finite)(const PageView& page);
   // meta.Derive(), the same values.
   void (*derive)(LynxPageMeta& meta);
-  // q_low[i], q_high[i] = EndPairFromIndex(index[i]) for i < n; false (outputs unspecified) if any index is past
-  // the grid.
-  bool (*end_pairs)(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
-  // UnpackEndPairs (lynx_math.h): the n 23-bit fields of EndPairBytes(n) bytes at `in`; reads no byte past them.
-  void (*unpack_end_pairs)(const uint8_t* in, size_t n, uint32_t* index);
+  // q_low[i], q_high[i] = EndPairFromIndex(index[i], grid_max) for i < n; false (outputs unspecified) if any
+  // index is past the grid.
+  bool (*end_pairs)(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high);
+  // UnpackEndPairs (lynx_math.h): the n `bits`-bit fields of EndPairBytes(n, bits) bytes at `in`; reads no byte
+  // past them.
+  void (*unpack_end_pairs)(const uint8_t* in, size_t n, int bits, uint32_t* index);
   // The inverse for the encoder: PackEndPairs of EndPairIndex(q_low[i], q_high[i]), i < n, into the
-  // EndPairBytes(n) bytes at `out`; writes no byte past them.
-  void (*pack_end_pairs)(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out);
+  // EndPairBytes(n, bits) bytes at `out`; writes no byte past them.
+  void (*pack_end_pairs)(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out);
 
   // Optional fused paths (nullptr where an implementation has none) for schemes whose every stage is 4 bits
   // wide (lynx, lynx4). Each returns false, having written nothing, for a page it does not handle (the caller
@@ -85,13 +93,15 @@ struct LynxKernels {
   // The encoder's side of the rule: RefChunkSampledSingles, or a vectorized equal.
   size_t (*chunk_sampled_singles)(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
                                   uint8_t top_neg, int phase, uint32_t* out);
+  // SelectFrameSpikes (lynx_frame_spikes.h) with this implementation's scan: meta.frame_token / frame_value.
+  void (*select_frame_spikes)(const PageView& page, LynxPageMeta& meta);
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()
 // The reference end_pairs: EndPairFromIndex per index.
-bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high);
+bool RefEndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high);
 // The reference pack_end_pairs: EndPairIndex per pair, then PackEndPairs.
-void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out);
+void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out);
 
 const LynxKernels& ReferenceLynxKernels();
 const LynxKernels& Avx2LynxKernels();    // requires ImplAvailable(kAvx2)

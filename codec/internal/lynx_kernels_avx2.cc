@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/internal/lynx_extremes.h"
+#include "codec/internal/lynx_frame_spikes.h"
 #include "codec/internal/lynx_kernels.h"
 
 namespace kvt::codec::internal {
@@ -153,11 +154,16 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 
 }  // namespace
 
+namespace {
+void Avx2FrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, false, meta); }
+}  // namespace
+
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefApplyChunkExtremes,
-                             Avx2ChunkSampledSingles};
+                             Avx2ChunkSampledSingles,
+                             Avx2FrameSpikes};
   return k;
 }
 

@@ -17,6 +17,7 @@
 
 #include "codec/internal/lynx_avx512_common.h"
 #include "codec/internal/lynx_extremes.h"
+#include "codec/internal/lynx_frame_spikes.h"
 #include "codec/internal/lynx_kernels.h"
 #include "codec/internal/lynx_kernels_avx512_vbmi.h"
 
@@ -29,49 +30,57 @@ using avx512::kLanes;
 
 
 
-// ChunkEnd (lynx_math.h) for 16 grid indices, lane by lane; the grid offset without a division, by
-// EndOffsetByReciprocal's operations (equal to EndOffsetTable at every grid point).
-KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh) {
-  const __m512 k2047 = _mm512_set1_ps(2047.0f);
-  const __m512 inv2047 = _mm512_set1_ps(1.0f / 2047.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_cvtepi32_ps(q), k2047);
-  const __m512 y = _mm512_mul_ps(n, inv2047);
-  const __m512 off = _mm512_fmadd_ps(_mm512_fnmadd_ps(y, k2047, n), inv2047, y);
+// The chunk-end grid 0..G in every lane: G, its centre C = G / 2 as a float and float(1 / C).
+struct Grid {
+  __m512i top;
+  __m512 centre, inv_centre;
+};
+KVT_AVX512 inline Grid MakeGrid(int grid_max) {
+  const float c = static_cast<float>(grid_max >> 1);
+  return Grid{_mm512_set1_epi32(grid_max), _mm512_set1_ps(c), _mm512_set1_ps(1.0f / c)};
+}
+
+// ChunkEnd (lynx_grid.h) for 16 grid indices, lane by lane; the grid offset without a division, by
+// EndOffsetByReciprocal's operations (equal to EndOffset at every grid point).
+KVT_AVX512 inline __m512 Ends(__m512i q, __m512 lo, __m512 hi, __m512 fc, __m512 fh, const Grid& g) {
+  const __m512 n = _mm512_sub_ps(_mm512_cvtepi32_ps(q), g.centre);
+  const __m512 y = _mm512_mul_ps(n, g.inv_centre);
+  const __m512 off = _mm512_fmadd_ps(_mm512_fnmadd_ps(y, g.centre, n), g.inv_centre, y);
   __m512 e = Clamp(_mm512_add_ps(fc, _mm512_mul_ps(fh, off)), lo, hi);
   e = _mm512_mask_mov_ps(e, _mm512_cmple_epi32_mask(q, _mm512_setzero_si512()), lo);
-  return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(kEndGridMax)), hi);
+  return _mm512_mask_mov_ps(e, _mm512_cmpge_epi32_mask(q, g.top), hi);
 }
 
 // GuessEnd's starting point (any guess gives the same answer): about the truncated position of t on the grid,
 // from the channel's 1 / half (`inv_h`) instead of a division.
-KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 inv_h) {
-  const __m512 k2047 = _mm512_set1_ps(2047.0f);
+KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 inv_h, const Grid& grid) {
   const __m512 u = Clamp(_mm512_mul_ps(_mm512_sub_ps(t, fc), inv_h), _mm512_set1_ps(-1.0f), _mm512_set1_ps(1.0f));
-  const __m512i g = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(u, k2047), k2047));
-  return _mm512_min_epi32(_mm512_max_epi32(g, _mm512_setzero_si512()), _mm512_set1_epi32(kEndGridMax));
+  const __m512i g = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(u, grid.centre), grid.centre));
+  return _mm512_min_epi32(_mm512_max_epi32(g, _mm512_setzero_si512()), grid.top);
 }
 
 // QuantizeChunkEnds for 16 chunk-channels: the same searches, lane by lane, on the lanes with half > 0 (`live`).
 KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, __m512 fc, __m512 fh,
-                                    __m512 inv_h, __mmask16 live, __m512i& q_low, __m512i& q_high) {
+                                    __m512 inv_h, __mmask16 live, const Grid& grid, __m512i& q_low,
+                                    __m512i& q_high) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
-  const __m512i top = _mm512_set1_epi32(kEndGridMax);
+  const __m512i top = grid.top;
   // Fast path: the guesses are almost always right (q_low = guess, q_high = guess + 1), so check both answers'
   // defining conditions with four independent Ends at once instead of walking the latency-bound searches. A
   // vector whose every live lane passes gets exactly the searches' answers (they do not depend on the start).
-  const __m512i g_low = GuessEnds(ta, fc, inv_h);
-  const __m512i c_high = _mm512_min_epi32(_mm512_add_epi32(GuessEnds(tb, fc, inv_h), one), top);
+  const __m512i g_low = GuessEnds(ta, fc, inv_h, grid);
+  const __m512i c_high = _mm512_min_epi32(_mm512_add_epi32(GuessEnds(tb, fc, inv_h, grid), one), top);
   {
     // q_low = g_low iff end(g_low) <= ta and (g_low == top or end(g_low + 1) > ta).
     const __mmask16 low_ok =
-        _mm512_cmp_ps_mask(Ends(g_low, lo, hi, fc, fh), ta, _CMP_LE_OQ) &
+        _mm512_cmp_ps_mask(Ends(g_low, lo, hi, fc, fh, grid), ta, _CMP_LE_OQ) &
         (_mm512_cmpeq_epi32_mask(g_low, top) |
-         _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(g_low, one), lo, hi, fc, fh), ta, _CMP_GT_OQ));
+         _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(g_low, one), lo, hi, fc, fh, grid), ta, _CMP_GT_OQ));
     // q_high = c_high iff c_high >= q_low, end(c_high) >= tb and (c_high == q_low or end(c_high - 1) < tb).
     const __mmask16 high_ok =
-        _mm512_cmpge_epi32_mask(c_high, g_low) & _mm512_cmp_ps_mask(Ends(c_high, lo, hi, fc, fh), tb, _CMP_GE_OQ) &
+        _mm512_cmpge_epi32_mask(c_high, g_low) & _mm512_cmp_ps_mask(Ends(c_high, lo, hi, fc, fh, grid), tb, _CMP_GE_OQ) &
         (_mm512_cmpeq_epi32_mask(c_high, g_low) |
-         _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(c_high, one), lo, hi, fc, fh), tb, _CMP_LT_OQ));
+         _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(c_high, one), lo, hi, fc, fh, grid), tb, _CMP_LT_OQ));
     if ((live & low_ok & high_ok) == live) {
       q_low = _mm512_maskz_mov_epi32(live, g_low);
       q_high = _mm512_maskz_mov_epi32(live, c_high);
@@ -81,24 +90,24 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
   // q_low: the largest q with end(q) <= ta.
   __m512i q = g_low;
   for (__mmask16 m = live; m;) {
-    m = live & _mm512_cmpgt_epi32_mask(q, zero) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), ta, _CMP_GT_OQ);
+    m = live & _mm512_cmpgt_epi32_mask(q, zero) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh, grid), ta, _CMP_GT_OQ);
     q = _mm512_mask_sub_epi32(q, m, q, one);
   }
   for (__mmask16 m = live; m;) {
     m = live & _mm512_cmplt_epi32_mask(q, top) &
-        _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(q, one), lo, hi, fc, fh), ta, _CMP_LE_OQ);
+        _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(q, one), lo, hi, fc, fh, grid), ta, _CMP_LE_OQ);
     q = _mm512_mask_add_epi32(q, m, q, one);
   }
   q_low = _mm512_maskz_mov_epi32(live, q);
   // q_high: the smallest q >= q_low with end(q) >= tb.
-  q = _mm512_max_epi32(GuessEnds(tb, fc, inv_h), q_low);
+  q = _mm512_max_epi32(GuessEnds(tb, fc, inv_h, grid), q_low);
   for (__mmask16 m = live; m;) {
     m = live & _mm512_cmpgt_epi32_mask(q, q_low) &
-        _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(q, one), lo, hi, fc, fh), tb, _CMP_GE_OQ);
+        _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(q, one), lo, hi, fc, fh, grid), tb, _CMP_GE_OQ);
     q = _mm512_mask_sub_epi32(q, m, q, one);
   }
   for (__mmask16 m = live; m;) {
-    m = live & _mm512_cmplt_epi32_mask(q, top) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh), tb, _CMP_LT_OQ);
+    m = live & _mm512_cmplt_epi32_mask(q, top) & _mm512_cmp_ps_mask(Ends(q, lo, hi, fc, fh, grid), tb, _CMP_LT_OQ);
     q = _mm512_mask_add_epi32(q, m, q, one);
   }
   q_high = _mm512_maskz_mov_epi32(live, q);
@@ -205,11 +214,12 @@ KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& m
   }
   std::vector<float> centre(channels), half(channels), inv_half(channels);
   for (int c = 0; c < full; ++c) {
-    const ChannelFrame f = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    const ChannelFrame f = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
     centre[c] = f.centre;
     half[c] = f.half;
     inv_half[c] = f.half > 0.0f ? 1.0f / f.half : 0.0f;  // only the searches' starting points depend on it
   }
+  const Grid grid = MakeGrid(meta.grid_max);
   for (int k = 0; k < meta.num_chunks; ++k) {
     for (int c0 = 0; c0 < full; c0 += kLanes) {
       const size_t i = static_cast<size_t>(k) * channels + c0;
@@ -225,7 +235,7 @@ KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& m
       }
       __m512i ql, qh;
       QuantizeEnds(ta, tb, lo, hi, fc, fh, _mm512_loadu_ps(&inv_half[c0]), _mm512_cmp_ps_mask(fh, zero, _CMP_NEQ_OQ),
-                   ql, qh);
+                   grid, ql, qh);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_low[i]), _mm512_cvtepi32_epi16(ql));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_high[i]), _mm512_cvtepi32_epi16(qh));
     }
@@ -412,11 +422,14 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
     _mm256_storeu_ps(&half[f], _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(hi, lo), half_d)));
   }
   for (; f < channels; ++f) {
-    const ChannelFrame frame = MakeChannelFrame(meta.lo[f], meta.hi[f]);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[f], meta.hi[f], meta.grid_max);
     centre[f] = frame.centre;
     half[f] = frame.half;
   }
-  for (f = 0; f < channels; ++f) meta.frames[f] = ChannelFrame{meta.lo[f], meta.hi[f], centre[f], half[f]};
+  for (f = 0; f < channels; ++f) {
+    meta.frames[f] = ChannelFrame{meta.lo[f], meta.hi[f], centre[f], half[f], meta.grid_max};
+  }
+  const Grid grid = MakeGrid(meta.grid_max);
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), half_f = _mm512_set1_ps(0.5f);
   const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int k = 0; k < meta.num_chunks; ++k) {
@@ -428,7 +441,7 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
           _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&meta.q_high[base + c0])));
       const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
       const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
-      const __m512 a = Ends(ql, lo, hi, fc, fh), b = Ends(qh, lo, hi, fc, fh);
+      const __m512 a = Ends(ql, lo, hi, fc, fh, grid), b = Ends(qh, lo, hi, fc, fh, grid);
       const __m512 mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
       const __m512 sigma = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)), flt_max);
       const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sigma, zero, _CMP_GT_OQ),
@@ -447,39 +460,42 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
 
 // EndPairFromIndex for 16 indices at a time: an f32 square-root guess, one integer correction each way, and a
 // check that t(h) <= index < t(h + 1) (t(h) = h (h + 1) / 2); a block failing the check takes the scalar path.
-KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high) {
+KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m512i x = _mm512_loadu_si512(index + i);
-    if (_mm512_cmpgt_epu32_mask(x, _mm512_set1_epi32(kMaxEndPairIndex))) return false;
+    if (_mm512_cmpgt_epu32_mask(x, _mm512_set1_epi32(MaxEndPairIndex(grid_max)))) return false;
     const __m512 s = _mm512_sqrt_ps(
         _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
     __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), _mm512_set1_ps(0.5f)));
-    h = _mm512_min_epi32(_mm512_max_epi32(h, zero), _mm512_set1_epi32(kEndGridMax));
+    h = _mm512_min_epi32(_mm512_max_epi32(h, zero), _mm512_set1_epi32(grid_max));
     h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(tri(h), x), h, one);
     h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(tri(_mm512_add_epi32(h, one)), x), h, one);
     const __m512i low = _mm512_sub_epi32(x, tri(h));
     if (_mm512_cmplt_epi32_mask(low, zero) | _mm512_cmpgt_epi32_mask(low, h)) {
-      if (!RefEndPairs(index + i, kLanes, q_low + i, q_high + i)) return false;
+      if (!RefEndPairs(index + i, kLanes, grid_max, q_low + i, q_high + i)) return false;
       continue;
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q_low + i), _mm512_cvtepi32_epi16(low));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q_high + i), _mm512_cvtepi32_epi16(h));
   }
-  return RefEndPairs(index + i, n - i, q_low + i, q_high + i);
+  return RefEndPairs(index + i, n - i, grid_max, q_low + i, q_high + i);
 }
 
-// UnpackEndPairs, 16 fields (46 bytes) at a time: field i is the low 23 bits of the 64-bit window of the two
-// 32-bit words it straddles, words (23 i) / 32 and the next, shifted right by (23 i) % 32.
-KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, uint32_t* index) {
+// UnpackEndPairs, for 23-bit fields 16 (46 bytes) at a time: field i is the low 23 bits of the 64-bit window of
+// the two 32-bit words it straddles, words (23 i) / 32 and the next, shifted right by (23 i) % 32. Other widths:
+// the shared scalar loop.
+KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, int bits, uint32_t* index) {
+  constexpr int kEndPairBits = 23;
+  if (bits != kEndPairBits) return UnpackEndPairs(in, n, bits, index);
   const __m512i word = _mm512_setr_epi32(0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 9, 10, 10);
   const __m512i shift = _mm512_setr_epi32(0, 23, 14, 5, 28, 19, 10, 1, 24, 15, 6, 29, 20, 11, 2, 25);
   const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
   const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
   const __m512i field = _mm512_set1_epi32((1 << kEndPairBits) - 1);
-  const size_t bytes = EndPairBytes(n);
+  const size_t bytes = EndPairBytes(n, kEndPairBits);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const size_t at = i / kLanes * (kLanes * kEndPairBits / 8);
@@ -490,12 +506,12 @@ KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, uint32_t* index) {
     const __m512i high = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
     _mm512_storeu_si512(index + i, _mm512_and_si512(_mm512_or_si512(low, high), field));
   }
-  if (i < n) UnpackEndPairs(in + i / kLanes * (kLanes * kEndPairBits / 8), n - i, index + i);
+  if (i < n) UnpackEndPairs(in + i / kLanes * (kLanes * kEndPairBits / 8), n - i, kEndPairBits, index + i);
 }
 
 // RefPackEndPairs with the pair indices computed 16 at a time (64 per block, so every block starts on a byte
 // boundary); the packing is the shared PackEndPairs.
-KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out) {
+KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
   constexpr size_t kBlock = 64;
   alignas(64) uint32_t index[kBlock];
   const __m512i one = _mm512_set1_epi32(1);
@@ -510,9 +526,9 @@ KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n
       const __m512i tri = _mm512_srli_epi32(_mm512_mullo_epi32(hi, _mm512_add_epi32(hi, one)), 1);
       _mm512_store_si512(index + j, _mm512_add_epi32(tri, lo));
     }
-    PackEndPairs(index, kBlock, out + i / 8 * kEndPairBits);
+    PackEndPairs(index, kBlock, bits, out + i / 8 * bits);
   }
-  if (i < n) RefPackEndPairs(q_low + i, q_high + i, n - i, out + i / 8 * kEndPairBits);
+  if (i < n) RefPackEndPairs(q_low + i, q_high + i, n - i, bits, out + i / 8 * bits);
 }
 
 KVT_AVX512 bool AllFinite(const PageView& page) {
@@ -537,11 +553,16 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 
 }  // namespace
 
+namespace {
+void Avx512FrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, true, meta); }
+}  // namespace
+
 const LynxKernels& Avx512LynxKernels() {
   static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
                              EndPairs, UnpackEnds, PackEnds,     CodesNibbles,       ReconstructNibbles,
                              Avx512ChunkExtremes, Avx512ApplyChunkExtremes,
-                             Avx512ChunkSampledSingles};
+                             Avx512ChunkSampledSingles,
+                             Avx512FrameSpikes};
   return k;
 }
 

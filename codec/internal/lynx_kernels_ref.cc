@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "codec/internal/lynx_extremes.h"
+#include "codec/internal/lynx_frame_spikes.h"
 #include "codec/internal/lynx_kernels.h"
 
 namespace kvt::codec::internal {
@@ -60,7 +61,7 @@ void RefStatsRange(const PageView& page, Centering centering, LynxPageMeta& meta
     }
     meta.lo[c] = CanonicalZero(lo);
     meta.hi[c] = CanonicalZero(hi);
-    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
     for (int k = 0; k < meta.num_chunks; ++k) {
       const int t0 = k * meta.chunk_len;
       float cmin, cmax, centre;
@@ -74,7 +75,7 @@ void RefStatsRange(const PageView& page, Centering centering, LynxPageMeta& meta
 void QuantizeChunkRange(LynxPageMeta& meta, Centering centering, const float* cmin, const float* cmax,
                         const float* centre, int c_begin, int c_end) {
   for (int c = c_begin; c < c_end; ++c) {
-    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
     for (int k = 0; k < meta.num_chunks; ++k) {
       const size_t i = static_cast<size_t>(k) * meta.channels + c;
       QuantizeChunk(frame, centering, cmin[i], cmax[i], centre[i], meta.q_low[i], meta.q_high[i]);
@@ -137,12 +138,16 @@ bool RefAllFinite(const PageView& page) {
 
 }  // namespace
 
-void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool spikes_in) {
+void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool spikes_in, int end_pair_bits_in,
+                          int frame_spikes_in) {
   tokens = tokens_in;
   channels = channels_in;
   chunk_len = chunk_len_in;
   num_chunks = tokens / chunk_len;
   spikes = spikes_in;
+  end_pair_bits = end_pair_bits_in;
+  grid_max = EndGridMax(end_pair_bits);
+  frame_spikes = frame_spikes_in;
   const size_t chunk_values = static_cast<size_t>(num_chunks) * channels;
   // resize, not assign: every element is written before it is read (stats or the container, then Derive), so
   // a reused LynxPageMeta need not be cleared.
@@ -156,25 +161,27 @@ void LynxPageMeta::Resize(int tokens_in, int channels_in, int chunk_len_in, bool
   mu.resize(chunk_values);
   sigma.resize(chunk_values);
   inv_sigma.resize(chunk_values);
+  frame_token.resize(static_cast<size_t>(frame_spikes) * channels);
+  frame_value.resize(static_cast<size_t>(frame_spikes) * channels);
 }
 
 void DeriveLynxMeta(LynxPageMeta& meta) { meta.Derive(); }
 
-void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, uint8_t* out) {
-  // 64 fields at a time (1472 bits: every block starts on a byte boundary), so no page-sized scratch.
+void RefPackEndPairs(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
+  // 64 fields at a time (64 E bits: every block starts on a byte boundary), so no page-sized scratch.
   constexpr size_t kBlock = 64;
   uint32_t index[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
     for (size_t j = 0; j < m; ++j) index[j] = EndPairIndex(q_low[i + j], q_high[i + j]);
-    PackEndPairs(index, m, out + i / 8 * kEndPairBits);
+    PackEndPairs(index, m, bits, out + i / 8 * bits);
   }
 }
 
-bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_high) {
+bool RefEndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high) {
   for (size_t i = 0; i < n; ++i) {
     int a, b;
-    if (!EndPairFromIndex(index[i], a, b)) return false;
+    if (!EndPairFromIndex(index[i], grid_max, a, b)) return false;
     q_low[i] = static_cast<uint16_t>(a);
     q_high[i] = static_cast<uint16_t>(b);
   }
@@ -182,7 +189,7 @@ bool RefEndPairs(const uint32_t* index, size_t n, uint16_t* q_low, uint16_t* q_h
 }
 
 void LynxPageMeta::Derive() {
-  for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c]);
+  for (int c = 0; c < channels; ++c) frames[c] = MakeChannelFrame(lo[c], hi[c], grid_max);
   for (int k = 0; k < num_chunks; ++k) {
     for (int c = 0; c < channels; ++c) {
       const size_t i = static_cast<size_t>(k) * channels + c;
@@ -235,7 +242,7 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
     if (lo > hi) lo = hi = 0.0f;  // no non-spike value in this channel (one-token chunks)
     meta.lo[c] = CanonicalZero(lo);
     meta.hi[c] = CanonicalZero(hi);
-    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c]);
+    const ChannelFrame frame = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
     for (int k = 0; k < meta.num_chunks; ++k) {
       const size_t i = static_cast<size_t>(k) * channels + c;
       if (std::isnan(centre_v[k])) {
@@ -248,11 +255,16 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   }
 }
 
+namespace {
+void RefFrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, false, meta); }
+}  // namespace
+
 const LynxKernels& ReferenceLynxKernels() {
   static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefApplyChunkExtremes,
-                             RefChunkSampledSingles};
+                             RefChunkSampledSingles,
+                             RefFrameSpikes};
   return k;
 }
 

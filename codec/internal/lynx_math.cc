@@ -230,11 +230,13 @@ float PolyGuess(const LynxTables& t, float a) {
   return std::max(a * p, std::fmaf(a, t.knee_slope, t.knee_offset));
 }
 
-void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
-  constexpr uint64_t kField = (uint64_t{1} << kEndPairBits) - 1;
+void PackEndPairs(const uint32_t* index, size_t n, int bits_per_pair, uint8_t* out) {
+  constexpr uint64_t kField = (uint64_t{1} << 23) - 1;
+  const uint32_t field = (1u << bits_per_pair) - 1;
   size_t i = 0, o = 0;
-  // Groups of 8 fields (184 bits, exactly 23 bytes) as three independent 64-bit words: no serial bit counter.
-  for (; i + 8 <= n; i += 8, o += 23) {
+  // 23-bit fields: groups of 8 (184 bits, exactly 23 bytes) as three independent 64-bit words, no serial bit
+  // counter. Other widths take the loop below from the start.
+  for (; bits_per_pair == 23 && i + 8 <= n; i += 8, o += 23) {
     const uint32_t* f = index + i;
     const uint64_t f2 = f[2] & kField, f5 = f[5] & kField;
     const uint64_t w0 = (f[0] & kField) | (f[1] & kField) << 23 | f2 << 46;
@@ -248,8 +250,8 @@ void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
   uint64_t acc = 0;  // pending bits, LSB first
   int bits = 0;
   for (; i < n; ++i) {
-    acc |= static_cast<uint64_t>(index[i] & ((1u << kEndPairBits) - 1)) << bits;
-    bits += kEndPairBits;
+    acc |= static_cast<uint64_t>(index[i] & field) << bits;
+    bits += bits_per_pair;
     if (bits >= 32) {
       const uint32_t word = static_cast<uint32_t>(acc);
       std::memcpy(out + o, &word, 4);
@@ -261,21 +263,23 @@ void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out) {
   for (; bits > 0; bits -= 8, acc >>= 8) out[o++] = static_cast<uint8_t>(acc);
 }
 
-void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index) {
-  const size_t bytes = EndPairBytes(n);
+void UnpackEndPairs(const uint8_t* in, size_t n, int bits_per_pair, uint32_t* index) {
+  const size_t bytes = EndPairBytes(n, bits_per_pair);
+  const uint32_t field = (1u << bits_per_pair) - 1;
   size_t i = 0;
-  // Fields whose 4-byte window lies inside the array: one unaligned load each.
-  for (; i < n && (i * kEndPairBits) / 8 + 4 <= bytes; ++i) {
-    const size_t bit = i * kEndPairBits;
+  // Fields whose 4-byte window lies inside the array: one unaligned load each (a field and its shift, at most
+  // 23 + 7 bits, fit the window).
+  for (; i < n && (i * bits_per_pair) / 8 + 4 <= bytes; ++i) {
+    const size_t bit = i * bits_per_pair;
     uint32_t v;
     std::memcpy(&v, in + bit / 8, 4);
-    index[i] = (v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+    index[i] = (v >> (bit % 8)) & field;
   }
   for (; i < n; ++i) {
-    const size_t bit = i * kEndPairBits;
+    const size_t bit = i * bits_per_pair;
     uint64_t v = 0;
     for (size_t j = 0; j < 4 && bit / 8 + j < bytes; ++j) v |= static_cast<uint64_t>(in[bit / 8 + j]) << (8 * j);
-    index[i] = static_cast<uint32_t>(v >> (bit % 8)) & ((1u << kEndPairBits) - 1);
+    index[i] = static_cast<uint32_t>(v >> (bit % 8)) & field;
   }
 }
 

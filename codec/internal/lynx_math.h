@@ -95,16 +95,17 @@ inline int MagnitudeCode(const LynxTables& t, float a) {
 
 // ---- Metadata (per page-channel: lo/hi; per chunk: the ends of its interval) -------------------------------
 
-// The same offset without a division, for vector paths: y = n * r (r = float(1 / 2047)), then one correction
-// y + (n - y * 2047) * r, both fused multiply-adds (the residual n - y * 2047 is exact). Equals
-// EndOffsetTable()[q] for every q in 0..kEndGridMax (checked exhaustively by lynx_math_test); a vector path that
-// does these three IEEE operations lane by lane therefore gets the correctly rounded quotient.
-inline float EndOffsetByReciprocal(int q) {
-  constexpr float kInv2047 = 1.0f / 2047.0f;
-  const float n = static_cast<float>(q) - 2047.0f;
-  const float y = n * kInv2047;
-  const float residual = std::fmaf(-y, 2047.0f, n);
-  return std::fmaf(residual, kInv2047, y);
+// The same offset without a division, for vector paths: y = n * r (r = float(1 / C), C = G / 2), then one
+// correction y + (n - y * C) * r, both fused multiply-adds (the residual n - y * C is exact). Equals EndOffset(q,
+// G) for every q of every grid (checked exhaustively by lynx_math_test); a vector path that does these three IEEE
+// operations lane by lane therefore gets the correctly rounded quotient.
+inline float EndOffsetByReciprocal(int q, int grid_max) {
+  const float c = static_cast<float>(grid_max >> 1);
+  const float inv = 1.0f / c;
+  const float n = static_cast<float>(q) - c;
+  const float y = n * inv;
+  const float residual = std::fmaf(-y, c, n);
+  return std::fmaf(residual, inv, y);
 }
 
 //   inv_sigma = sigma > 0 ? min(1.0f / sigma, FLT_MAX) : 0   (correctly rounded float division; the encoder
@@ -121,12 +122,12 @@ inline void QuantizeChunkEnds(const ChannelFrame& f, Centering centering, float 
   QuantizeChunkEnds(f, centering == Centering::kMean, cmin, cmax, m, q_low, q_high);
 }
 
-// The inverse of EndPairIndex; false for an index above kMaxEndPairIndex (no encoder writes one). The f32
-// square root is only a first guess, corrected exactly in integers.
-inline bool EndPairFromIndex(uint32_t index, int& q_low, int& q_high) {
-  if (index > kMaxEndPairIndex) return false;
+// The inverse of EndPairIndex on the grid 0..grid_max; false for an index above MaxEndPairIndex(grid_max) (no
+// encoder writes one). The f32 square root is only a first guess, corrected exactly in integers.
+inline bool EndPairFromIndex(uint32_t index, int grid_max, int& q_low, int& q_high) {
+  if (index > MaxEndPairIndex(grid_max)) return false;
   int32_t h = static_cast<int32_t>((std::sqrt(8.0f * static_cast<float>(index) + 1.0f) - 1.0f) * 0.5f);
-  if (h > kEndGridMax) h = kEndGridMax;
+  if (h > grid_max) h = grid_max;
   while (h > 0 && h * (h + 1) / 2 > static_cast<int32_t>(index)) --h;
   while ((h + 1) * (h + 2) / 2 <= static_cast<int32_t>(index)) ++h;
   q_high = h;
@@ -134,11 +135,11 @@ inline bool EndPairFromIndex(uint32_t index, int& q_low, int& q_high) {
   return true;
 }
 
-// Packs n 23-bit indices LSB-first (index i at stream bits [23 i, 23 i + 23)) into ceil(23 n / 8) bytes, padding
-// bits zero; and the inverse.
-void PackEndPairs(const uint32_t* index, size_t n, uint8_t* out);
-void UnpackEndPairs(const uint8_t* in, size_t n, uint32_t* index);
-inline size_t EndPairBytes(size_t n) { return (n * kEndPairBits + 7) / 8; }
+// Packs n indices of E = bits_per_pair bits LSB-first (index i at stream bits [E i, E i + E)) into ceil(E n / 8)
+// bytes, padding bits zero; and the inverse. E in kMinEndPairBits..kMaxEndPairBits (scheme.h).
+void PackEndPairs(const uint32_t* index, size_t n, int bits_per_pair, uint8_t* out);
+void UnpackEndPairs(const uint8_t* in, size_t n, int bits_per_pair, uint32_t* index);
+inline size_t EndPairBytes(size_t n, int bits_per_pair) { return (n * static_cast<size_t>(bits_per_pair) + 7) / 8; }
 
 // ---- Conditional-mean anchor tables ----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
 #include "codec/internal/lynx_math.h"
+#include "codec/scheme.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,8 @@
 #include "gtest/gtest.h"
 
 namespace kvt::codec::internal {
+using ::kvt::codec::kMaxEndPairBits;
+using ::kvt::codec::kMinEndPairBits;
 namespace {
 
 // The bucketed fast path of the vectorized encoders, written out in scalar form.
@@ -192,42 +195,63 @@ TEST(LynxMathTest, DecodeTablesPlaceEachPrefixInsideItsInterval) {
   }
 }
 
+// The grids of every end pair width a container may carry.
+std::vector<int> AllGrids() {
+  std::vector<int> grids;
+  for (int bits = kMinEndPairBits; bits <= kMaxEndPairBits; ++bits) grids.push_back(EndGridMax(bits));
+  return grids;
+}
+
+TEST(LynxMathTest, EachPairWidthsGridIsTheLargestEvenOneWhoseIndicesFit) {
+  for (int bits = kMinEndPairBits; bits <= kMaxEndPairBits; ++bits) {
+    const int g = EndGridMax(bits);
+    EXPECT_EQ(g % 2, 0) << bits;
+    EXPECT_LT(MaxEndPairIndex(g), 1u << bits) << bits;
+    EXPECT_GE(MaxEndPairIndex(g + 2), 1u << bits) << bits;
+    EXPECT_EQ(EndPairIndex(g, g), MaxEndPairIndex(g)) << bits;
+  }
+  EXPECT_EQ(EndGridMax(23), 4094);
+  EXPECT_EQ(EndGridMax(14), 178);
+}
+
 TEST(LynxMathTest, ChunkEndsCoverTheChunkTightlyWithTheStoredValues) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1000.0f, 1000.0f);
-  for (int i = 0; i < 20000; ++i) {
-    float lo = u(rng), hi = u(rng);
-    if (lo > hi) std::swap(lo, hi);
-    const ChannelFrame f = MakeChannelFrame(lo, hi);
-    std::uniform_real_distribution<float> in(lo, hi);
-    float cmin = in(rng), cmax = in(rng);
-    if (cmin > cmax) std::swap(cmin, cmax);
-    int q_low, q_high;
-    QuantizeChunkEnds(f, Centering::kMidrange, cmin, cmax, 0.5f * cmin + 0.5f * cmax, q_low, q_high);
-    ASSERT_GE(q_low, 0);
-    ASSERT_LE(q_low, q_high);
-    ASSERT_LE(q_high, kEndGridMax);
-    // The stored ends enclose the chunk, and are the nearest grid points that do.
-    ASSERT_LE(ChunkEnd(f, q_low), cmin);
-    ASSERT_GE(ChunkEnd(f, q_high), cmax);
-    if (q_low < kEndGridMax) {
-      ASSERT_GT(ChunkEnd(f, q_low + 1), cmin);
+  for (int grid : {4094, 178, 20}) {
+    for (int i = 0; i < 20000; ++i) {
+      float lo = u(rng), hi = u(rng);
+      if (lo > hi) std::swap(lo, hi);
+      const ChannelFrame f = MakeChannelFrame(lo, hi, grid);
+      std::uniform_real_distribution<float> in(lo, hi);
+      float cmin = in(rng), cmax = in(rng);
+      if (cmin > cmax) std::swap(cmin, cmax);
+      int q_low, q_high;
+      QuantizeChunkEnds(f, Centering::kMidrange, cmin, cmax, 0.5f * cmin + 0.5f * cmax, q_low, q_high);
+      ASSERT_GE(q_low, 0);
+      ASSERT_LE(q_low, q_high);
+      ASSERT_LE(q_high, grid);
+      // The stored ends enclose the chunk, and are the nearest grid points that do.
+      ASSERT_LE(ChunkEnd(f, q_low), cmin);
+      ASSERT_GE(ChunkEnd(f, q_high), cmax);
+      if (q_low < grid) {
+        ASSERT_GT(ChunkEnd(f, q_low + 1), cmin);
+      }
+      if (q_high > q_low) {
+        ASSERT_LT(ChunkEnd(f, q_high - 1), cmax);
+      }
+      ASSERT_LE(cmin - ChunkEnd(f, q_low), (hi - lo) / grid * 1.001f + 1e-4f);
+      ASSERT_LE(ChunkEnd(f, q_high) - cmax, (hi - lo) / grid * 1.001f + 1e-4f);
+      // mu +- sigma covers every value of the chunk in float arithmetic.
+      float mu, sigma;
+      ChunkCentreAndWidth(f, q_low, q_high, mu, sigma);
+      ASSERT_LE(cmax - mu, sigma);
+      ASSERT_LE(mu - cmin, sigma);
     }
-    if (q_high > q_low) {
-      ASSERT_LT(ChunkEnd(f, q_high - 1), cmax);
-    }
-    ASSERT_LE(cmin - ChunkEnd(f, q_low), (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
-    ASSERT_LE(ChunkEnd(f, q_high) - cmax, (hi - lo) / kEndGridMax * 1.001f + 1e-4f);
-    // mu +- sigma covers every value of the chunk in float arithmetic.
-    float mu, sigma;
-    ChunkCentreAndWidth(f, q_low, q_high, mu, sigma);
-    ASSERT_LE(cmax - mu, sigma);
-    ASSERT_LE(mu - cmin, sigma);
   }
 }
 
 TEST(LynxMathTest, MeanCentredChunksAreCoveredEvenWhenTheMeanSitsAtOneEnd) {
-  const ChannelFrame f = MakeChannelFrame(-3.0f, 7.0f);
+  const ChannelFrame f = MakeChannelFrame(-3.0f, 7.0f, kEndGridMax);
   for (float m : {-3.0f, 7.0f, 2.0f, -2.5f}) {
     int q_low, q_high;
     QuantizeChunkEnds(f, Centering::kMean, -3.0f, 7.0f, m, q_low, q_high);
@@ -244,80 +268,101 @@ TEST(LynxMathTest, MeanCentredChunksAreCoveredEvenWhenTheMeanSitsAtOneEnd) {
 }
 
 TEST(LynxMathTest, EndGridHasLoCentreAndHiExactlyAndIsMonotone) {
-  const ChannelFrame f = MakeChannelFrame(-1.3f, 2.9f);
-  EXPECT_EQ(ChunkEnd(f, 0), -1.3f);
-  EXPECT_EQ(ChunkEnd(f, kEndGridCentre), f.centre);
-  EXPECT_EQ(ChunkEnd(f, kEndGridMax), 2.9f);
-  for (int q = 1; q <= kEndGridMax; ++q) ASSERT_LE(ChunkEnd(f, q - 1), ChunkEnd(f, q)) << q;
-  // A constant channel: both ends at lo, sigma 0, so it decodes to exactly lo.
-  const ChannelFrame flat = MakeChannelFrame(5.0f, 5.0f);
-  int q_low, q_high;
-  QuantizeChunkEnds(flat, Centering::kMidrange, 5.0f, 5.0f, 5.0f, q_low, q_high);
-  EXPECT_EQ(q_low, 0);
-  EXPECT_EQ(q_high, 0);
-  float mu, sigma;
-  ChunkCentreAndWidth(flat, q_low, q_high, mu, sigma);
-  EXPECT_EQ(mu, 5.0f);
-  EXPECT_EQ(sigma, 0.0f);
+  for (int grid : AllGrids()) {
+    const ChannelFrame f = MakeChannelFrame(-1.3f, 2.9f, grid);
+    EXPECT_EQ(ChunkEnd(f, 0), -1.3f);
+    EXPECT_EQ(ChunkEnd(f, grid / 2), f.centre);
+    EXPECT_EQ(ChunkEnd(f, grid), 2.9f);
+    for (int q = 1; q <= grid; ++q) ASSERT_LE(ChunkEnd(f, q - 1), ChunkEnd(f, q)) << q;
+    // A constant channel: both ends at lo, sigma 0, so it decodes to exactly lo.
+    const ChannelFrame flat = MakeChannelFrame(5.0f, 5.0f, grid);
+    int q_low, q_high;
+    QuantizeChunkEnds(flat, Centering::kMidrange, 5.0f, 5.0f, 5.0f, q_low, q_high);
+    EXPECT_EQ(q_low, 0);
+    EXPECT_EQ(q_high, 0);
+    float mu, sigma;
+    ChunkCentreAndWidth(flat, q_low, q_high, mu, sigma);
+    EXPECT_EQ(mu, 5.0f);
+    EXPECT_EQ(sigma, 0.0f);
+  }
 }
 
-TEST(LynxMathTest, DivisionFreeEndOffsetEqualsTheDividedOffsetAtEveryGridPoint) {
-  const float* table = EndOffsetTable();
-  for (int q = 0; q <= kEndGridMax; ++q) {
-    const float fast = EndOffsetByReciprocal(q);
-    ASSERT_EQ(std::memcmp(&fast, &table[q], 4), 0) << "q " << q << ": " << fast << " vs " << table[q];
+// The f32 quotient (q - C) / C, correctly rounded: the definition EndOffset and its division-free forms meet.
+float DividedOffset(int q, int grid) {
+  const float c = static_cast<float>(grid / 2);
+  return (static_cast<float>(q) - c) / c;
+}
+
+TEST(LynxMathTest, DivisionFreeEndOffsetEqualsTheDividedOffsetAtEveryPointOfEveryGrid) {
+  int off_by_product = 0;
+  for (int grid : AllGrids()) {
+    for (int q = 0; q <= grid; ++q) {
+      const float want = DividedOffset(q, grid);
+      const float fast = EndOffsetByReciprocal(q, grid);
+      ASSERT_EQ(std::memcmp(&fast, &want, 4), 0) << "grid " << grid << " q " << q << ": " << fast << " vs " << want;
+      const float c = static_cast<float>(grid / 2);
+      off_by_product += (static_cast<float>(q) - c) * (1.0f / c) != want;
+    }
   }
   // The test can fail: the uncorrected product is not the quotient everywhere.
-  int off_by_product = 0;
-  for (int q = 0; q <= kEndGridMax; ++q) {
-    off_by_product += (static_cast<float>(q) - 2047.0f) * (1.0f / 2047.0f) != table[q];
-  }
   EXPECT_GT(off_by_product, 0);
 }
 
-TEST(LynxMathTest, TheGridsDoubleOffsetEqualsTheDividedOffsetAtEveryGridPoint) {
-  // lynx_grid.h's EndOffset: the table on the host, the double product in the kernels; the two agree.
-  const float* table = EndOffsetTable();
-  for (int q = 0; q <= kEndGridMax; ++q) {
-    const float offset = EndOffsetInDouble(q);
-    ASSERT_EQ(std::memcmp(&offset, &table[q], 4), 0) << "q " << q << ": " << offset << " vs " << table[q];
+TEST(LynxMathTest, TheGridsDoubleOffsetEqualsTheDividedOffsetAtEveryPointOfEveryGrid) {
+  // lynx_grid.h's EndOffset, the one the reference and the kernels run.
+  for (int grid : AllGrids()) {
+    for (int q = 0; q <= grid; ++q) {
+      const float offset = EndOffset(q, grid);
+      const float want = DividedOffset(q, grid);
+      ASSERT_EQ(std::memcmp(&offset, &want, 4), 0) << "grid " << grid << " q " << q << ": " << offset;
+    }
   }
 }
 
 TEST(LynxMathTest, EndPairIndexRoundTripsEveryPairAndRejectsIndicesPastTheGrid) {
-  for (int q_high = 0; q_high <= kEndGridMax; ++q_high) {
-    for (int q_low = 0; q_low <= q_high; ++q_low) {
-      int a, b;
-      ASSERT_TRUE(EndPairFromIndex(EndPairIndex(q_low, q_high), a, b));
-      ASSERT_EQ(a, q_low);
-      ASSERT_EQ(b, q_high);
+  for (int bits : {23, 14, 8}) {
+    const int grid = EndGridMax(bits);
+    for (int q_high = 0; q_high <= grid; ++q_high) {
+      for (int q_low = 0; q_low <= q_high; ++q_low) {
+        int a, b;
+        ASSERT_TRUE(EndPairFromIndex(EndPairIndex(q_low, q_high), grid, a, b));
+        ASSERT_EQ(a, q_low);
+        ASSERT_EQ(b, q_high);
+      }
     }
+    int a, b;
+    EXPECT_FALSE(EndPairFromIndex(MaxEndPairIndex(grid) + 1, grid, a, b)) << bits;
+    EXPECT_FALSE(EndPairFromIndex((1u << bits) - 1, grid, a, b)) << bits;
   }
-  EXPECT_EQ(EndPairIndex(kEndGridMax, kEndGridMax), kMaxEndPairIndex);
-  int a, b;
-  EXPECT_FALSE(EndPairFromIndex(kMaxEndPairIndex + 1, a, b));
-  EXPECT_FALSE(EndPairFromIndex((1u << kEndPairBits) - 1, a, b));
 }
 
-TEST(LynxMathTest, EndPairsPackInto23BitFieldsLsbFirst) {
+TEST(LynxMathTest, EndPairsPackIntoFieldsLsbFirstAtEveryWidth) {
   std::mt19937 rng(9);
-  for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{65}}) {
-    std::vector<uint32_t> idx(n), back(n);
-    for (auto& v : idx) v = rng() % (kMaxEndPairIndex + 1);
-    std::vector<uint8_t> bytes(EndPairBytes(n), 0xFF);
-    PackEndPairs(idx.data(), n, bytes.data());
-    UnpackEndPairs(bytes.data(), n, back.data());
-    EXPECT_EQ(idx, back) << n;
-    EXPECT_EQ(bytes.size(), (23 * n + 7) / 8);
+  for (int bits = kMinEndPairBits; bits <= kMaxEndPairBits; ++bits) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{65}}) {
+      std::vector<uint32_t> idx(n), back(n);
+      for (auto& v : idx) v = rng() % (MaxEndPairIndex(EndGridMax(bits)) + 1);
+      std::vector<uint8_t> bytes(EndPairBytes(n, bits), 0xFF);
+      PackEndPairs(idx.data(), n, bits, bytes.data());
+      UnpackEndPairs(bytes.data(), n, bits, back.data());
+      EXPECT_EQ(idx, back) << bits << " bits, " << n;
+      EXPECT_EQ(bytes.size(), (bits * n + 7) / 8);
+    }
   }
   const uint32_t two[2] = {0x7FFFFF, 1};
   uint8_t out[6];
-  PackEndPairs(two, 2, out);
+  PackEndPairs(two, 2, 23, out);
   EXPECT_EQ(out[0], 0xFF);
   EXPECT_EQ(out[1], 0xFF);
   EXPECT_EQ(out[2], 0x7F | 0x80);  // index 1's bit 0 is stream bit 23
   EXPECT_EQ(out[3], 0x00);
   EXPECT_EQ(out[5], 0x00);          // padding bits are zero
+  const uint32_t fourteen[2] = {0x3FFF, 1};
+  PackEndPairs(fourteen, 2, 14, out);
+  EXPECT_EQ(out[0], 0xFF);
+  EXPECT_EQ(out[1], 0x3F | 0x40);  // index 1's bit 0 is stream bit 14
+  EXPECT_EQ(out[2], 0x00);
+  EXPECT_EQ(out[3], 0x00);          // 28 bits: the last nibble is padding
 }
 
 TEST(LynxMathTest, ConditionalMeanTableIsTheCountWeightedMeanOfEachCell) {
@@ -336,7 +381,7 @@ TEST(LynxMathTest, ConditionalMeanTableIsTheCountWeightedMeanOfEachCell) {
 
 TEST(LynxMathTest, HugeRangesGiveFiniteFrames) {
   const float max = std::numeric_limits<float>::max();
-  const ChannelFrame f = MakeChannelFrame(-max, max);
+  const ChannelFrame f = MakeChannelFrame(-max, max, kEndGridMax);
   EXPECT_TRUE(std::isfinite(f.half));
   EXPECT_EQ(f.centre, 0.0f);
   for (int q_low : {0, 1, 2047, 4093, 4094}) {

@@ -56,7 +56,7 @@ struct CodecFlags {
                  "anchor-only reconstruction: conditional-mean | code-centre | value-centre (empty: the codec default)");
     flags.String("extremes", &extremes,
                  "partial decodes' single top-cell values: exact (at the chunk end) | table (empty: the codec default)");
-    flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity)");
+    flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (metadata granularity; 0: each scheme's own, lynx 16, int8/int4 32)");
     flags.Int("page-tokens", &page_tokens,
               "tokens per page (a multiple of --chunk-tokens; 0: kvtd's own choice, sized by the channels)");
   }
@@ -292,7 +292,7 @@ int RunSweep(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("schemes", &schemes, "lynx-family schemes swept");
   flags.String("baselines", &baselines, "schemes evaluated once per data set for comparison");
   flags.Int("queries", &queries, "sampled queries per query head and layer");
-  flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk");
+  flags.Int("chunk-tokens", &chunk_tokens, "tokens per chunk (0: each scheme's own)");
   flags.Uint64("seed", &seed, "seed");
   flags.Bool("json", &json, "print one JSON document instead of the table");
   flags.Bool("progress", &progress, "show progress on stderr");
