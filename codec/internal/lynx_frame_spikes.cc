@@ -48,6 +48,12 @@ class Extremes {
 
   const Entry* bottom(int c) const { return &bottom_[static_cast<size_t>(c) * kMaxList]; }
   const Entry* top(int c) const { return &top_[static_cast<size_t>(c) * kMaxList]; }
+  // Channel c's whole lists, found another way (VectorExtremes).
+  void Set(int c, const Entry* bottom, const Entry* top) {
+    std::copy_n(bottom, keep_, &bottom_[static_cast<size_t>(c) * kMaxList]);
+    std::copy_n(top, keep_, &top_[static_cast<size_t>(c) * kMaxList]);
+    bottom_n_[c] = top_n_[c] = keep_;
+  }
 
  private:
   void InsertBottom(int c, float x, int t) {
@@ -83,17 +89,125 @@ void ScanRowScalar(const float* row, int t, int c_begin, int c_end, Extremes& e)
   for (int c = c_begin; c < c_end; ++c) e.Offer(c, row[c], t);
 }
 
-// The same offers, 16 channels compared at once: only the lanes that pass a cut are offered (the others would
-// not be inserted), in channel order.
-KVT_FRAME_AVX512 int ScanRowAvx512(const float* row, int t, int channels, Extremes& e) {
+// Sixteen channels' lists of kKeep (value, token) entries, one channel a lane, sorted by (value, token)
+// ascending (kUp) or descending; Insert puts each lane's new entry in its place (where `valid`) and drops the
+// last: a compare-and-swap pass, no branches.
+template <int kKeep, bool kUp>
+struct LaneLists {
+  __m512 x[kKeep];
+  __m512i t[kKeep];
+  KVT_FRAME_AVX512 void Clear() {
+    for (int j = 0; j < kKeep; ++j) {
+      x[j] = _mm512_set1_ps(kUp ? kInf : -kInf);
+      t[j] = _mm512_set1_epi32(kUp ? std::numeric_limits<int>::max() : -1);
+    }
+  }
+  KVT_FRAME_AVX512 void Insert(__m512 nx, __m512i nt, __mmask16 valid) {
+    for (int j = 0; j < kKeep; ++j) {
+      const __mmask16 tie = _mm512_cmp_ps_mask(nx, x[j], _CMP_EQ_OQ);
+      const __mmask16 before =
+          valid & (kUp ? _mm512_cmp_ps_mask(nx, x[j], _CMP_LT_OQ) | (tie & _mm512_cmplt_epi32_mask(nt, t[j]))
+                       : _mm512_cmp_ps_mask(nx, x[j], _CMP_GT_OQ) | (tie & _mm512_cmpgt_epi32_mask(nt, t[j])));
+      const __m512 sx = x[j];
+      const __m512i st = t[j];
+      x[j] = _mm512_mask_mov_ps(x[j], before, nx);
+      t[j] = _mm512_mask_mov_epi32(t[j], before, nt);
+      nx = _mm512_mask_mov_ps(nx, before, sx);
+      nt = _mm512_mask_mov_epi32(nt, before, st);
+    }
+  }
+};
+
+// The lists of channels [c0, c0 + 16) without offering every value: the k + 1 first values of a channel's (value,
+// token) order lie in the k + 1 chunks whose own first values come first in that order (any other chunk has k + 1
+// values before its first), and likewise at the top. So: every chunk's first and last entries (one pass, vector
+// compares), the kKeep chunks of each side from those, then only those chunks' values (gathers).
+template <int kKeep>
+KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int chunk_len, int c0, Extremes& e) {
+  const size_t stride = page.stride();
+  const int chunks = page.tokens / chunk_len;
+  LaneLists<kKeep, true> low;
+  LaneLists<kKeep, false> high;
+  low.Clear();
+  high.Clear();
+  for (int k = 0; k < chunks; ++k) {
+    const int t0 = k * chunk_len;
+    __m512 mn = _mm512_loadu_ps(page.data + static_cast<size_t>(t0) * stride + c0), mx = mn;
+    __m512i tmn = _mm512_set1_epi32(t0), tmx = tmn;
+    for (int r = 1; r < chunk_len; ++r) {
+      const __m512 x = _mm512_loadu_ps(page.data + static_cast<size_t>(t0 + r) * stride + c0);
+      const __m512i t = _mm512_set1_epi32(t0 + r);
+      const __mmask16 lt = _mm512_cmp_ps_mask(x, mn, _CMP_LT_OQ);  // the first of equal values stays
+      const __mmask16 ge = _mm512_cmp_ps_mask(x, mx, _CMP_GE_OQ);  // the last of equal values wins
+      mn = _mm512_mask_mov_ps(mn, lt, x);
+      tmn = _mm512_mask_mov_epi32(tmn, lt, t);
+      mx = _mm512_mask_mov_ps(mx, ge, x);
+      tmx = _mm512_mask_mov_epi32(tmx, ge, t);
+    }
+    low.Insert(mn, tmn, 0xFFFF);
+    high.Insert(mx, tmx, 0xFFFF);
+  }
+  // The candidate chunks' values, ordered afresh: lane l reads channel c0 + l of token t.
+  auto gather = [&](__m512i t) KVT_FRAME_AVX512 {
+    alignas(64) int tok[16];
+    alignas(64) float v[16];
+    _mm512_store_si512(tok, t);
+    for (int l = 0; l < 16; ++l) v[l] = page.data[static_cast<size_t>(tok[l]) * stride + c0 + l];
+    return _mm512_load_ps(v);
+  };
+  LaneLists<kKeep, true> bottom;
+  LaneLists<kKeep, false> top;
+  bottom.Clear();
+  top.Clear();
+  alignas(64) int first[16];
+  for (int j = 0; j < kKeep; ++j) {
+    for (int side = 0; side < 2; ++side) {
+      _mm512_store_si512(first, side == 0 ? low.t[j] : high.t[j]);
+      __mmask16 valid = 0;
+      for (int l = 0; l < 16; ++l) {
+        const bool ok = first[l] >= 0 && first[l] < page.tokens;
+        valid |= static_cast<__mmask16>(ok) << l;
+        first[l] = ok ? first[l] / chunk_len * chunk_len : 0;
+      }
+      const __m512i start = _mm512_load_si512(first);
+      for (int r = 0; r < chunk_len; ++r) {
+        const __m512i t = _mm512_add_epi32(start, _mm512_set1_epi32(r));
+        const __m512 x = gather(t);
+        if (side == 0) {
+          bottom.Insert(x, t, valid);
+        } else {
+          top.Insert(x, t, valid);
+        }
+      }
+    }
+  }
+  alignas(64) float bx[kKeep][16], tx[kKeep][16];
+  alignas(64) int bt[kKeep][16], tt[kKeep][16];
+  for (int j = 0; j < kKeep; ++j) {
+    _mm512_store_ps(bx[j], bottom.x[j]);
+    _mm512_store_si512(bt[j], bottom.t[j]);
+    _mm512_store_ps(tx[j], top.x[j]);
+    _mm512_store_si512(tt[j], top.t[j]);
+  }
+  for (int l = 0; l < 16; ++l) {
+    Entry b[kMaxList], t[kMaxList];
+    for (int j = 0; j < kKeep; ++j) b[j] = Entry{bx[j][l], bt[j][l]}, t[j] = Entry{tx[j][l], tt[j][l]};
+    e.Set(c0 + l, b, t);
+  }
+}
+
+// VectorExtremes over every whole vector of channels; returns the first channel it did not take.
+KVT_FRAME_AVX512 int VectorChannels(const PageView& page, int chunk_len, int keep, Extremes& e) {
   int c0 = 0;
-  for (; c0 + 16 <= channels; c0 += 16) {
-    const __m512 x = _mm512_loadu_ps(row + c0);
-    const __mmask16 pass = _mm512_cmp_ps_mask(x, _mm512_loadu_ps(e.bottom_cut() + c0), _CMP_LT_OQ) |
-                           _mm512_cmp_ps_mask(x, _mm512_loadu_ps(e.top_cut() + c0), _CMP_GE_OQ);
-    for (unsigned m = pass; m != 0; m &= m - 1) {
-      const int c = c0 + __builtin_ctz(m);
-      e.Offer(c, row[c], t);
+  for (; c0 + 16 <= page.channels; c0 += 16) {
+    switch (keep) {
+      case 2: VectorExtremes<2>(page, chunk_len, c0, e); break;
+      case 3: VectorExtremes<3>(page, chunk_len, c0, e); break;
+      case 4: VectorExtremes<4>(page, chunk_len, c0, e); break;
+      case 5: VectorExtremes<5>(page, chunk_len, c0, e); break;
+      case 6: VectorExtremes<6>(page, chunk_len, c0, e); break;
+      case 7: VectorExtremes<7>(page, chunk_len, c0, e); break;
+      default: VectorExtremes<8>(page, chunk_len, c0, e); break;
     }
   }
   return c0;
@@ -106,10 +220,10 @@ void SelectFrameSpikes(const PageView& page, bool avx512, LynxPageMeta& meta) {
   const int channels = page.channels;
   if (k == 0) return;
   Extremes e(channels, k + 1);
-  for (int t = 0; t < page.tokens; ++t) {
-    const float* row = page.data + static_cast<size_t>(t) * page.stride();
-    const int c0 = avx512 ? ScanRowAvx512(row, t, channels, e) : 0;
-    ScanRowScalar(row, t, c0, channels, e);
+  // The vector path's channels, then the rest offered value by value (the same lists either way).
+  const int c0 = avx512 ? VectorChannels(page, meta.chunk_len, k + 1, e) : 0;
+  for (int t = 0; t < page.tokens && c0 < channels; ++t) {
+    ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, c0, channels, e);
   }
   int tokens[kMaxFrameSpikes];
   for (int c = 0; c < channels; ++c) {
@@ -127,7 +241,9 @@ void SelectFrameSpikes(const PageView& page, bool avx512, LynxPageMeta& meta) {
     int m = 0;
     for (int j = 0; j < best; ++j) tokens[m++] = bottom[j].t;
     for (int j = 0; j < k - best; ++j) tokens[m++] = top[j].t;
-    std::sort(tokens, tokens + k);
+    for (int i = 1; i < k; ++i) {  // by token (insertion sort: k <= 7)
+      for (int j = i; j > 0 && tokens[j - 1] > tokens[j]; --j) std::swap(tokens[j - 1], tokens[j]);
+    }
     for (int j = 0; j < k; ++j) {
       const size_t s = static_cast<size_t>(j) * channels + c;
       meta.frame_token[s] = static_cast<uint16_t>(tokens[j]);
