@@ -20,8 +20,9 @@ using ::testing::HasSubstr;
 
 std::vector<std::string> AllSchemeNames() {
   std::vector<std::string> names = StandardSchemeNames();
+  // Version 4's metadata at other widths and spike counts too (the 23-bit end pairs take AVX-512's own unpack).
   for (const char* extra : {"lynx+spike", "lynx-a2r6+spike", "lynx4+spike", "lynx-a1r7", "lynx-a3r3r2",
-                            "lynx-a1r1r1r1r1r1r1r1", "lynx-a2r2"}) {
+                            "lynx-a1r1r1r1r1r1r1r1", "lynx-a2r2", "lynx+e23+f0", "lynx4+e8+f7", "lynx8+e17+f1"}) {
     names.push_back(extra);
   }
   return names;

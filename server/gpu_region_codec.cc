@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -134,6 +135,14 @@ class GpuSlots {
 void ReturnSlot::operator()(GpuSlot* slot) const { GpuSlots::Get().Release(std::unique_ptr<GpuSlot>(slot)); }
 
 }  // namespace
+
+int GpuPlanChunkTokens(const codec::Scheme& scheme, int chunk_tokens, uint32_t block_tokens) {
+  if (chunk_tokens != 0) return chunk_tokens;
+  const int chunk = codec::ResolveChunkTokens(scheme, 0);
+  if (block_tokens == 0 || chunk % block_tokens == 0) return chunk;
+  const uint64_t lcm = std::lcm<uint64_t>(chunk, block_tokens);
+  return lcm <= 256 ? static_cast<int>(lcm) : chunk;  // else CheckGpuPlan says why the plan does not fit
+}
 
 absl::Status CheckGpuPlan(const kv::KvLayout& layout, const kv::TransferPlan& plan) {
   if (plan.scheme.spike_reserve) {

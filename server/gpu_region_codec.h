@@ -27,6 +27,12 @@ inline constexpr size_t kMaxGpuPageHelpers = 8;
 // message says which page or scheme does not fit.
 absl::Status CheckGpuPlan(const kv::KvLayout& layout, const kv::TransferPlan& plan);
 
+// The chunk a request from a GPU region of `block_tokens`-token blocks is planned with: `chunk_tokens` when the
+// daemon was told one, else the scheme's own (codec::ResolveChunkTokens), widened to the least common multiple
+// with the block when the block does not divide it (at most 256 tokens), so that every page, the tails' included,
+// starts on a block: lynx's 16-token chunks in a region of 32-token blocks are planned as 32-token chunks.
+int GpuPlanChunkTokens(const codec::Scheme& scheme, int chunk_tokens, uint32_t block_tokens);
+
 // The codec of `region` (on_gpu). The decode side must have checked that the region and the source share some
 // heads: decodes write those (re-sliced through a scratch when the ranges differ).
 std::unique_ptr<RegionCodec> MakeGpuRegionCodec(const Region& region, const RegionCodecOptions& options);

@@ -441,10 +441,14 @@ absl::Status PrefillSide::Offer(const OfferArgs& args) {
   const kv::KvLayout& layout = region->layout();
   KVT_RETURN_IF_ERROR(kv::CheckRequestBlocks(layout, args.block_ids, args.num_tokens));
   KVT_RETURN_IF_ERROR(CheckReadyLayers(args.ready_layers, layout.spec().num_layers));
+  // GPU regions read and write whole blocks: their plans' chunks are block multiples (GpuPlanChunkTokens).
+  const int chunk_tokens = region->on_gpu() ? GpuPlanChunkTokens(args.scheme, context_->options->chunk_tokens,
+                                                                  layout.spec().block_tokens)
+                                            : context_->options->chunk_tokens;
   KVT_ASSIGN_OR_RETURN(kv::TransferPlan plan,
-                       kv::MakeTransferPlan(args.scheme, context_->options->chunk_tokens, layout.spec().num_layers,
-                                        args.num_tokens, context_->options->page_tokens,
-                                        layout.spec().num_kv_heads * layout.spec().head_dim));
+                       kv::MakeTransferPlan(args.scheme, chunk_tokens, layout.spec().num_layers, args.num_tokens,
+                                            context_->options->page_tokens,
+                                            layout.spec().num_kv_heads * layout.spec().head_dim));
   if (region->on_gpu()) KVT_RETURN_IF_ERROR(CheckGpuPlan(layout, plan));
   auto record = std::make_shared<RequestRecord>(args.request_id, Side::kPrefill, absl::Now());
   record->SetLabels(args.scheme.Name(), args.decode_daemon);

@@ -564,8 +564,8 @@ TEST(CudaEncodeTest, BadArgumentsAreRejectedBeforeAnyLaunch) {
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 32, {0}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 48, {0, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);  // 48 tokens is not a multiple of the 32-token chunk
+  EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, kv.view(), 24, {0, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 24 tokens (two blocks) are not a multiple of the 16-token chunk
   PagedKvView no_data = kv.view();
   no_data.data = nullptr;
   EXPECT_EQ(EncodePagesCuda(lynx, CodecOptions{}, no_data, 32, {0, 1}).status().code(),

@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < spikes * kGroup; i += kThreads) {
       const int j = i / kGroup, c = i % kGroup;
       const size_t s = static_cast<size_t>(j) * channels + c0 + c;
-      s_ftok[j][c] = c < nvalid ? (tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8)) : -1;
+      const int t = c < nvalid ? (tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8)) : -1;
+      s_ftok[j][c] = t < tokens ? t : -1;  // a selection that failed left tokens past the page
       s_fsub[j][c] = c < nvalid ? p.out.frame_sub[static_cast<size_t>(page) * spikes * channels + s] : 0.0f;
     }
   }

@@ -156,7 +156,16 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   merge(bottom, top);
   // Fewer tokens than kKeep leave sentinels (tokens < 0 or past the page): the launch reports why (a bad block
   // id or a non-finite value), or the page is shorter than the spikes allow, which the shape rules out.
-  if (bottom.t[k] >= tokens || top.t[k] < 0) return;
+  uint8_t* values = SpikeValues(out, shape, page);
+  uint8_t* tokens_at = SpikeTokens(out, shape, page);
+  if (bottom.t[k] >= tokens || top.t[k] < 0) {
+    // The encode fails (its status says why); tokens no page has keep the encoder from replacing anything.
+    for (int j = 0; j < k; ++j) {
+      const size_t s = static_cast<size_t>(j) * channels + c;
+      tokens_at[2 * s] = tokens_at[2 * s + 1] = 0xFF;
+    }
+    return;
+  }
   int best = 0;
   double best_range = 0;
 #pragma unroll
@@ -184,8 +193,6 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
       }
     }
   }
-  uint8_t* values = SpikeValues(out, shape, page);
-  uint8_t* tokens_at = SpikeTokens(out, shape, page);
 #pragma unroll
   for (int j = 0; j < k; ++j) {
     const size_t s = static_cast<size_t>(j) * channels + c;

@@ -44,8 +44,8 @@ struct PageShape {
 struct Staging {
   uint8_t* meta = nullptr;
   size_t meta_stride = 0;
-  // Lynx: the byte offsets in meta of the 23-bit chunk end pairs and of the anchor tables (docs/FORMAT.md), and
-  // the number of f32 table entries (LynxAnchorTableFloats).
+  // Lynx: the byte offsets in meta of the chunk end pairs (PageShape::end_pair_bits each) and of the anchor tables
+  // (docs/FORMAT.md), and the number of f32 table entries (LynxAnchorTableFloats).
   size_t ends_offset = 0, tables_offset = 0;
   int table_floats = 0;
   // Lynx with frame spikes: their f32 values from frame_offset in meta, [spike][channel], then their u16 tokens.

@@ -73,7 +73,7 @@ class MaskScratch {
  public:
   explicit MaskScratch(size_t n) : buf_(Buffer()) { buf_.resize(n); }
   ~MaskScratch() {
-    if (buf_.capacity() > (size_t{16} << 20)) std::vector<float>().swap(buf_);
+    if (buf_.capacity() * sizeof(float) > (size_t{16} << 20)) std::vector<float>().swap(buf_);
   }
   float* data() { return buf_.data(); }
 

@@ -60,10 +60,10 @@ KVT_HOST_DEVICE float Clamp(float x, float lo, float hi) {
 }
 
 // (q - C) / C for q in 0..G, C = G / 2, correctly rounded to float, without a float division: n = q - C in
-// [-C, C] times 1 / C in double is within 2^-52 (relative) of n / C, while n / C (C odd, or a power of two, which
-// is exact; n no multiple of an odd C, or n = 0 or +-C) lies at least 2^-36 (relative) from every float rounding
-// boundary for C <= 2047, so rounding the double to float gives the correctly rounded quotient. lynx_math_test
-// checks it against the f32 division for every q of every grid.
+// [-C, C] times 1 / C in double is within 2^-52 (relative) of n / C, while n / C with C = 2^a m, m odd and at most
+// 2047, is exact (a dyadic) or has a period-m binary expansion that stays at least about 2^-36 (relative) from
+// every float rounding boundary, so rounding the double to float gives the correctly rounded quotient.
+// lynx_math_test checks it against the f32 division for every q of every grid.
 KVT_HOST_DEVICE float EndOffset(int q, int grid_max) {
   const int c = grid_max >> 1;
   return static_cast<float>(static_cast<double>(q - c) * (1.0 / c));

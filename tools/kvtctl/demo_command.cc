@@ -270,7 +270,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..4)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
   flags.Int("page-tokens", &o.page_tokens,
-            "tokens per codec page (a multiple of 32): each page's streams are the data plane's chunks");
+            "tokens per codec page (0: kvtd's choice; else a multiple of 32): each page's streams are the data "
+            "plane's chunks");
   flags.Int("gpu", &o.gpu, "CUDA device for the KV caches (-1 = host shared memory)");
   flags.Bool("verify", &o.verify, "check the decode blocks bit for bit against the codec's own decode");
   flags.Int("warmup-tokens", &o.warmup_tokens,

@@ -149,7 +149,7 @@ class DemoKvCache {
 absl::StatusOr<std::vector<float>> LocalDecode(const codec::Scheme& scheme, const std::vector<float>& x, int tokens,
                                                int channels, int page_tokens, int stages) {
   KVT_ASSIGN_OR_RETURN(kv::TransferPlan plan,
-                       kv::MakeTransferPlan(scheme, 32, 1, tokens, page_tokens, channels));
+                       kv::MakeTransferPlan(scheme, 0, 1, tokens, page_tokens, channels));  // kvtd's chunk: the scheme's
   std::vector<float> out(x.size());
   for (const kv::PlannedPage& page : plan.layers[0]) {
     if (page.spec.kind != 0) continue;
@@ -240,7 +240,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
   if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
   if (o.page_tokens != 0 && (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--page-tokens %d must be 0 (kvtd's choice) or a multiple of 32 (the codec's chunk) in [32, 65536]",
+        "--page-tokens %d must be 0 (kvtd's choice) or a multiple of 32 (every scheme's chunk divides it) in "
+        "[32, 65536]",
         o.page_tokens));
   }
   std::vector<codec::Scheme> schemes;

@@ -34,7 +34,7 @@ struct DemoOptions {
   int ucx_workers = 0;    // per daemon; 0 = kvtd's default (transport::DefaultUcxWorkers)
   int codec_threads = 0;  // per daemon; 0 = one per core
   // Tokens per codec page (kvtd --page_tokens): 0 = kvtd's choice (codec::AutoPageTokens), else a multiple of 32
-  // (the codec's chunk) up to 65536. A page's streams are the data plane's unit, so this sets how many chunks a
+  // (lynx's 16-token and int8's 32-token chunks both divide it) up to 65536. A page's streams are the data plane's unit, so this sets how many chunks a
   // request is.
   int page_tokens = 0;
   uint64_t seed = 1;

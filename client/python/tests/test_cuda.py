@@ -14,7 +14,8 @@ from kvt.kv_cache import release_cuda_ipc
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-# block_tokens 32 divides the codec's 32-token chunk, as the GPU path requires.
+# 32-token blocks: the GPU path plans such regions' requests with 32-token chunks, so every page starts on a block
+# (kvtd's GpuPlanChunkTokens; lynx's own chunk is 16 tokens).
 LAYOUT = kvt.KvLayout(num_layers=2, num_blocks=8, block_tokens=32, num_kv_heads=2, head_dim=64)
 
 
@@ -89,6 +90,33 @@ def test_a_lynx_transfer_from_cuda_into_a_host_cache_is_close(start_daemon: Call
         for layer in range(LAYOUT.num_layers):
             got = dst.v(layer).float().numpy()
             assert np.abs(got - expected[layer]).max() <= 0.05 * np.abs(expected[layer]).max()
+
+
+def test_a_lynx_request_whose_tail_ends_mid_block_moves_between_cuda_caches(
+        start_daemon: Callable[..., kvt.Daemon]) -> None:
+    # 242 tokens: with lynx's own 16-token chunks its last page would start at token 240, inside the 8th block.
+    tokens = 7 * LAYOUT.block_tokens + 18
+    with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT, device="cuda:0") as dst:
+        fill(src, seed=3)
+        expected = [src.k(l).float().cpu().numpy() for l in range(LAYOUT.num_layers)]
+        prefill, decode = start_daemon("prefill"), start_daemon("decode")
+        with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc:
+            try:
+                src.register(pc, "src")
+                dst.register(dc, "dst")
+            except kvt.FailedPrecondition as e:
+                pytest.skip(f"this kvtd has no GPU path: {e}")
+            dc.expect("t", "dst", range(LAYOUT.num_blocks), tokens)
+            pc.offer("t", "src", range(LAYOUT.num_blocks), tokens, range(LAYOUT.num_layers), scheme="lynx",
+                     decode_daemon=decode.peer_address)
+            events = list(dc.watch("t", timeout=60.0))
+            assert events[-1].kind is kvt.EventKind.DONE, events
+            for layer in range(LAYOUT.num_layers):
+                got = dst.k(layer).float().cpu().numpy().reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
+                want = expected[layer].reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
+                assert np.abs(got[:tokens] - want[:tokens]).max() <= 0.05 * np.abs(want[:tokens]).max()
+            src.close()
+            dst.unregister()
 
 
 def test_a_region_inside_a_larger_allocation_is_written_at_its_offset(
