@@ -76,6 +76,17 @@ __device__ __forceinline__ SignalSpec StepSignal(const RoundParams& p, uint64_t 
                     static_cast<uint32_t>((2 + step) * p.world), epoch, p.call_tag, p.timeout_ns, p.status};
 }
 
+// The one-shot round's flags and tags (FlagWords: after the two steps'), one set per epoch parity. A rank whose
+// wait has seen every peer's signal can finish the call and signal its next one before a slower peer has
+// checked this call's tags: the one-shot round has a single step, so unlike the two-step round nothing else holds
+// it back. With the next call's signal in the other parity's words, the words of this call are overwritten only
+// by the call after next, which needs this rank's own signal of the next call, sent after this call's checks.
+__device__ __forceinline__ SignalSpec OneShotSignal(const RoundParams& p, uint64_t epoch) {
+  const uint32_t parity = static_cast<uint32_t>(epoch & 1);
+  return SignalSpec{p.flags,     p.world, p.rank,       static_cast<uint32_t>((4 + parity) * p.world),
+                    static_cast<uint32_t>((6 + parity) * p.world), epoch, p.call_tag, p.timeout_ns, p.status};
+}
+
 __device__ __forceinline__ void ArriveAndSignal(const RoundParams& p, uint64_t epoch, int step) {
   ArriveAndSignal(StepSignal(p, epoch, step));
 }
@@ -388,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 2) OneShotKernel(const T* __restrict
   const uint64_t half = (epoch & 1) * p.one_shot_half;
   WithBits(p.step1.bits, [&](auto bits) { OneShotPushBody<T, decltype(bits)::value>(in, p, half); });
   // Every block waits for the peers inside this grid, so the grid must be resident at once (a cooperative launch).
-  ArriveAndSignal(p, epoch, 0);
-  if (WaitForPeers(p, epoch, 0)) {
+  ArriveAndSignal(OneShotSignal(p, epoch));
+  if (WaitForPeers(OneShotSignal(p, epoch))) {
     WithBits(p.step1.bits, [&](auto bits) { OneShotSumBody<T, decltype(bits)::value>(out, p, half); });
   }
   FinishRound(p, epoch);

@@ -120,8 +120,9 @@ absl::Status LaunchFindNonFinite(const void* out, uint64_t count, DataType type,
 uint64_t Step1AreaBytes(const ChunkClass& full, int world, int rank, uint64_t chunks);
 uint64_t Step2AreaBytes(const ChunkClass& full, int world, uint64_t chunks);
 
-// u64 words of a rank's flag area.
-inline constexpr size_t FlagWords(int world) { return 4 * static_cast<size_t>(world); }
+// u64 words of a rank's flag area: the two steps' flags and tags, then the one-shot round's flags and tags for
+// each epoch parity (cuda_all_reduce_kernels.cu OneShotSignal).
+inline constexpr size_t FlagWords(int world) { return 8 * static_cast<size_t>(world); }
 
 // Fills `c` for a chunk of `values` values (formats and world given).
 ChunkClass MakeChunkClass(uint64_t values, int world, const StepFormat& step1, const StepFormat& step2,

@@ -19,7 +19,8 @@ namespace {
 using internal::DeviceStatus;
 using internal::StepFormat;
 
-constexpr size_t kFlagAreaBytes = 4096;  // FlagWords(16) * 8 = 512, padded so the step areas stay aligned
+constexpr size_t kFlagAreaBytes = 4096;  // FlagWords(16) * 8 = 1024, padded so the step areas stay aligned
+static_assert(internal::FlagWords(16) * 8 <= kFlagAreaBytes, "the flags of the largest world fit their area");
 
 StepFormat MakeFormat(int bits, const AllReduceOptions& options) {
   StepFormat f;
