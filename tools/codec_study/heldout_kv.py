@@ -1,7 +1,6 @@
 """Held-out test KV with the features issue 35 names (Student-t bulk, log-normal channel scales, K outlier
 channels x15-80, per-channel K offsets before RoPE, 3 sink tokens x4-12), one file per variant that removes one
 feature: `python3 heldout_kv.py` writes ho_<variant>.npy [4, 2, 1024, 8, 128] in the current directory."""
-import sys
 
 import numpy as np
 def gen(seed=0,T=1024,H=8,D=128,L=4,sinks=True,offsets=True,outliers=True,bulk='t'):

@@ -3,8 +3,10 @@
 It follows the format's steps (page-channel frame, chunk ends on a grid, the knee curve, conditional-mean anchor
 tables from the first 64 channels, exact extremes) in numpy, with knobs the format does not have yet: `chunk`,
 `grid` (points of the chunk-end grid: 4095 today, 179 for a 14-bit end pair), `exact_ends`, `tables_per`, and
-`frame_spikes` (the k values farthest from the page-channel median kept exactly and left out of the frame and
-the chunk ranges). Checked against `kvtctl codec roundtrip --scheme lynx` on one SmolLM2 layer: 97% of full and
+`frame_spikes` (k values per page-channel kept exactly and left out of the frame and the chunk ranges, chosen by
+`spike_rule`: 'median', the farthest from the channel median, or 'range', the k whose removal leaves the
+narrowest range: version 4's rule), `warp` (a sinh-warped end grid), `super_chunk` / `sub_grid` (two-level chunk
+ends) and `adaptive` (per channel, whichever of the flat and two-level ends gives the smaller squared widths). Checked against `kvtctl codec roundtrip --scheme lynx` on one SmolLM2 layer: 97% of full and
 76% of anchor values identical, the rest within float rounding; NMSE equal to 3 digits. int4/int8 are exact.
 docs/BENCHMARKS.md "Where a better anchor can come from" is what it was used for.
 """
@@ -100,7 +102,6 @@ def lynx(X,page=1024,chunk=32,alpha=0.1,w=0.11,grid=4095,exact_ends=False,sample
                 ta,tb=quant_ends(cmin,cmax,SA,SB,sub_grid,0.0)
                 use2=((tb.astype(np.float64)-ta)**2).sum(0)<((fb.astype(np.float64)-fa)**2).sum(0)
                 a=np.where(use2[None,:],ta,fa); b=np.where(use2[None,:],tb,fb)
-                self_frac=use2.mean()
             elif super_chunk:
                 # two levels: super-chunk ends on the frame's `grid`, then each chunk's ends on `sub_grid` points
                 # over its super-chunk's interval
