@@ -119,22 +119,25 @@ struct LaneLists {
 };
 
 // The lists of channels [c0, c0 + 16) without offering every value: the k + 1 first values of a channel's (value,
-// token) order lie in the k + 1 chunks whose own first values come first in that order (any other chunk has k + 1
-// values before its first), and likewise at the top. So: every chunk's first and last entries (one pass, vector
-// compares), the kKeep chunks of each side from those, then only those chunks' values (gathers).
+// token) order lie in the k + 1 groups of rows whose own first values come first in that order (any other group
+// has k + 1 values before its first), and likewise at the top, for any split of the tokens into groups. So: every
+// group's first and last entries (one pass, vector compares), the kKeep groups of each side from those, then only
+// those groups' values (gathers, the costly part: so the groups are short, kGroupRows rows).
+constexpr int kGroupRows = 4;
 template <int kKeep>
-KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int chunk_len, int c0, Extremes& e) {
+KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int c0, Extremes& e) {
   const size_t stride = page.stride();
-  const int chunks = page.tokens / chunk_len;
+  const int rows = page.tokens % kGroupRows == 0 ? kGroupRows : 1;  // groups of rows that tile the page
+  const int groups = page.tokens / rows;
   LaneLists<kKeep, true> low;
   LaneLists<kKeep, false> high;
   low.Clear();
   high.Clear();
-  for (int k = 0; k < chunks; ++k) {
-    const int t0 = k * chunk_len;
+  for (int k = 0; k < groups; ++k) {
+    const int t0 = k * rows;
     __m512 mn = _mm512_loadu_ps(page.data + static_cast<size_t>(t0) * stride + c0), mx = mn;
     __m512i tmn = _mm512_set1_epi32(t0), tmx = tmn;
-    for (int r = 1; r < chunk_len; ++r) {
+    for (int r = 1; r < rows; ++r) {
       const __m512 x = _mm512_loadu_ps(page.data + static_cast<size_t>(t0 + r) * stride + c0);
       const __m512i t = _mm512_set1_epi32(t0 + r);
       const __mmask16 lt = _mm512_cmp_ps_mask(x, mn, _CMP_LT_OQ);  // the first of equal values stays
@@ -144,10 +147,14 @@ KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int chunk_len, int c0
       mx = _mm512_mask_mov_ps(mx, ge, x);
       tmx = _mm512_mask_mov_epi32(tmx, ge, t);
     }
-    low.Insert(mn, tmn, 0xFFFF);
-    high.Insert(mx, tmx, 0xFFFF);
+    // A group's entries come after every earlier group's in token order: they enter a full list only below its
+    // last value (low) or at or above it (high), and mostly do not, so the insert is skipped when no lane needs it.
+    const __mmask16 into_low = _mm512_cmp_ps_mask(mn, low.x[kKeep - 1], _CMP_LT_OQ);
+    const __mmask16 into_high = _mm512_cmp_ps_mask(mx, high.x[kKeep - 1], _CMP_GE_OQ);
+    if (into_low) low.Insert(mn, tmn, into_low);
+    if (into_high) high.Insert(mx, tmx, into_high);
   }
-  // The candidate chunks' values, ordered afresh: lane l reads channel c0 + l of token t.
+  // The candidate groups' values, ordered afresh: lane l reads channel c0 + l of token t.
   auto gather = [&](__m512i t) KVT_FRAME_AVX512 {
     alignas(64) int tok[16];
     alignas(64) float v[16];
@@ -167,10 +174,10 @@ KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int chunk_len, int c0
       for (int l = 0; l < 16; ++l) {
         const bool ok = first[l] >= 0 && first[l] < page.tokens;
         valid |= static_cast<__mmask16>(ok) << l;
-        first[l] = ok ? first[l] / chunk_len * chunk_len : 0;
+        first[l] = ok ? first[l] / rows * rows : 0;
       }
       const __m512i start = _mm512_load_si512(first);
-      for (int r = 0; r < chunk_len; ++r) {
+      for (int r = 0; r < rows; ++r) {
         const __m512i t = _mm512_add_epi32(start, _mm512_set1_epi32(r));
         const __m512 x = gather(t);
         if (side == 0) {
@@ -197,17 +204,17 @@ KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int chunk_len, int c0
 }
 
 // VectorExtremes over every whole vector of channels; returns the first channel it did not take.
-KVT_FRAME_AVX512 int VectorChannels(const PageView& page, int chunk_len, int keep, Extremes& e) {
+KVT_FRAME_AVX512 int VectorChannels(const PageView& page, int keep, Extremes& e) {
   int c0 = 0;
   for (; c0 + 16 <= page.channels; c0 += 16) {
     switch (keep) {
-      case 2: VectorExtremes<2>(page, chunk_len, c0, e); break;
-      case 3: VectorExtremes<3>(page, chunk_len, c0, e); break;
-      case 4: VectorExtremes<4>(page, chunk_len, c0, e); break;
-      case 5: VectorExtremes<5>(page, chunk_len, c0, e); break;
-      case 6: VectorExtremes<6>(page, chunk_len, c0, e); break;
-      case 7: VectorExtremes<7>(page, chunk_len, c0, e); break;
-      default: VectorExtremes<8>(page, chunk_len, c0, e); break;
+      case 2: VectorExtremes<2>(page, c0, e); break;
+      case 3: VectorExtremes<3>(page, c0, e); break;
+      case 4: VectorExtremes<4>(page, c0, e); break;
+      case 5: VectorExtremes<5>(page, c0, e); break;
+      case 6: VectorExtremes<6>(page, c0, e); break;
+      case 7: VectorExtremes<7>(page, c0, e); break;
+      default: VectorExtremes<8>(page, c0, e); break;
     }
   }
   return c0;
@@ -221,7 +228,7 @@ void SelectFrameSpikes(const PageView& page, bool avx512, LynxPageMeta& meta) {
   if (k == 0) return;
   Extremes e(channels, k + 1);
   // The vector path's channels, then the rest offered value by value (the same lists either way).
-  const int c0 = avx512 ? VectorChannels(page, meta.chunk_len, k + 1, e) : 0;
+  const int c0 = avx512 ? VectorChannels(page, k + 1, e) : 0;
   for (int t = 0; t < page.tokens && c0 < channels; ++t) {
     ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, c0, channels, e);
   }
