@@ -37,9 +37,6 @@ class Extremes {
         bottom_cut_(channels, kInf),
         top_cut_(channels, -kInf) {}
 
-  const float* bottom_cut() const { return bottom_cut_.data(); }
-  const float* top_cut() const { return top_cut_.data(); }
-
   // Offers value x of token t (later than every token offered before) in channel c.
   void Offer(int c, float x, int t) {
     if (x < bottom_cut_[c]) InsertBottom(c, x, t);
