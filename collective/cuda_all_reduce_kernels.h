@@ -67,8 +67,8 @@ struct RoundParams {
   ChunkClass full, last;
   StepFormat step1, step2;
   // Per rank: its step-1 and step-2 areas, and its flags (FlagWords(world) u64: step-1 flags, step-2 flags,
-  // then the call tags that came with them; one per source rank), as mapped in this process (this rank's own are
-  // local pointers).
+  // then the call tags that came with them, then the one-shot round's flags and tags for each epoch parity; one
+  // word per source rank each), as mapped in this process (this rank's own are local pointers).
   uint8_t* step1_area[kMaxCudaWorld] = {};
   uint8_t* step2_area[kMaxCudaWorld] = {};
   uint64_t* flags[kMaxCudaWorld] = {};

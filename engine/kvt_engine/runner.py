@@ -216,8 +216,13 @@ class EngineRun:
         for flag in self.opts.kvtd_flags:
             if flag.startswith("--page_tokens="):
                 page_tokens = flag.split("=", 1)[1]
-        cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--page-tokens", page_tokens, "--in", dump,
-               "--out-prefix", prefix]
+        # And chunked as it was: kvtd plans a GPU region's requests with chunks its blocks divide (lynx's 16
+        # tokens widened to their least common multiple with the block, docs/DAEMON.md).
+        chunk = 16
+        if self.opts.device.startswith("cuda"):
+            chunk = math.lcm(16, self.opts.block_tokens)
+        cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--page-tokens", page_tokens, "--chunk-tokens",
+               str(chunk), "--in", dump, "--out-prefix", prefix]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
