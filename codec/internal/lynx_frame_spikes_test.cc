@@ -137,7 +137,9 @@ TEST(LynxFrameSpikesTest, DecodedFrameSpikesAreExactAtEveryStage) {
       ASSERT_TRUE(DecodePage(enc->bytes, stages, MutablePageView{out.data(), tokens, channels, 0}, o).ok());
       for (int c = 0; c < channels; ++c) {
         EXPECT_EQ(out[c], x[c]) << "sink, channel " << c << ", stage " << stages;
-        if (c % 3 == 0) EXPECT_EQ(out[99 * channels + c], x[99 * channels + c]) << "outlier, channel " << c;
+        if (c % 3 == 0) {
+          EXPECT_EQ(out[99 * channels + c], x[99 * channels + c]) << "outlier, channel " << c;
+        }
       }
       // The outlier left the frame: the other values decode to the bulk's precision, not the outlier's.
       double err = 0;
