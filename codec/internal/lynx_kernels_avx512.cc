@@ -484,29 +484,30 @@ KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t
   return RefEndPairs(index + i, n - i, grid_max, q_low + i, q_high + i);
 }
 
-// UnpackEndPairs, for 23-bit fields 16 (46 bytes) at a time: field i is the low 23 bits of the 64-bit window of
-// the two 32-bit words it straddles, words (23 i) / 32 and the next, shifted right by (23 i) % 32. Other widths:
-// the shared scalar loop.
+// UnpackEndPairs, 16 fields (2 E bytes, E = bits) at a time: field l of a block is the low E bits of the 64-bit
+// window of the two 32-bit words it straddles, words (E l) / 32 and the next, shifted right by (E l) % 32 (the same
+// for every block: a block starts on a byte boundary).
 KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, int bits, uint32_t* index) {
-  constexpr int kEndPairBits = 23;
-  if (bits != kEndPairBits) return UnpackEndPairs(in, n, bits, index);
-  const __m512i word = _mm512_setr_epi32(0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 9, 10, 10);
-  const __m512i shift = _mm512_setr_epi32(0, 23, 14, 5, 28, 19, 10, 1, 24, 15, 6, 29, 20, 11, 2, 25);
+  alignas(64) int32_t words[kLanes], shifts[kLanes];
+  for (int l = 0; l < kLanes; ++l) words[l] = l * bits / 32, shifts[l] = l * bits % 32;
+  const __m512i word = _mm512_load_si512(words);
+  const __m512i shift = _mm512_load_si512(shifts);
   const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
   const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
-  const __m512i field = _mm512_set1_epi32((1 << kEndPairBits) - 1);
-  const size_t bytes = EndPairBytes(n, kEndPairBits);
+  const __m512i field = _mm512_set1_epi32(static_cast<int>((1u << bits) - 1));
+  const size_t block = kLanes * static_cast<size_t>(bits) / 8;  // bytes a block of 16 fields
+  const size_t bytes = EndPairBytes(n, bits);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    const size_t at = i / kLanes * (kLanes * kEndPairBits / 8);
-    const size_t avail = bytes - at;  // >= 46; words past the fields' bytes are not read
+    const size_t at = i / kLanes * block;
+    const size_t avail = bytes - at;  // >= block; words past the fields' bytes read as zero
     const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
     const __m512i v = _mm512_maskz_loadu_epi8(load, in + at);
     const __m512i low = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word, v), shift);
     const __m512i high = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
     _mm512_storeu_si512(index + i, _mm512_and_si512(_mm512_or_si512(low, high), field));
   }
-  if (i < n) UnpackEndPairs(in + i / kLanes * (kLanes * kEndPairBits / 8), n - i, kEndPairBits, index + i);
+  if (i < n) UnpackEndPairs(in + i / kLanes * block, n - i, bits, index + i);
 }
 
 // RefPackEndPairs with the pair indices computed 16 at a time (64 per block, so every block starts on a byte
