@@ -49,6 +49,16 @@ constexpr int AutoPageTokens(int channels) {
   return tokens;
 }
 
+// The tokens of kvtd's pages (kv::MakeTransferPlan) for `channels` channels, asked for `target` tokens (0:
+// AutoPageTokens): whole chunks of `chunk_tokens` (at least one), and no more values than a page may hold.
+constexpr int PlannedPageTokens(int channels, int target, int chunk_tokens) {
+  const int64_t want = target == 0 ? AutoPageTokens(channels) : target;
+  const int64_t most_values = static_cast<int64_t>(kMaxPageValues) / (channels > 0 ? channels : 1);
+  const int64_t most = most_values < kMaxPageTokens ? most_values : kMaxPageTokens;
+  const int64_t tokens = (want < most ? want : most) / chunk_tokens * chunk_tokens;
+  return static_cast<int>(tokens > chunk_tokens ? tokens : chunk_tokens);
+}
+
 }  // namespace kvt::codec
 
 #endif  // KVT_CODEC_PAGE_H_

@@ -75,11 +75,9 @@ absl::StatusOr<TransferPlan> MakeTransferPlan(const codec::Scheme& scheme, int c
   plan.chunk_tokens = chunk_tokens;
   plan.channels = channels;
   plan.num_tokens = num_tokens;
-  if (target_page_tokens == 0) target_page_tokens = codec::AutoPageTokens(static_cast<int>(channels));
   // Whole chunks per page, and no more values than the codec takes in one page.
-  uint64_t page_tokens = std::max<uint64_t>(chunk_tokens, target_page_tokens / chunk_tokens * chunk_tokens);
-  const uint64_t max_tokens = std::min<uint64_t>(codec::kMaxPageTokens, codec::kMaxPageValues / channels);
-  if (page_tokens > max_tokens) page_tokens = std::max<uint64_t>(chunk_tokens, max_tokens / chunk_tokens * chunk_tokens);
+  const uint64_t page_tokens = static_cast<uint64_t>(codec::PlannedPageTokens(
+      static_cast<int>(channels), static_cast<int>(std::min<uint32_t>(target_page_tokens, 1u << 30)), chunk_tokens));
   plan.page_tokens = static_cast<uint32_t>(page_tokens);
 
   // Token ranges of one kind of one layer: full pages, then whole chunks, then a part of a chunk.

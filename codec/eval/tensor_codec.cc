@@ -1,9 +1,6 @@
 // Page splitting around the codec; see tensor_codec.h.
 #include "codec/eval/tensor_codec.h"
 
-#include <algorithm>
-#include <cstdint>
-
 #include "absl/strings/str_cat.h"
 #include "codec/page.h"
 
@@ -35,12 +32,7 @@ size_t EncodedTensor::StreamBytes(int i) const {
 absl::StatusOr<EncodedTensor> EncodeTensor(const Scheme& scheme, const CodecOptions& options,
                                            const TensorView& tensor, int page_tokens) {
   const int chunk = ResolveChunkTokens(scheme, options.chunk_tokens);
-  if (page_tokens == 0) {
-    // kvtd's page (kv::MakeTransferPlan): AutoPageTokens, no more values than a page may hold, whole chunks.
-    const int64_t most = std::min<int64_t>(kMaxPageTokens, kMaxPageValues / std::max(tensor.channels, 1));
-    page_tokens = static_cast<int>(std::min<int64_t>(AutoPageTokens(tensor.channels), most));
-    page_tokens = std::max(chunk, page_tokens / chunk * chunk);
-  }
+  if (page_tokens == 0) page_tokens = PlannedPageTokens(tensor.channels, 0, chunk);  // kvtd's own
   auto pages = PlanPages(tensor.tokens, page_tokens, chunk);
   if (!pages.ok()) return pages.status();
   EncodedTensor out;

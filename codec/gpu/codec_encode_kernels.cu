@@ -118,8 +118,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const int spikes = kLynx ? p.shape.frame_spikes : 0;
   if constexpr (kLynx) {
-    const uint8_t* tokens_at = p.out.meta + page * p.out.meta_stride + p.out.frame_offset +
-                               4 * static_cast<size_t>(spikes) * channels;
+    const uint8_t* tokens_at = FrameSpikeTokens(p.out, p.shape, page);
     for (int i = tid; i < spikes * kGroup; i += kThreads) {
       const int j = i / kGroup, c = i % kGroup;
       const size_t s = static_cast<size_t>(j) * channels + c0 + c;

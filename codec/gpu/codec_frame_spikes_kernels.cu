@@ -10,14 +10,6 @@ namespace {
 
 constexpr int kSpikeThreads = 128;
 
-// The frame spikes' values and tokens of a page's meta: values [spike][channel] f32, then tokens u16.
-__device__ __forceinline__ uint8_t* SpikeValues(const Staging& st, const PageShape& shape, int page) {
-  return st.meta + static_cast<size_t>(page) * st.meta_stride + st.frame_offset;
-}
-__device__ __forceinline__ uint8_t* SpikeTokens(const Staging& st, const PageShape& shape, int page) {
-  return SpikeValues(st, shape, page) + 4 * static_cast<size_t>(shape.frame_spikes) * shape.channels;
-}
-
 // A (value, token) list of kKeep entries in registers, sorted by (value, token) ascending (kUp) or descending;
 // Insert puts an entry in its place and drops the last. Unrolled compare-and-swap passes, so the lists never
 // leave registers.
@@ -156,8 +148,8 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   merge(bottom, top);
   // Fewer tokens than kKeep leave sentinels (tokens < 0 or past the page): the launch reports why (a bad block
   // id or a non-finite value), or the page is shorter than the spikes allow, which the shape rules out.
-  uint8_t* values = SpikeValues(out, shape, page);
-  uint8_t* tokens_at = SpikeTokens(out, shape, page);
+  uint8_t* values = FrameSpikeValues(out, shape, page);
+  uint8_t* tokens_at = FrameSpikeTokens(out, shape, page);
   if (bottom.t[k] >= tokens || top.t[k] < 0) {
     // The encode fails (its status says why); tokens no page has keep the encoder from replacing anything.
     for (int j = 0; j < k; ++j) {
@@ -216,8 +208,8 @@ __global__ void __launch_bounds__(kSpikeThreads)
   const int page = blockIdx.y;
   const int channels = shape.channels;
   if (c >= channels) return;
-  const uint8_t* values = SpikeValues(in, shape, page);
-  const uint8_t* tokens_at = SpikeTokens(in, shape, page);
+  const uint8_t* values = FrameSpikeValues(in, shape, page);
+  const uint8_t* tokens_at = FrameSpikeTokens(in, shape, page);
   OutT* out = static_cast<OutT*>(dst.data);
   int last = -1;
   for (int j = 0; j < shape.frame_spikes; ++j) {

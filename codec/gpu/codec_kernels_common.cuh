@@ -138,6 +138,14 @@ struct TopCells {
     return TopCells{w & 0x33333333u, (w >> 2) & 0x33333333u};
   }
 };
+// A page's frame spikes in its staged metadata (Staging::frame_offset): f32 values [spike][channel], then u16
+// tokens in the same order.
+__device__ __forceinline__ uint8_t* FrameSpikeValues(const Staging& st, const PageShape&, int page) {
+  return st.meta + static_cast<size_t>(page) * st.meta_stride + st.frame_offset;
+}
+__device__ __forceinline__ uint8_t* FrameSpikeTokens(const Staging& st, const PageShape& shape, int page) {
+  return FrameSpikeValues(st, shape, page) + 4 * static_cast<size_t>(shape.frame_spikes) * shape.channels;
+}
 // mu and sigma of chunk-channel i from its stored `bits`-bit end pair on f's grid; false (and mu = lo, sigma = 0)
 // for a bad index.
 __device__ __forceinline__ bool DecodeChunk(const uint8_t* ends, size_t i, int bits, const Frame& f, float& mu,

@@ -48,9 +48,10 @@ def test_ipc_handle_offsets_count_the_tensors_place_in_its_allocation() -> None:
 
 def transfer(start_daemon: Callable[..., kvt.Daemon], src: kvt.KvCache,
              register_dst: Callable[[kvt.Client], None], scheme: str,
-             dst: kvt.KvCache | None = None) -> None:
+             dst: kvt.KvCache | None = None, tokens: int | None = None) -> None:
     """Registers `src` as "src" on a prefill daemon and, through `register_dst`, "dst" on a decode daemon, then
-    moves every block of src into the same blocks of dst, and unregisters both while their clients are open:
+    moves every block of src (a request of `tokens` tokens, default all of them) into the same blocks of dst, and
+    unregisters both while their clients are open:
     through `dst` when it is a KvCache (which must know it is unregistered, or its close would try again through
     a closed client), else through the decode daemon's client."""
     prefill, decode = start_daemon("prefill"), start_daemon("decode")
@@ -60,7 +61,8 @@ def transfer(start_daemon: Callable[..., kvt.Daemon], src: kvt.KvCache,
             register_dst(dc)
         except kvt.FailedPrecondition as e:
             pytest.skip(f"this kvtd has no GPU path: {e}")
-        tokens = LAYOUT.num_blocks * LAYOUT.block_tokens
+        if tokens is None:
+            tokens = LAYOUT.num_blocks * LAYOUT.block_tokens
         dc.expect("g", "dst", range(LAYOUT.num_blocks), tokens)
         pc.offer("g", "src", range(LAYOUT.num_blocks), tokens, range(LAYOUT.num_layers), scheme=scheme,
                  decode_daemon=decode.peer_address)
@@ -99,24 +101,11 @@ def test_a_lynx_request_whose_tail_ends_mid_block_moves_between_cuda_caches(
     with kvt.KvCache.allocate(LAYOUT, device="cuda:0") as src, kvt.KvCache.allocate(LAYOUT, device="cuda:0") as dst:
         fill(src, seed=3)
         expected = [src.k(l).float().cpu().numpy() for l in range(LAYOUT.num_layers)]
-        prefill, decode = start_daemon("prefill"), start_daemon("decode")
-        with kvt.Client(prefill.socket) as pc, kvt.Client(decode.socket) as dc:
-            try:
-                src.register(pc, "src")
-                dst.register(dc, "dst")
-            except kvt.FailedPrecondition as e:
-                pytest.skip(f"this kvtd has no GPU path: {e}")
-            dc.expect("t", "dst", range(LAYOUT.num_blocks), tokens)
-            pc.offer("t", "src", range(LAYOUT.num_blocks), tokens, range(LAYOUT.num_layers), scheme="lynx",
-                     decode_daemon=decode.peer_address)
-            events = list(dc.watch("t", timeout=60.0))
-            assert events[-1].kind is kvt.EventKind.DONE, events
-            for layer in range(LAYOUT.num_layers):
-                got = dst.k(layer).float().cpu().numpy().reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
-                want = expected[layer].reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
-                assert np.abs(got[:tokens] - want[:tokens]).max() <= 0.05 * np.abs(want[:tokens]).max()
-            src.close()
-            dst.unregister()
+        transfer(start_daemon, src, lambda client: dst.register(client, "dst"), "lynx", dst=dst, tokens=tokens)
+        for layer in range(LAYOUT.num_layers):
+            got = dst.k(layer).float().cpu().numpy().reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
+            want = expected[layer].reshape(-1, LAYOUT.num_kv_heads * LAYOUT.head_dim)
+            assert np.abs(got[:tokens] - want[:tokens]).max() <= 0.05 * np.abs(want[:tokens]).max()
 
 
 def test_a_region_inside_a_larger_allocation_is_written_at_its_offset(
