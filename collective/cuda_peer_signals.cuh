@@ -183,22 +183,19 @@ __device__ __forceinline__ void WaitForPreviousKernel() {
 #endif
 }
 
-// Launches `kernel` on `blocks` x `threads`. With `early`, as a programmatic dependent of the stream's previous
-// kernel: its blocks may start while that kernel's last blocks still run, so it must order what it reads by the
-// signals, or wait for that kernel (WaitForPreviousKernel), not rely on the stream. Launch errors as INTERNAL,
-// naming `what`.
+// Launches `kernel` on `blocks` x `threads` with at most one launch attribute (none when `attribute` is null).
+// Launch errors as INTERNAL, naming `what`.
 template <typename... Params, typename... Args>
-absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bool early, cudaStream_t stream,
-                          const char* what, Args... args) {
+absl::Status LaunchKernelWith(void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
+                              const cudaLaunchAttribute* attribute, const char* what, Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(threads);
   config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (early) {
-    config.attrs = &attribute;
+  cudaLaunchAttribute copy = {};
+  if (attribute != nullptr) {
+    copy = *attribute;
+    config.attrs = &copy;
     config.numAttrs = 1;
   }
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
@@ -207,25 +204,28 @@ absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bo
   return CudaLaunchStatus(what, e);
 }
 
+// Launches `kernel` on `blocks` x `threads`. With `early`, as a programmatic dependent of the stream's previous
+// kernel: its blocks may start while that kernel's last blocks still run, so it must order what it reads by the
+// signals, or wait for that kernel (WaitForPreviousKernel), not rely on the stream.
+template <typename... Params, typename... Args>
+absl::Status LaunchKernel(void (*kernel)(Params...), int blocks, int threads, bool early, cudaStream_t stream,
+                          const char* what, Args... args) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return LaunchKernelWith(kernel, blocks, threads, stream, early ? &attribute : nullptr, what, args...);
+}
+
 // A cooperative launch (cudaLaunchAttributeCooperative): the runtime starts the grid only with every block
 // resident at once, or fails (a grid larger than the device holds), so blocks may wait for each other inside it
 // even while other kernels share the device. Not early: a plain launch after the stream's previous work.
 template <typename... Params, typename... Args>
 absl::Status LaunchCooperativeKernel(void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
                                      const char* what, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(threads);
-  config.stream = stream;
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e == cudaSuccess) return LaunchError(what);
-  cudaGetLastError();  // clear it: the error is returned here
-  return CudaLaunchStatus(what, e);
+  return LaunchKernelWith(kernel, blocks, threads, stream, &attribute, what, args...);
 }
 
 }  // namespace kvt::collective::internal
