@@ -6,6 +6,7 @@
     ./kvt engine check          # the model alone: perplexity of English text and an instruct answer
     ./kvt engine ties           # batched verification vs single steps: logit drift and flips per dtype
     ./kvt engine prefill-timing # the prefill alone, layer by layer, no kvt: what a run's offers owe the model
+    ./kvt engine drafts         # drafts on lynx's anchor KV against the full KV, per margin threshold, no kvtd
     ./kvt engine report R.json  # the table and timeline of a saved result
 """
 from __future__ import annotations
@@ -50,6 +51,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-prompts", type=int, default=-1, help="prompts that get perplexities (-1 all, 0 none)")
     p.add_argument("--no-anchor-ppl", action="store_true", help="skip the anchor-only perplexity (kvtctl)")
     p.add_argument("--draft-cap", type=int, default=64)
+    p.add_argument("--draft-min-margin", type=float, default=0.0,
+                   help="greedy: stop drafting at a draft whose top-2 logit margin on the anchor KV is below this, "
+                        "and wait for the full KV (0: draft until FULL_READY or the cap; docs/ENGINE.md)")
     p.add_argument("--decode-dtype", default="float64", choices=["float64", "float32", "bfloat16"],
                    help="the decode worker's compute dtype (float64: batched verification and single steps "
                         "agree to ~1e-12, see docs/ENGINE.md)")
@@ -87,7 +91,8 @@ def run_main(argv: Sequence[str]) -> int:
         model_path=path, device=a.device, prompt_tokens=a.prompt_tokens, new_tokens=a.new_tokens,
         schemes=tuple(s.strip() for s in a.schemes.split(",") if s.strip()), rate_gbps=a.rate_gbps,
         prompts=a.prompts, heldout_tokens=a.heldout_tokens, ppl_prompts=a.ppl_prompts,
-        anchor_ppl=not a.no_anchor_ppl, draft_cap=a.draft_cap, decode_dtype=a.decode_dtype,
+        anchor_ppl=not a.no_anchor_ppl, draft_cap=a.draft_cap, draft_min_margin=a.draft_min_margin,
+        decode_dtype=a.decode_dtype,
         prefill_dtype=a.prefill_dtype, block_tokens=a.block_tokens, kvtd=a.kvtd, kvtctl=a.kvtctl, docs=a.docs,
         dump_kv=a.dump_kv, dump_prompts=a.dump_prompts,
         sampling=SamplingOptions(greedy=not a.sample, temperature=a.temperature, seed=a.seed),
@@ -181,6 +186,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from kvt_engine.prefill_timing import main as prefill_timing_main
 
             return prefill_timing_main(argv[1:])
+        if argv and argv[0] == "drafts":
+            from kvt_engine.draft_study import main as drafts_main
+
+            return drafts_main(argv[1:])
         if argv and argv[0] == "fetch":
             return fetch_main(argv[1:])
         if argv and argv[0] == "tp-accuracy":

@@ -42,6 +42,7 @@ class DecodeJob:
     scheme: str
     new_tokens: int
     draft_cap: int = 64
+    draft_min_margin: float = 0.0  # drafting stops at a draft whose top-2 logit margin is below this (greedy)
     progressive: Optional[bool] = None  # None: from the scheme
     sampling: SamplingOptions = SamplingOptions()
     deadline_s: float = 120.0
@@ -81,6 +82,8 @@ class DecodeResult:
     full_margins: Optional[list[float]] = None
     heldout_nll: Optional[float] = None
     heldout_count: int = 0
+    draft_margins: list[float] = dataclasses.field(default_factory=list)  # each draft's top-2 margin where drafted
+    withheld_margin: Optional[float] = None  # the draft withheld for its margin (draft_min_margin), if one was
 
 
 class _Watcher(threading.Thread):
@@ -194,7 +197,8 @@ class DecodeWorker(EngineWorker):
             w.wait(w.all_anchor, "anchor-ready", job.deadline_s)
             start = time.monotonic()
             while not w.all_full.is_set() and len(dec.drafts) < min(job.draft_cap, job.new_tokens):
-                dec.draft()
+                if dec.draft(job.draft_min_margin) is None:
+                    break  # a near-tie on the anchor KV: the full KV decides it
             wait_start = time.monotonic()
             w.wait(w.all_full, "full-ready", job.deadline_s)
             waited = time.monotonic() - wait_start
@@ -216,7 +220,8 @@ class DecodeWorker(EngineWorker):
             drafted=sum(v.drafted for v in dec.verifications), accepted=sum(v.accepted for v in dec.verifications),
             verify_ms=[1e3 * (v.ended_at - v.started_at) for v in dec.verifications],
             verify_min_margin=[v.min_margin for v in dec.verifications],
-            draft_at=draft_at, waited_for_full_ms=1e3 * waited, layers=w.times)
+            draft_at=draft_at, draft_margins=list(dec.draft_margins), withheld_margin=dec.withheld_margin,
+            waited_for_full_ms=1e3 * waited, layers=w.times)
         # Untimed from here: the same engine from the same (now full-precision) blocks, and perplexity.
         if progressive and job.check_full:
             ref = SequenceDecoder(self.model, self.cache, table, base=job.num_tokens,

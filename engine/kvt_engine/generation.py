@@ -68,6 +68,8 @@ class SequenceDecoder:
         self.clock = clock
         self.tokens: list[OutputToken] = []
         self.drafts: list[int] = []
+        self.draft_margins: list[float] = []  # every draft proposed, verified or not: its margin on the draft KV
+        self.withheld_margin: Optional[float] = None  # the last draft() that withheld its token
         self._draft_times: list[float] = []
         self._draft_probs: list[torch.Tensor] = []
         self.verifications: list[VerifyRecord] = []
@@ -109,12 +111,19 @@ class SequenceDecoder:
         self.tokens.append(OutputToken(tok, now, now, False, margin))
         return tok
 
-    def draft(self) -> int:
-        """One provisional token (the cache holds anchor KV)."""
+    def draft(self, min_margin: float = 0.0) -> Optional[int]:
+        """One provisional token (the cache holds anchor KV), or None when its top-2 logit margin is below
+        `min_margin` (greedy only): such a token is as likely to flip on the full KV as not, and every draft after
+        it would be lost with it, so it is not proposed and drafting should stop (the caller waits for the full
+        KV). The withheld token's margin is kept in `withheld_margin`."""
         tok_in, pos = self._next_input()
         logits = self.model.forward([tok_in], pos, self.cache, self.block_table)[0]
         tok, margin, probs = self._choose(logits)
+        if self.sampling.greedy and margin < min_margin:
+            self.withheld_margin = margin
+            return None
         self.drafts.append(tok)
+        self.draft_margins.append(margin)
         self._draft_times.append(self.clock())
         if probs is not None:
             self._draft_probs.append(probs)
@@ -128,6 +137,7 @@ class SequenceDecoder:
         now = self.clock()
         for t in tokens:
             self.drafts.append(int(t))
+            self.draft_margins.append(float("nan"))
             self._draft_times.append(now)
 
     def verify(self) -> Verdict:

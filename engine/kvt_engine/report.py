@@ -14,7 +14,9 @@ def table(result: dict[str, Any]) -> str:
     cfg, summ = result["config"], result["summary"]
     lines = [f"{cfg['model']} on {cfg['device']}: {cfg['prompts']} prompt(s) of {cfg['prompt_tokens']} tokens "
              f"({cfg['kv_tokens']} sent as KV), {cfg['new_tokens']} new tokens, link {cfg['rate_gbps']:g} Gbit/s, "
-             f"decode in {cfg['decode_dtype']}, draft cap {cfg['draft_cap']}; medians over prompts",
+             f"decode in {cfg['decode_dtype']}, draft cap {cfg['draft_cap']}"
+             + (f", drafts stop below margin {cfg['draft_min_margin']:g}" if cfg.get("draft_min_margin") else "")
+             + "; medians over prompts",
              ""]
     if cfg.get("stopped_early"):
         lines.insert(1, f"(time budget spent: {cfg['prompts']} of {cfg['prompts_asked']} prompts run)")

@@ -48,6 +48,7 @@ class RunOptions:
     ppl_prompts: int = -1  # prompts that get perplexities (-1: all; 0: none)
     anchor_ppl: bool = True  # anchor-only perplexity through kvtctl codec roundtrip (needs the KV dump)
     draft_cap: int = 64
+    draft_min_margin: float = 0.0  # DecodeJob.draft_min_margin
     decode_dtype: str = "float64"
     prefill_dtype: str = ""  # "" = float32 on the CPU, bfloat16 on a GPU
     block_tokens: int = 16
@@ -182,7 +183,8 @@ class EngineRun:
                     "prompt_tokens": o.prompt_tokens, "kv_tokens": o.prompt_tokens - 1, "new_tokens": o.new_tokens,
                     "schemes": list(o.schemes), "rate_gbps": o.rate_gbps, "prompts": len(records),
                     "prompts_asked": len(prompts), "stopped_early": stopped_early,
-                    "heldout_tokens": o.heldout_tokens, "draft_cap": o.draft_cap, "decode_dtype": o.decode_dtype,
+                    "heldout_tokens": o.heldout_tokens, "draft_cap": o.draft_cap,
+                    "draft_min_margin": o.draft_min_margin, "decode_dtype": o.decode_dtype,
                     "prefill_dtype": prefill_dtype, "block_tokens": o.block_tokens, "kvtd_flags": flags,
                     "sampling": dataclasses.asdict(o.sampling), "layers": cfg.num_layers,
                     "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "cores": os.cpu_count(),
@@ -196,7 +198,8 @@ class EngineRun:
         o = self.opts
         rid = f"{_stem(prompt.name)}-{scheme}-{uuid.uuid4().hex[:8]}"
         djob = DecodeJob(request_id=rid, num_tokens=len(prompt.ids) - 1, last_prompt_token=prompt.ids[-1],
-                         scheme=scheme, new_tokens=new_tokens, draft_cap=o.draft_cap, sampling=o.sampling,
+                         scheme=scheme, new_tokens=new_tokens, draft_cap=o.draft_cap,
+                         draft_min_margin=o.draft_min_margin, sampling=o.sampling,
                          # Sampled outputs are compared by distribution (tests/test_speculative.py), not token by
                          # token: the verification consumes random numbers that a plain run does not.
                          deadline_s=o.deadline_s, check_full=check_full and o.sampling.greedy, heldout=heldout,
@@ -266,6 +269,8 @@ def job_record(scheme: str, d: DecodeResult, p: PrefillResult, t0: float) -> dic
         "final_ms": [_ms(t, t0) for t in d.final_at],
         "was_draft": d.was_draft,
         "draft_ms": [_ms(t, t0) for t in d.draft_at],
+        "draft_margins": d.draft_margins,
+        "withheld_margin": d.withheld_margin,
         "verify_ms": d.verify_ms,
         "waited_for_full_ms": d.waited_for_full_ms,
         "start_ms": _ms(d.start_at, t0),

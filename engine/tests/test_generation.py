@@ -94,3 +94,37 @@ def test_sampling_mode_verifies_its_own_drafts(tiny):
         dec.draft()
     v = dec.verify()  # same KV for drafts and target: p == q, so every draft is accepted
     assert v.accepted == 4 and len(dec.tokens) == 5
+
+
+def test_draft_below_the_margin_is_withheld_and_output_is_unchanged(tiny):
+    n = 10
+    want = _monolithic(tiny, n)
+    model, cache, table = _setup(tiny)
+    saved = _perturb_prompt_kv(cache, table, len(PROMPT) - 1, 0.5, 1)
+    free = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    for _ in range(6):
+        free.draft()
+    margins = list(free.draft_margins)
+    assert len(margins) == 6 and all(m >= 0 for m in margins)
+    tau = margins[3] + 1e-9  # just above the fourth draft's margin: drafting stops there or earlier
+    first_below = next(i for i, m in enumerate(margins) if m < tau)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    got = [dec.draft(min_margin=tau) for _ in range(first_below + 1)]
+    assert got[:first_below] == free.drafts[:first_below]
+    assert got[first_below] is None  # withheld, not proposed
+    assert dec.drafts == free.drafts[:first_below]
+    assert dec.withheld_margin == margins[first_below]
+    _restore(cache, table, saved)
+    dec.verify()
+    while len(dec.tokens) < n:
+        dec.step()
+    assert dec.token_ids[:n] == want
+    assert dec.verifications[0].drafted == first_below
+
+
+def test_margin_threshold_is_ignored_when_sampling(tiny):
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1],
+                          sampling=SamplingOptions(greedy=False, temperature=1.0, seed=3))
+    assert all(dec.draft(min_margin=1e9) is not None for _ in range(3))
+    assert len(dec.drafts) == 3 and dec.withheld_margin is None

@@ -21,7 +21,8 @@ def _decode(progressive: bool, t_first: float, drafted: int, accepted: int, toke
         draft_at=produced[:drafted], waited_for_full_ms=0.0,
         layers=LayerTimes([t_first - 0.01] * 2, [t_first + 0.2] * 2, [1] * 2, [2] * 2),
         full_tokens=tokens if progressive else None, full_margins=[0.5] * n if progressive else None,
-        heldout_nll=20.0, heldout_count=10)
+        heldout_nll=20.0, heldout_count=10, draft_margins=[0.25 + i for i in range(drafted)],
+        withheld_margin=0.125 if progressive else None)
 
 
 def _result() -> dict:
@@ -47,6 +48,8 @@ def test_records_time_tokens_from_t0_and_summarize_per_scheme():
     assert s["lynx"]["acceptance"] == 0.9 and s["lynx"]["identical_to_full"] is True
     assert s["int4"]["agreement_with_bf16"] == 5 / 40
     assert "acceptance" not in s["int8"]
+    lynx = _result()["prompts"][0]["schemes"]["lynx"]
+    assert lynx["draft_margins"] == [0.25 + i for i in range(40)] and lynx["withheld_margin"] == 0.125
 
 
 def test_report_prints_every_section(tmp_path, capsys):
