@@ -229,6 +229,7 @@ nlohmann::json ToJson(const DemoReport& r, const std::string& svg) {
           {"rates_gbps", r.options.rates_gbps},
           {"transport", r.transports},
           {"ucx_workers", r.ucx_workers},
+          {"chunk_bytes", ChunkBytes(r.options)},
           {"gpu", r.options.gpu},
           {"timeline_svg", svg},
           {"not_judged_because", why},
@@ -269,6 +270,8 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.String("ucx-tls", &o.ucx_tls, "UCX transports of the data plane (tcp, shm, ...)");
   flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..4)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
+  flags.Int("chunk-kib", &o.chunk_kib, "data-plane chunk in KiB, for the daemons and the data plane alone (0 = "
+            "kvtd's default, 512)");
   flags.Int("page-tokens", &o.page_tokens,
             "tokens per codec page (0: kvtd's choice; else a multiple of 32): each page's streams are the data "
             "plane's chunks");

@@ -86,6 +86,7 @@ absl::Status StartCluster(const DemoOptions& o, double rate_gbps, int ucx_worker
         absl::StrCat("--ucx_workers=", ucx_workers),
         absl::StrCat("--codec_threads=", o.codec_threads),
         absl::StrCat("--page_tokens=", o.page_tokens),
+        absl::StrCat("--chunk_kib=", ChunkBytes(o) >> 10),
         "--log_level=warn",
     };
   };
@@ -202,6 +203,10 @@ struct EvalLayer {
 
 }  // namespace
 
+uint32_t ChunkBytes(const DemoOptions& o) {
+  return o.chunk_kib > 0 ? static_cast<uint32_t>(o.chunk_kib) << 10 : transport::Options().chunk_bytes;
+}
+
 const SchemeRun* DemoReport::Find(absl::string_view scheme, double rate_gbps) const {
   for (const SchemeRun& r : runs) {
     if (r.scheme == scheme && r.rate_gbps == rate_gbps) return &r;
@@ -238,6 +243,10 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
         absl::StrFormat("--ucx-workers must be 0..%d (0 = kvtd's default)", transport::kMaxUcxWorkers));
   }
   if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
+  if (o.chunk_kib != 0 && (o.chunk_kib < 16 || o.chunk_kib > 65536)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--chunk-kib %d must be 0 (kvtd's default) or 16..65536", o.chunk_kib));
+  }
   if (o.page_tokens != 0 && (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--page-tokens %d must be 0 (kvtd's choice) or a multiple of 32 (every scheme's chunk divides it) in "
@@ -474,7 +483,7 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
     transport::TransportBenchOptions bench;
     bench.transports = {o.ucx_tls};
     bench.ucx_workers = {report.ucx_workers};
-    bench.chunk_bytes = transport::Options().chunk_bytes;  // kvtd's default chunk, as the daemons here use
+    bench.chunk_bytes = ChunkBytes(o);  // the daemons' chunk
     bench.unthrottled_bytes = o.data_plane_bytes;
     bench.rates_gbps = {};
     bench.one_chunk_source = false;

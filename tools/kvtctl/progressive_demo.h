@@ -33,6 +33,7 @@ struct DemoOptions {
   std::string ucx_tls = "tcp";
   int ucx_workers = 0;    // per daemon; 0 = kvtd's default (transport::DefaultUcxWorkers)
   int codec_threads = 0;  // per daemon; 0 = one per core
+  int chunk_kib = 0;      // data-plane chunk (kvtd --chunk_kib), also the data plane alone's; 0 = kvtd's default
   // Tokens per codec page (kvtd --page_tokens): 0 = kvtd's choice (codec::AutoPageTokens), else a multiple of 32
   // (lynx's 16-token and int8's 32-token chunks both divide it) up to 65536. A page's streams are the data plane's unit, so this sets how many chunks a
   // request is.
@@ -113,6 +114,9 @@ using DemoProgress = std::function<void(absl::string_view line, bool transient)>
 
 // Runs the demo. Errors say which step failed (a daemon's start-up log tail included).
 absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& options, const DemoProgress& progress);
+
+// The data plane's chunk the demo's daemons use: --chunk-kib, else kvtd's default.
+uint32_t ChunkBytes(const DemoOptions& o);
 
 }  // namespace kvt::kvtctl
 

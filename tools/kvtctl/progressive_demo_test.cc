@@ -3,6 +3,7 @@
 #include "tools/kvtctl/progressive_demo.h"
 
 #include "gtest/gtest.h"
+#include "transport/options.h"
 
 namespace kvt::kvtctl {
 namespace {
@@ -78,6 +79,25 @@ TEST(DemoReport, EachRateIsJudgedOnItsOwnInt8Run) {
 TEST(SchemeRun, GoodputIsTheWireBitsOverTheTimeToFullPrecision) {
   EXPECT_DOUBLE_EQ(MakeRun("int8", 125'000'000, 100, 0).goodput_gbps(), 10.0);
   EXPECT_EQ(MakeRun("int8", 125'000'000, 0, 0).goodput_gbps(), 0);
+}
+
+TEST(DemoOptions, TheChunkIsKvtdsDefaultUnlessGiven) {
+  DemoOptions o;
+  EXPECT_EQ(ChunkBytes(o), transport::Options().chunk_bytes);
+  o.chunk_kib = 2048;
+  EXPECT_EQ(ChunkBytes(o), 2048u << 10);
+}
+
+TEST(DemoOptions, AChunkOutsideItsRangeIsRefusedBeforeAnyDaemonStarts) {
+  for (int kib : {-1, 1, 15, 65537}) {
+    DemoOptions o;
+    o.kvtd = "/nonexistent/kvtd";  // never reached: the options are checked first
+    o.chunk_kib = kib;
+    absl::StatusOr<DemoReport> r = RunProgressiveDemo(o, [](absl::string_view, bool) {});
+    ASSERT_FALSE(r.ok()) << kib;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << kib;
+    EXPECT_NE(r.status().message().find("--chunk-kib"), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace
