@@ -98,6 +98,7 @@ void BM_Decode(benchmark::State& state, std::string scheme_name, CodecImpl impl,
 void RegisterAll() {
   std::vector<std::string> schemes = StandardSchemeNames();
   schemes.push_back("lynx+spike");
+  schemes.push_back("lynx+f0");  // lynx without frame spikes: what selecting and masking them costs
   for (const std::string& name : schemes) {
     const Scheme scheme = *ParseScheme(name);
     for (CodecImpl impl : {CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512}) {

@@ -68,6 +68,26 @@ std::vector<TestPage> AdversarialPages() {
   make("single_spike_per_chunk", 64, 16,
        [&](int t, int c, std::mt19937& rng) { return t % 32 == c % 32 ? 500.0f : gauss(rng); });
   make("ramp", 64, 8, [&](int t, int c, std::mt19937&) { return (t - 31.5f) * (c + 1); });
+  // Frame spikes (docs/FORMAT.md, version 4) where their selection's shortcuts are tested, on pages of whole
+  // vectors of channels: many chunk extremes tied (a few values and both zeros), a channel's extremes crowded into
+  // one chunk, and extremes at the page's first and last tokens.
+  make("frame_spike_ties", 256, 48, [&](int t, int c, std::mt19937& rng) {
+    const uint32_t r = rng();
+    return r % 7 == 0 ? (r % 2 ? 0.0f : -0.0f) : static_cast<float>(static_cast<int>(r % 4) - 2) * (1 + c % 3);
+  });
+  // Chunks 0 to 3 tie at a channel's second least value, below the bulk, and chunk 4 holds its least: candidate
+  // chunks tied in value, ordered by token.
+  make("frame_spike_tied_chunk_minima", 128, 32, [&](int t, int c, std::mt19937& rng) {
+    if (t < 64 && t % 16 == (c + t / 16) % 16) return -50.0f;
+    return t == 64 + c % 16 ? -100.0f : 0.1f * gauss(rng);
+  });
+  make("frame_spikes_in_one_chunk", 128, 32, [&](int t, int c, std::mt19937& rng) {
+    if (t / 16 == 1 + c % 3) return t % 2 ? 20.0f + t % 16 + c : -20.0f - t % 16;
+    return gauss(rng);
+  });
+  make("frame_spikes_first_and_last_token", 96, 32, [&](int t, int c, std::mt19937& rng) {
+    return t == 0 ? 40.0f + c : (t == 95 ? -40.0f - c : gauss(rng));
+  });
   return pages;
 }
 

@@ -160,22 +160,26 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
   LynxPageMeta& meta = scratch.meta();
   meta.Resize(input.tokens, input.channels, chunk_len, scheme.spike_reserve, scheme.end_pair_bits,
               PageFrameSpikes(scheme, input.tokens, options.chunk_tokens));
-  // With frame spikes, everything below codes the page with them masked.
+  // With frame spikes, everything below codes the page with them masked: a masked copy, or (stats_frame_spikes)
+  // the unmasked page with the spikes' codes copied from their substitutes' afterwards.
   PageView page = input;
-  MaskScratch masked(meta.frame_spikes > 0 ? input.num_values() : 0);
-  if (meta.frame_spikes > 0) {
+  const bool masked_copy = meta.frame_spikes > 0 && kernels.stats_frame_spikes == nullptr;
+  MaskScratch masked(masked_copy ? input.num_values() : 0);
+  if (masked_copy) {
     if (!kernels.all_finite(input)) return false;
-    kernels.select_frame_spikes(input, meta);
+    SelectFrameSpikes(input, meta);
     MaskFrameSpikes(input, meta, masked.data());
     page = PageView{masked.data(), input.tokens, input.channels, 0};
   }
   if (scheme.spike_reserve) {
     if (!kernels.all_finite(page)) return false;
     SpikeStats(page, options.centering, meta);
+  } else if (meta.frame_spikes > 0 && !masked_copy) {
+    if (!kernels.stats_frame_spikes(page, options.centering, meta)) return false;
   } else if (!kernels.stats(page, options.centering, meta)) {
     return false;
   }
-  kernels.derive(meta);
+  if (scheme.spike_reserve || !kernels.stats_derive) kernels.derive(meta);
 
   const size_t n = page.num_values();
   const size_t chunk_values = meta.q_low.size();
@@ -191,6 +195,13 @@ bool EncodeLynx(const Scheme& scheme, const CodecOptions& options, const PageVie
                       kernels.codes_nibbles(page, meta, *tables, code_streams.data());
   CodeScratch codes(packed ? 0 : n);
   if (!packed) kernels.codes(page, meta, *tables, codes.data());
+  if (meta.frame_spikes > 0 && !masked_copy) {
+    if (packed) {
+      CopyFrameSpikeNibbles(meta, scheme.num_streams(), code_streams.data());
+    } else {
+      CopyFrameSpikeCodes(meta, codes.data());
+    }
+  }
 
   std::memcpy(s0 + o.lo, meta.lo.data(), 4 * meta.lo.size());
   std::memcpy(s0 + o.hi, meta.hi.data(), 4 * meta.hi.size());

@@ -45,12 +45,6 @@ class Extremes {
 
   const Entry* bottom(int c) const { return &bottom_[static_cast<size_t>(c) * kMaxList]; }
   const Entry* top(int c) const { return &top_[static_cast<size_t>(c) * kMaxList]; }
-  // Channel c's whole lists, found another way (VectorExtremes).
-  void Set(int c, const Entry* bottom, const Entry* top) {
-    std::copy_n(bottom, keep_, &bottom_[static_cast<size_t>(c) * kMaxList]);
-    std::copy_n(top, keep_, &top_[static_cast<size_t>(c) * kMaxList]);
-    bottom_n_[c] = top_n_[c] = keep_;
-  }
 
  private:
   void InsertBottom(int c, float x, int t) {
@@ -87,8 +81,8 @@ void ScanRowScalar(const float* row, int t, int c_begin, int c_end, Extremes& e)
 }
 
 // Sixteen channels' lists of kKeep (value, token) entries, one channel a lane, sorted by (value, token)
-// ascending (kUp) or descending; Insert puts each lane's new entry in its place (where `valid`) and drops the
-// last: a compare-and-swap pass, no branches.
+// ascending (kUp) or descending; InsertLater puts each lane's new entry in its place (where `valid`) and drops
+// the last: a compare-and-swap pass, no branches.
 template <int kKeep, bool kUp>
 struct LaneLists {
   __m512 x[kKeep];
@@ -99,12 +93,15 @@ struct LaneLists {
       t[j] = _mm512_set1_epi32(kUp ? std::numeric_limits<int>::max() : -1);
     }
   }
-  KVT_FRAME_AVX512 void Insert(__m512 nx, __m512i nt, __mmask16 valid) {
+  // For entries later in token order than every entry held (equal values: ahead at the top, behind at the
+  // bottom), so the value compare alone places them; below that place the held entries move down one each.
+  KVT_FRAME_AVX512 void InsertLater(__m512 nx, __m512i nt, __mmask16 valid) {
+    __mmask16 moving = 0;
     for (int j = 0; j < kKeep; ++j) {
-      const __mmask16 tie = _mm512_cmp_ps_mask(nx, x[j], _CMP_EQ_OQ);
       const __mmask16 before =
-          valid & (kUp ? _mm512_cmp_ps_mask(nx, x[j], _CMP_LT_OQ) | (tie & _mm512_cmplt_epi32_mask(nt, t[j]))
-                       : _mm512_cmp_ps_mask(nx, x[j], _CMP_GT_OQ) | (tie & _mm512_cmpgt_epi32_mask(nt, t[j])));
+          moving | (kUp ? _mm512_mask_cmp_ps_mask(valid, nx, x[j], _CMP_LT_OQ)
+                        : _mm512_mask_cmp_ps_mask(valid, nx, x[j], _CMP_GE_OQ));
+      moving = before;
       const __m512 sx = x[j];
       const __m512i st = t[j];
       x[j] = _mm512_mask_mov_ps(x[j], before, nx);
@@ -115,145 +112,114 @@ struct LaneLists {
   }
 };
 
-// The lists of channels [c0, c0 + 16) without offering every value: the k + 1 first values of a channel's (value,
-// token) order lie in the k + 1 groups of rows whose own first values come first in that order (any other group
-// has k + 1 values before its first), and likewise at the top, for any split of the tokens into groups. So: every
-// group's first and last entries (one pass, vector compares), the kKeep groups of each side from those, then only
-// those groups' values (gathers, the costly part: so the groups are short, kGroupRows rows).
-constexpr int kGroupRows = 4;
+// ChannelCandidateChunks16 for lists of kKeep: each chunk's least and greatest values (one vector each, from
+// the chunk-major arrays) offered to the lanes' lists, the insert skipped when no lane needs it.
 template <int kKeep>
-KVT_FRAME_AVX512 void VectorExtremes(const PageView& page, int c0, Extremes& e) {
-  const size_t stride = page.stride();
-  const int rows = page.tokens % kGroupRows == 0 ? kGroupRows : 1;  // groups of rows that tile the page
-  const int groups = page.tokens / rows;
+KVT_FRAME_AVX512 void CandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0,
+                                        CandidateList* bottom, CandidateList* top) {
   LaneLists<kKeep, true> low;
   LaneLists<kKeep, false> high;
   low.Clear();
   high.Clear();
-  for (int k = 0; k < groups; ++k) {
-    const int t0 = k * rows;
-    __m512 mn = _mm512_loadu_ps(page.data + static_cast<size_t>(t0) * stride + c0), mx = mn;
-    __m512i tmn = _mm512_set1_epi32(t0), tmx = tmn;
-    for (int r = 1; r < rows; ++r) {
-      const __m512 x = _mm512_loadu_ps(page.data + static_cast<size_t>(t0 + r) * stride + c0);
-      const __m512i t = _mm512_set1_epi32(t0 + r);
-      const __mmask16 lt = _mm512_cmp_ps_mask(x, mn, _CMP_LT_OQ);  // the first of equal values stays
-      const __mmask16 ge = _mm512_cmp_ps_mask(x, mx, _CMP_GE_OQ);  // the last of equal values wins
-      mn = _mm512_mask_mov_ps(mn, lt, x);
-      tmn = _mm512_mask_mov_epi32(tmn, lt, t);
-      mx = _mm512_mask_mov_ps(mx, ge, x);
-      tmx = _mm512_mask_mov_epi32(tmx, ge, t);
+  constexpr int kAhead = 8;  // chunks: the arrays are read a channel-count stride apart
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t i = static_cast<size_t>(k) * meta.channels + c0;
+    if (k + kAhead < meta.num_chunks) {
+      _mm_prefetch(reinterpret_cast<const char*>(&e.min[i + kAhead * meta.channels]), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(&e.max[i + kAhead * meta.channels]), _MM_HINT_T0);
     }
-    // A group's entries come after every earlier group's in token order: they enter a full list only below its
-    // last value (low) or at or above it (high), and mostly do not, so the insert is skipped when no lane needs it.
+    const __m512 mn = _mm512_loadu_ps(&e.min[i]), mx = _mm512_loadu_ps(&e.max[i]);
+    const __m512i chunk = _mm512_set1_epi32(k);
+    // A later chunk enters a list only below its last value (low) or at or above it (high).
     const __mmask16 into_low = _mm512_cmp_ps_mask(mn, low.x[kKeep - 1], _CMP_LT_OQ);
     const __mmask16 into_high = _mm512_cmp_ps_mask(mx, high.x[kKeep - 1], _CMP_GE_OQ);
-    if (into_low) low.Insert(mn, tmn, into_low);
-    if (into_high) high.Insert(mx, tmx, into_high);
+    if (into_low) low.InsertLater(mn, chunk, into_low);
+    if (into_high) high.InsertLater(mx, chunk, into_high);
   }
-  // The candidate groups' values, ordered afresh: lane l reads channel c0 + l of token t.
-  auto gather = [&](__m512i t) KVT_FRAME_AVX512 {
-    alignas(64) int tok[16];
-    alignas(64) float v[16];
-    _mm512_store_si512(tok, t);
-    for (int l = 0; l < 16; ++l) v[l] = page.data[static_cast<size_t>(tok[l]) * stride + c0 + l];
-    return _mm512_load_ps(v);
-  };
-  LaneLists<kKeep, true> bottom;
-  LaneLists<kKeep, false> top;
-  bottom.Clear();
-  top.Clear();
-  alignas(64) int first[16];
+  alignas(64) int b[kKeep][16], t[kKeep][16];
   for (int j = 0; j < kKeep; ++j) {
-    for (int side = 0; side < 2; ++side) {
-      _mm512_store_si512(first, side == 0 ? low.t[j] : high.t[j]);
-      __mmask16 valid = 0;
-      for (int l = 0; l < 16; ++l) {
-        const bool ok = first[l] >= 0 && first[l] < page.tokens;
-        valid |= static_cast<__mmask16>(ok) << l;
-        first[l] = ok ? first[l] / rows * rows : 0;
-      }
-      const __m512i start = _mm512_load_si512(first);
-      for (int r = 0; r < rows; ++r) {
-        const __m512i t = _mm512_add_epi32(start, _mm512_set1_epi32(r));
-        const __m512 x = gather(t);
-        if (side == 0) {
-          bottom.Insert(x, t, valid);
-        } else {
-          top.Insert(x, t, valid);
-        }
-      }
-    }
-  }
-  alignas(64) float bx[kKeep][16], tx[kKeep][16];
-  alignas(64) int bt[kKeep][16], tt[kKeep][16];
-  for (int j = 0; j < kKeep; ++j) {
-    _mm512_store_ps(bx[j], bottom.x[j]);
-    _mm512_store_si512(bt[j], bottom.t[j]);
-    _mm512_store_ps(tx[j], top.x[j]);
-    _mm512_store_si512(tt[j], top.t[j]);
+    _mm512_store_si512(b[j], low.t[j]);
+    _mm512_store_si512(t[j], high.t[j]);
   }
   for (int l = 0; l < 16; ++l) {
-    Entry b[kMaxList], t[kMaxList];
-    for (int j = 0; j < kKeep; ++j) b[j] = Entry{bx[j][l], bt[j][l]}, t[j] = Entry{tx[j][l], tt[j][l]};
-    e.Set(c0 + l, b, t);
+    for (int j = 0; j < kKeep; ++j) bottom[l][j] = b[j][l], top[l][j] = t[j][l];
   }
 }
 
-// VectorExtremes over every whole vector of channels; returns the first channel it did not take.
-KVT_FRAME_AVX512 int VectorChannels(const PageView& page, int keep, Extremes& e) {
-  int c0 = 0;
-  for (; c0 + 16 <= page.channels; c0 += 16) {
-    switch (keep) {
-      case 2: VectorExtremes<2>(page, c0, e); break;
-      case 3: VectorExtremes<3>(page, c0, e); break;
-      case 4: VectorExtremes<4>(page, c0, e); break;
-      case 5: VectorExtremes<5>(page, c0, e); break;
-      case 6: VectorExtremes<6>(page, c0, e); break;
-      case 7: VectorExtremes<7>(page, c0, e); break;
-      default: VectorExtremes<8>(page, c0, e); break;
+// Channel c's spikes from its lists (bottom = S[0..k], top = S[n-1], ..., S[n-1-k]): the removal with the
+// narrowest range, stored by increasing token.
+// Returns how many come from the bottom.
+int StoreChannelSpikes(const Entry* bottom, const Entry* top, int c, LynxPageMeta& meta) {
+  const int k = meta.frame_spikes;
+  int best = 0;
+  double best_range = 0;
+  for (int i = 0; i <= k; ++i) {
+    const double range = static_cast<double>(top[k - i].x) - static_cast<double>(bottom[i].x);
+    if (i == 0 || range < best_range) {
+      best = i;
+      best_range = range;
     }
   }
-  return c0;
+  Entry spikes[kMaxFrameSpikes];
+  int m = 0;
+  for (int j = 0; j < best; ++j) spikes[m++] = bottom[j];
+  for (int j = 0; j < k - best; ++j) spikes[m++] = top[j];
+  for (int i = 1; i < k; ++i) {  // by token (insertion sort: k <= 7)
+    for (int j = i; j > 0 && spikes[j - 1].t > spikes[j].t; --j) std::swap(spikes[j - 1], spikes[j]);
+  }
+  const size_t channels = static_cast<size_t>(meta.channels);
+  for (int j = 0; j < k; ++j) {
+    meta.frame_token[j * channels + c] = static_cast<uint16_t>(spikes[j].t);
+    meta.frame_value[j * channels + c] = spikes[j].x;
+  }
+  return best;
+}
+
+// The `keep` first (value, token) entries offered, in any order: ascending (kUp) or descending order.
+template <bool kUp>
+class EntryList {
+ public:
+  explicit EntryList(int keep) : keep_(keep) {}
+  void Offer(float x, int t) {
+    int at = n_;
+    while (at > 0 && Before(x, t, list_[at - 1])) --at;
+    if (at == keep_) return;
+    if (n_ < keep_) ++n_;
+    for (int j = n_ - 1; j > at; --j) list_[j] = list_[j - 1];
+    list_[at] = Entry{x, t};
+  }
+  const Entry* entries() const { return list_; }
+
+ private:
+  static bool Before(float x, int t, const Entry& e) {
+    return kUp ? (x < e.x || (x == e.x && t < e.t)) : (x > e.x || (x == e.x && t > e.t));
+  }
+  int keep_;
+  int n_ = 0;
+  Entry list_[kMaxList];
+};
+
+// The token whose value replaces frame spike j of channel c: the first token of its chunk that is not a spike
+// (the channel's spike tokens increase with j).
+int SubstituteToken(const LynxPageMeta& meta, int j, int c) {
+  const size_t channels = static_cast<size_t>(meta.channels);
+  const int t = meta.frame_token[j * channels + c];
+  int r = t / meta.chunk_len * meta.chunk_len;
+  for (int i = 0; i < meta.frame_spikes; ++i) {
+    if (meta.frame_token[i * channels + c] == r) ++r;
+  }
+  return r;
 }
 
 }  // namespace
 
-void SelectFrameSpikes(const PageView& page, bool avx512, LynxPageMeta& meta) {
+void SelectFrameSpikes(const PageView& page, LynxPageMeta& meta) {
   const int k = meta.frame_spikes;
   const int channels = page.channels;
   if (k == 0) return;
   Extremes e(channels, k + 1);
-  // The vector path's channels, then the rest offered value by value (the same lists either way).
-  const int c0 = avx512 ? VectorChannels(page, k + 1, e) : 0;
-  for (int t = 0; t < page.tokens && c0 < channels; ++t) {
-    ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, c0, channels, e);
-  }
-  int tokens[kMaxFrameSpikes];
-  for (int c = 0; c < channels; ++c) {
-    const Entry* bottom = e.bottom(c);  // S[0..k]
-    const Entry* top = e.top(c);        // S[n-1], S[n-2], ..., S[n-1-k]
-    int best = 0;
-    double best_range = 0;
-    for (int i = 0; i <= k; ++i) {
-      const double range = static_cast<double>(top[k - i].x) - static_cast<double>(bottom[i].x);
-      if (i == 0 || range < best_range) {
-        best = i;
-        best_range = range;
-      }
-    }
-    int m = 0;
-    for (int j = 0; j < best; ++j) tokens[m++] = bottom[j].t;
-    for (int j = 0; j < k - best; ++j) tokens[m++] = top[j].t;
-    for (int i = 1; i < k; ++i) {  // by token (insertion sort: k <= 7)
-      for (int j = i; j > 0 && tokens[j - 1] > tokens[j]; --j) std::swap(tokens[j - 1], tokens[j]);
-    }
-    for (int j = 0; j < k; ++j) {
-      const size_t s = static_cast<size_t>(j) * channels + c;
-      meta.frame_token[s] = static_cast<uint16_t>(tokens[j]);
-      meta.frame_value[s] = page.at(tokens[j], c);
-    }
-  }
+  for (int t = 0; t < page.tokens; ++t) ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, 0, channels, e);
+  for (int c = 0; c < channels; ++c) StoreChannelSpikes(e.bottom(c), e.top(c), c, meta);
 }
 
 void MaskFrameSpikes(const PageView& page, const LynxPageMeta& meta, float* masked) {
@@ -261,17 +227,203 @@ void MaskFrameSpikes(const PageView& page, const LynxPageMeta& meta, float* mask
   for (int t = 0; t < page.tokens; ++t) {
     std::copy_n(page.data + static_cast<size_t>(t) * page.stride(), channels, masked + t * channels);
   }
-  const int k = meta.frame_spikes;
   for (int c = 0; c < page.channels; ++c) {
-    for (int j = 0; j < k; ++j) {
-      const int t = meta.frame_token[static_cast<size_t>(j) * channels + c];
-      // The first token of t's chunk that is not a spike (the channel's spike tokens increase with j).
-      const int t0 = t / meta.chunk_len * meta.chunk_len;
-      int r = t0;
-      for (int i = 0; i < k; ++i) {
-        if (meta.frame_token[static_cast<size_t>(i) * channels + c] == r) ++r;
+    for (int j = 0; j < meta.frame_spikes; ++j) {
+      const int t = meta.frame_token[j * channels + c];
+      masked[static_cast<size_t>(t) * channels + c] = page.at(SubstituteToken(meta, j, c), c);
+    }
+  }
+}
+
+void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0, CandidateList* bottom,
+                              CandidateList* top) {
+  switch (meta.frame_spikes + 1) {
+    case 2: return CandidateChunks16<2>(e, meta, c0, bottom, top);
+    case 3: return CandidateChunks16<3>(e, meta, c0, bottom, top);
+    case 4: return CandidateChunks16<4>(e, meta, c0, bottom, top);
+    case 5: return CandidateChunks16<5>(e, meta, c0, bottom, top);
+    case 6: return CandidateChunks16<6>(e, meta, c0, bottom, top);
+    case 7: return CandidateChunks16<7>(e, meta, c0, bottom, top);
+    default: return CandidateChunks16<8>(e, meta, c0, bottom, top);
+  }
+}
+
+void ChunkExtremes::Resize(size_t n, bool mean) {
+  min.resize(n);
+  min2.resize(n);
+  max.resize(n);
+  max2.resize(n);
+  argmin.resize(n);
+  argmax.resize(n);
+  sum.resize(mean ? n : 0);
+}
+
+bool ScanChunkExtremes(const PageView& page, const LynxPageMeta& meta, Centering centering, int c_begin, int c_end,
+                       ChunkExtremes& e) {
+  const int n = meta.chunk_len;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    for (int c = c_begin; c < c_end; ++c) {
+      float mn = kInf, mn2 = kInf, mx = -kInf, mx2 = -kInf, sum = 0.0f;
+      int tmn = 0, tmx = 0;
+      for (int r = 0; r < n; ++r) {
+        const float x = page.at(k * n + r, c);
+        if (!std::isfinite(x)) return false;
+        mn2 = std::min(mn2, std::max(mn, x));  // the least of the values but the least
+        mx2 = std::max(mx2, std::min(mx, x));
+        if (x < mn) mn = x, tmn = r;  // the first of equal values stays
+        if (x >= mx) mx = x, tmx = r;  // the last of equal values wins
+        if (centering == Centering::kMean) {
+          const float term = x * inv_n;
+          sum = sum + term;
+        }
       }
-      masked[static_cast<size_t>(t) * channels + c] = page.at(r, c);
+      const size_t i = static_cast<size_t>(k) * meta.channels + c;
+      e.min[i] = mn;
+      e.min2[i] = mn2;
+      e.max[i] = mx;
+      e.max2[i] = mx2;
+      e.argmin[i] = static_cast<uint8_t>(tmn);
+      e.argmax[i] = static_cast<uint8_t>(tmx);
+      if (centering == Centering::kMean) e.sum[i] = sum;
+    }
+  }
+  return true;
+}
+
+void ChannelCandidateChunks(const ChunkExtremes& e, const LynxPageMeta& meta, int c, int* bottom, int* top) {
+  const int keep = std::min(meta.frame_spikes + 1, meta.num_chunks);
+  int nb = 0, nt = 0;
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t i = static_cast<size_t>(k) * meta.channels + c;
+    auto at = [&](int chunk) { return static_cast<size_t>(chunk) * meta.channels + c; };
+    // A later chunk enters the bottom list only below the last kept (equal values: the earlier token first) and
+    // the top list at or above it (the later token first).
+    int j = nb;
+    while (j > 0 && e.min[at(bottom[j - 1])] > e.min[i]) --j;
+    if (j < keep) {
+      for (int m = std::min(nb, keep - 1); m > j; --m) bottom[m] = bottom[m - 1];
+      bottom[j] = k;
+      nb = std::min(nb + 1, keep);
+    }
+    j = nt;
+    while (j > 0 && e.max[at(top[j - 1])] <= e.max[i]) --j;
+    if (j < keep) {
+      for (int m = std::min(nt, keep - 1); m > j; --m) top[m] = top[m - 1];
+      top[j] = k;
+      nt = std::min(nt + 1, keep);
+    }
+  }
+}
+
+namespace {
+
+// One side of SelectChannelFrameSpikes: the k + 1 first entries of channel c's order (kUp: ascending, from the
+// least values; else descending). A candidate chunk offers only its own extreme when its next value lies strictly
+// beyond the last candidate's extreme (then no other value of it can come first: there are k + 1 entries up to
+// that extreme), and else every value; without k + 1 candidates every chunk offers every value.
+template <bool kUp>
+void ChannelSide(const PageView& page, const ChunkExtremes& e, const LynxPageMeta& meta, const int* chunks, int c,
+                 Entry* out) {
+  const int k = meta.frame_spikes;
+  const int n = meta.chunk_len;
+  const int keep = std::min(k + 1, meta.num_chunks);
+  const std::vector<float>& ext = kUp ? e.min : e.max;
+  const std::vector<float>& next = kUp ? e.min2 : e.max2;
+  const std::vector<uint8_t>& arg = kUp ? e.argmin : e.argmax;
+  auto at = [&](int chunk) { return static_cast<size_t>(chunk) * meta.channels + c; };
+  const float cut = ext[at(chunks[keep - 1])];
+  EntryList<kUp> list(k + 1);
+  for (int j = 0; j < keep; ++j) {
+    const size_t i = at(chunks[j]);
+    if (keep == k + 1 && (j == k || (kUp ? next[i] > cut : next[i] < cut))) {
+      list.Offer(ext[i], chunks[j] * n + arg[i]);
+    } else {
+      for (int t = chunks[j] * n; t < (chunks[j] + 1) * n; ++t) list.Offer(page.at(t, c), t);
+    }
+  }
+  std::copy_n(list.entries(), k + 1, out);
+}
+
+}  // namespace
+
+void SelectChannelFrameSpikes(const PageView& page, Centering centering, const int* bottom, const int* top, int c,
+                              ChunkExtremes& e, LynxPageMeta& meta) {
+  const int k = meta.frame_spikes;
+  const int n = meta.chunk_len;
+  Entry low[kMaxList], high[kMaxList];
+  ChannelSide<true>(page, e, meta, bottom, c, low);
+  ChannelSide<false>(page, e, meta, top, c, high);
+  const int best = StoreChannelSpikes(low, high, c, meta);
+  // The masked page's channel range: its least and greatest values that are not spikes (substitutes are such
+  // values), S[best] and S[n - 1 - (k - best)] (n > k: never a spike of the other side); zeros as +0.
+  meta.lo[c] = low[best].x == 0.0f ? 0.0f : low[best].x;
+  meta.hi[c] = high[k - best].x == 0.0f ? 0.0f : high[k - best].x;
+  // The masked min and max (and sum) of each chunk that holds a spike (a chunk's spikes are adjacent in j). When
+  // its spikes are its least value's first token and/or its greatest's last (its ChunkExtremes tokens), those are
+  // its next values (a chunk with two spikes has at least 3 values); else, and for the sum, the chunk is re-read.
+  const size_t channels = static_cast<size_t>(meta.channels);
+  auto at = [&](int chunk) { return static_cast<size_t>(chunk) * channels + c; };
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int j = 0; j < k;) {
+    const int chunk = meta.frame_token[j * channels + c] / n;
+    const size_t i = at(chunk);
+    int end = j;
+    bool is_min = false, is_max = false, other = false;
+    for (; end < k && meta.frame_token[end * channels + c] / n == chunk; ++end) {
+      const int r = meta.frame_token[end * channels + c] - chunk * n;
+      if (r == e.argmin[i] && !is_min) {
+        is_min = true;
+      } else if (r == e.argmax[i] && !is_max) {
+        is_max = true;
+      } else {
+        other = true;
+      }
+    }
+    if (!other && centering == Centering::kMidrange) {
+      if (is_min) e.min[i] = e.min2[i];
+      if (is_max) e.max[i] = e.max2[i];
+    } else {
+      const float sub = page.at(SubstituteToken(meta, j, c), c);
+      float mn = kInf, mx = -kInf, sum = 0.0f;
+      int spike = j;  // the chunk's next spike
+      for (int t = chunk * n; t < (chunk + 1) * n; ++t) {
+        float x = page.at(t, c);
+        if (spike < end && meta.frame_token[spike * channels + c] == t) x = sub, ++spike;
+        mn = std::min(mn, x);
+        mx = std::max(mx, x);
+        const float term = x * inv_n;
+        sum = sum + term;
+      }
+      e.min[i] = mn;
+      e.max[i] = mx;
+      if (centering == Centering::kMean) e.sum[i] = sum;
+    }
+    j = end;
+  }
+}
+
+void CopyFrameSpikeCodes(const LynxPageMeta& meta, uint8_t* codes) {
+  const size_t channels = static_cast<size_t>(meta.channels);
+  for (int c = 0; c < meta.channels; ++c) {
+    for (int j = 0; j < meta.frame_spikes; ++j) {
+      const size_t t = meta.frame_token[j * channels + c];
+      codes[t * channels + c] = codes[static_cast<size_t>(SubstituteToken(meta, j, c)) * channels + c];
+    }
+  }
+}
+
+void CopyFrameSpikeNibbles(const LynxPageMeta& meta, int num_streams, uint8_t* const* streams) {
+  const size_t channels = static_cast<size_t>(meta.channels);
+  for (int c = 0; c < meta.channels; ++c) {
+    for (int j = 0; j < meta.frame_spikes; ++j) {
+      const size_t to = meta.frame_token[j * channels + c] * channels + c;
+      const size_t from = static_cast<size_t>(SubstituteToken(meta, j, c)) * channels + c;
+      for (int s = 0; s < num_streams; ++s) {  // value i's nibble: byte i / 2, the high one for odd i
+        const uint8_t nibble = (streams[s][from / 2] >> (4 * (from % 2))) & 0x0F;
+        uint8_t& byte = streams[s][to / 2];
+        byte = static_cast<uint8_t>((byte & (0xF0 >> (4 * (to % 2)))) | (nibble << (4 * (to % 2))));
+      }
     }
   }
 }

@@ -59,10 +59,9 @@ TEST(LynxFrameSpikesTest, SelectionEqualsTheSortedRuleOnEveryScanWithTiesAndSign
       }
     }
     const PageView page{x.data(), tokens, channels, 0};
-    for (bool avx512 : {false, true}) {
-      if (avx512 && !ImplAvailable(CodecImpl::kAvx512)) continue;
+    {
       LynxPageMeta meta = MetaFor(tokens, channels, std::min(chunk, tokens), k);
-      SelectFrameSpikes(page, avx512, meta);
+      SelectFrameSpikes(page, meta);
       for (int c = 0; c < channels; ++c) {
         const std::vector<int> want = BruteForceSpikes(x, tokens, channels, c, k);
         for (int j = 0; j < k; ++j) {
@@ -76,6 +75,158 @@ TEST(LynxFrameSpikesTest, SelectionEqualsTheSortedRuleOnEveryScanWithTiesAndSign
   }
 }
 
+// A page of `tokens` x `channels` for the chunk-extremes path's tests: kind 0 draws from a few values (ties
+// everywhere, both zeros), 1 a normal bulk, 2 a bulk whose extremes crowd into one chunk (a ramp up to a peak and
+// a dip inside chunk 1), 3 one value everywhere, 4 a bulk with its extremes at the page's first and last tokens.
+std::vector<float> ChunkPathPage(int kind, int tokens, int channels, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(tokens) * channels);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      float& v = x[static_cast<size_t>(t) * channels + c];
+      switch (kind) {
+        case 0: v = rng() % 7 == 0 ? (rng() % 2 ? 0.0f : -0.0f) : static_cast<float>(static_cast<int>(rng() % 4) - 2); break;
+        case 1: v = normal(rng); break;
+        case 2: v = t / 16 == 1 % std::max(1, tokens / 16) ? (t % 2 ? 10.0f + t % 16 : -10.0f - t % 16) : normal(rng); break;
+        case 3: v = 1.5f; break;
+        default: v = t == 0 ? 50.0f + c : (t == tokens - 1 ? -50.0f - c : normal(rng)); break;
+      }
+    }
+  }
+  return x;
+}
+
+// The chunk-extremes path (ScanChunkExtremes, the candidate chunks, SelectChannelFrameSpikes) against the
+// reference (SelectFrameSpikes, then the statistics of MaskFrameSpikes' copy): the same spikes bit for bit, the
+// masked page's channel range and every masked chunk's min, max and sum; the AVX-512 candidate lists equal the
+// scalar ones.
+TEST(LynxFrameSpikesTest, TheChunkExtremesPathSelectsAndMasksAsTheReference) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int kind = trial % 5;
+    const int chunk = trial % 7 == 0 ? 4 : 16;
+    const int tokens = trial % 11 == 0 ? 1 + static_cast<int>(rng() % chunk) : chunk * (1 + static_cast<int>(rng() % 12));
+    const int channels = 1 + static_cast<int>(rng() % 70);
+    const int chunk_len = std::min(chunk, tokens);
+    const int k = std::min(1 + static_cast<int>(rng() % 7), chunk_len - 1);
+    if (k < 1) continue;
+    const Centering centering = trial % 2 ? Centering::kMean : Centering::kMidrange;
+    const std::vector<float> x = ChunkPathPage(kind, tokens, channels, rng);
+    const PageView page{x.data(), tokens, channels, 0};
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": kind " << kind << ", " << tokens << " x " << channels
+                                      << ", k " << k);
+    LynxPageMeta want = MetaFor(tokens, channels, chunk_len, k);
+    SelectFrameSpikes(page, want);
+    std::vector<float> masked(x.size());
+    MaskFrameSpikes(page, want, masked.data());
+
+    LynxPageMeta got = MetaFor(tokens, channels, chunk_len, k);
+    ChunkExtremes e;
+    e.Resize(static_cast<size_t>(got.num_chunks) * channels, centering == Centering::kMean);
+    ASSERT_TRUE(ScanChunkExtremes(page, got, centering, 0, channels, e));
+    for (int c = 0; c < channels; ++c) {
+      CandidateList bottom, top;
+      ChannelCandidateChunks(e, got, c, bottom, top);
+      if (ImplAvailable(CodecImpl::kAvx512) && c % 16 == 0 && c + 16 <= channels) {
+        CandidateList vb[16], vt[16];
+        ChannelCandidateChunks16(e, got, c, vb, vt);
+        for (int l = 0; l < 16; ++l) {
+          CandidateList sb, st;
+          ChannelCandidateChunks(e, got, c + l, sb, st);
+          for (int j = 0; j < std::min(k + 1, got.num_chunks); ++j) {
+            ASSERT_EQ(vb[l][j], sb[j]) << "channel " << c + l << " bottom " << j;
+            ASSERT_EQ(vt[l][j], st[j]) << "channel " << c + l << " top " << j;
+          }
+        }
+      }
+      SelectChannelFrameSpikes(page, centering, bottom, top, c, e, got);
+    }
+    const float inv_n = 1.0f / static_cast<float>(chunk_len);
+    for (int c = 0; c < channels; ++c) {
+      for (int j = 0; j < k; ++j) {
+        const size_t s = static_cast<size_t>(j) * channels + c;
+        ASSERT_EQ(got.frame_token[s], want.frame_token[s]) << "channel " << c << " spike " << j;
+        ASSERT_EQ(std::memcmp(&got.frame_value[s], &want.frame_value[s], 4), 0);
+      }
+      float lo = INFINITY, hi = -INFINITY;
+      for (int kk = 0; kk < got.num_chunks; ++kk) {
+        float mn = INFINITY, mx = -INFINITY, sum = 0.0f;
+        for (int t = kk * chunk_len; t < (kk + 1) * chunk_len; ++t) {
+          const float v = masked[static_cast<size_t>(t) * channels + c];
+          mn = std::min(mn, v);
+          mx = std::max(mx, v);
+          const float term = v * inv_n;
+          sum = sum + term;
+        }
+        lo = std::min(lo, mn);
+        hi = std::max(hi, mx);
+        const size_t i = static_cast<size_t>(kk) * channels + c;
+        ASSERT_EQ(e.min[i], mn) << "channel " << c << " chunk " << kk;
+        ASSERT_EQ(e.max[i], mx) << "channel " << c << " chunk " << kk;
+        if (centering == Centering::kMean) {
+          ASSERT_EQ(std::memcmp(&e.sum[i], &sum, 4), 0) << "channel " << c << " chunk " << kk;
+        }
+      }
+      EXPECT_EQ(got.lo[c], lo) << "channel " << c;
+      EXPECT_EQ(got.hi[c], hi) << "channel " << c;
+      EXPECT_FALSE(std::signbit(got.lo[c]) && got.lo[c] == 0.0f) << "channel " << c;
+      EXPECT_FALSE(std::signbit(got.hi[c]) && got.hi[c] == 0.0f) << "channel " << c;
+    }
+  }
+}
+
+TEST(LynxFrameSpikesTest, ScanChunkExtremesRejectsNaNAndInfinities) {
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> x(64 * 3, 1.0f);
+    x[63 * 3 + 2] = bad;  // the last token of the last channel
+    LynxPageMeta meta = MetaFor(64, 3, 16, 3);
+    ChunkExtremes e;
+    e.Resize(4 * 3, false);
+    EXPECT_TRUE(ScanChunkExtremes(PageView{x.data(), 64, 3, 0}, meta, Centering::kMidrange, 0, 2, e));
+    EXPECT_FALSE(ScanChunkExtremes(PageView{x.data(), 64, 3, 0}, meta, Centering::kMidrange, 0, 3, e)) << bad;
+  }
+}
+
+// Codes of the unmasked page, fixed: each spike's code is its substitute's (the token MaskFrameSpikes takes its
+// value from), in code bytes and in packed nibble streams alike; nothing else changes.
+TEST(LynxFrameSpikesTest, SpikeCodesAreCopiedFromTheirSubstitutes) {
+  const int tokens = 48, channels = 6, k = 3;
+  LynxPageMeta meta = MetaFor(tokens, channels, 16, k);
+  // Channel c's spikes: the chunk's first two tokens and the page's last (0, 1, 47), the last three tokens of a
+  // chunk (13, 14, 15), spikes in three chunks (0, 16, 32), ...
+  const int spikes[channels][k] = {{0, 1, 47}, {13, 14, 15}, {0, 16, 32}, {16, 17, 18}, {5, 20, 21}, {31, 32, 47}};
+  for (int c = 0; c < channels; ++c) {
+    for (int j = 0; j < k; ++j) meta.frame_token[j * channels + c] = static_cast<uint16_t>(spikes[c][j]);
+  }
+  std::vector<float> token_of(tokens * channels);  // value (t, c) = t: masking gives the substitute's token
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) token_of[t * channels + c] = static_cast<float>(t);
+  }
+  std::vector<float> substitute(token_of.size());
+  MaskFrameSpikes(PageView{token_of.data(), tokens, channels, 0}, meta, substitute.data());
+  std::mt19937 rng(3);
+  std::vector<uint8_t> codes(tokens * channels);
+  for (uint8_t& b : codes) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> nibbles[2];
+  for (int s = 0; s < 2; ++s) {
+    nibbles[s].assign(codes.size() / 2, 0);
+    for (size_t i = 0; i < codes.size(); ++i) nibbles[s][i / 2] |= ((codes[i] >> (4 * (1 - s))) & 15) << (4 * (i % 2));
+  }
+  std::vector<uint8_t> fixed = codes;
+  CopyFrameSpikeCodes(meta, fixed.data());
+  uint8_t* streams[2] = {nibbles[0].data(), nibbles[1].data()};
+  CopyFrameSpikeNibbles(meta, 2, streams);
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t i = static_cast<size_t>(t) * channels + c;
+      const int from = static_cast<int>(substitute[i]);
+      EXPECT_EQ(fixed[i], codes[static_cast<size_t>(from) * channels + c]) << "token " << t << ", channel " << c;
+      const int packed = (nibbles[0][i / 2] >> (4 * (i % 2)) & 15) << 4 | (nibbles[1][i / 2] >> (4 * (i % 2)) & 15);
+      EXPECT_EQ(packed, fixed[i]) << "token " << t << ", channel " << c;
+    }
+  }
+}
+
 TEST(LynxFrameSpikesTest, ASinkOnOneSideAndAnOutlierOnTheOtherAreBothTaken) {
   const int tokens = 64, channels = 1;
   std::vector<float> x(tokens);
@@ -84,12 +235,12 @@ TEST(LynxFrameSpikesTest, ASinkOnOneSideAndAnOutlierOnTheOtherAreBothTaken) {
   x[37] = -9.0f;  // an outlier below
   x[50] = 0.5f;   // the largest of the bulk, above the rest
   LynxPageMeta meta = MetaFor(tokens, channels, 16, 2);
-  SelectFrameSpikes(PageView{x.data(), tokens, channels, 0}, false, meta);
+  SelectFrameSpikes(PageView{x.data(), tokens, channels, 0}, meta);
   EXPECT_EQ(meta.frame_token[0], 0);
   EXPECT_EQ(meta.frame_token[1], 37);
   // With three, the next removal that narrows the frame most: token 50 at the top.
   meta = MetaFor(tokens, channels, 16, 3);
-  SelectFrameSpikes(PageView{x.data(), tokens, channels, 0}, false, meta);
+  SelectFrameSpikes(PageView{x.data(), tokens, channels, 0}, meta);
   EXPECT_EQ(meta.frame_token[0], 0);
   EXPECT_EQ(meta.frame_token[1], 37);
   EXPECT_EQ(meta.frame_token[2], 50);

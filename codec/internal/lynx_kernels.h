@@ -93,8 +93,15 @@ struct LynxKernels {
   // The encoder's side of the rule: RefChunkSampledSingles, or a vectorized equal.
   size_t (*chunk_sampled_singles)(const uint8_t* codes, int rows, int channels, uint8_t high, uint8_t top_pos,
                                   uint8_t top_neg, int phase, uint32_t* out);
-  // SelectFrameSpikes (lynx_frame_spikes.h) with this implementation's scan: meta.frame_token / frame_value.
-  void (*select_frame_spikes)(const PageView& page, LynxPageMeta& meta);
+  // Optional (nullptr where an implementation has none): for a page with frame spikes (meta.frame_spikes > 0, no
+  // spike reserving), `stats` of the page with them masked, selecting them on the way (frame_token / frame_value,
+  // lynx_frame_spikes.h: the same spikes as SelectFrameSpikes) from the statistics pass's own chunk extremes. The
+  // codes are then those of the unmasked page, fixed by CopyFrameSpikeCodes / CopyFrameSpikeNibbles. Without it
+  // the encoder selects with SelectFrameSpikes and codes a masked copy. Returns false like `stats`.
+  bool (*stats_frame_spikes)(const PageView& page, Centering centering, LynxPageMeta& meta);
+  // Whether `stats` and `stats_frame_spikes` also fill what `derive` would (frames, mu, sigma, inv_sigma): the
+  // quantization has the chunks' ends at hand.
+  bool stats_derive = false;
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()

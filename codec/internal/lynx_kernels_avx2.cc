@@ -154,16 +154,12 @@ KVT_AVX2 bool AllFinite(const PageView& page) {
 
 }  // namespace
 
-namespace {
-void Avx2FrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, false, meta); }
-}  // namespace
-
 const LynxKernels& Avx2LynxKernels() {
   static const LynxKernels k{Stats,       Codes,          Reconstruct, AllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefApplyChunkExtremes,
                              Avx2ChunkSampledSingles,
-                             Avx2FrameSpikes};
+                             nullptr};
   return k;
 }
 

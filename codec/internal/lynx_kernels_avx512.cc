@@ -60,9 +60,10 @@ KVT_AVX512 inline __m512i GuessEnds(__m512 t, __m512 fc, __m512 inv_h, const Gri
 }
 
 // QuantizeChunkEnds for 16 chunk-channels: the same searches, lane by lane, on the lanes with half > 0 (`live`).
+// Also gives the ends there, end(q_low) and end(q_high) (lo where not live: end(0)).
 KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, __m512 fc, __m512 fh,
                                     __m512 inv_h, __mmask16 live, const Grid& grid, __m512i& q_low,
-                                    __m512i& q_high) {
+                                    __m512i& q_high, __m512& end_low, __m512& end_high) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   const __m512i top = grid.top;
   // Fast path: the guesses are almost always right (q_low = guess, q_high = guess + 1), so check both answers'
@@ -72,18 +73,21 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
   const __m512i c_high = _mm512_min_epi32(_mm512_add_epi32(GuessEnds(tb, fc, inv_h, grid), one), top);
   {
     // q_low = g_low iff end(g_low) <= ta and (g_low == top or end(g_low + 1) > ta).
+    const __m512 e_low = Ends(g_low, lo, hi, fc, fh, grid), e_high = Ends(c_high, lo, hi, fc, fh, grid);
     const __mmask16 low_ok =
-        _mm512_cmp_ps_mask(Ends(g_low, lo, hi, fc, fh, grid), ta, _CMP_LE_OQ) &
+        _mm512_cmp_ps_mask(e_low, ta, _CMP_LE_OQ) &
         (_mm512_cmpeq_epi32_mask(g_low, top) |
          _mm512_cmp_ps_mask(Ends(_mm512_add_epi32(g_low, one), lo, hi, fc, fh, grid), ta, _CMP_GT_OQ));
     // q_high = c_high iff c_high >= q_low, end(c_high) >= tb and (c_high == q_low or end(c_high - 1) < tb).
     const __mmask16 high_ok =
-        _mm512_cmpge_epi32_mask(c_high, g_low) & _mm512_cmp_ps_mask(Ends(c_high, lo, hi, fc, fh, grid), tb, _CMP_GE_OQ) &
+        _mm512_cmpge_epi32_mask(c_high, g_low) & _mm512_cmp_ps_mask(e_high, tb, _CMP_GE_OQ) &
         (_mm512_cmpeq_epi32_mask(c_high, g_low) |
          _mm512_cmp_ps_mask(Ends(_mm512_sub_epi32(c_high, one), lo, hi, fc, fh, grid), tb, _CMP_LT_OQ));
     if ((live & low_ok & high_ok) == live) {
       q_low = _mm512_maskz_mov_epi32(live, g_low);
       q_high = _mm512_maskz_mov_epi32(live, c_high);
+      end_low = _mm512_mask_mov_ps(lo, live, e_low);
+      end_high = _mm512_mask_mov_ps(lo, live, e_high);
       return;
     }
   }
@@ -111,27 +115,55 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
     q = _mm512_mask_add_epi32(q, m, q, one);
   }
   q_high = _mm512_maskz_mov_epi32(live, q);
+  end_low = Ends(q_low, lo, hi, fc, fh, grid);
+  end_high = Ends(q_high, lo, hi, fc, fh, grid);
 }
 
-// Min / max / mean target of one chunk over kVectors * 16 channels from `row0` (n rows, `stride` floats apart),
-// kept in registers; `bad` collects the lanes that met a NaN or an infinity.
-template <int kVectors, bool kMean>
-KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m512 inv_n, float* mn, float* mx,
-                                    float* sm, __mmask16& bad) {
+// ChunkCentreAndWidth and InverseSigma (LynxPageMeta::Derive) of 16 chunk-channels from their ends a <= b.
+KVT_AVX512 inline void ChunkParameters(__m512 a, __m512 b, float* mu, float* sigma, float* inv_sigma) {
+  const __m512 half_f = _mm512_set1_ps(0.5f), flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const __m512 m = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
+  const __m512 s = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, m), _mm512_sub_ps(m, a)), flt_max);
+  const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                         _mm512_min_ps(_mm512_div_ps(_mm512_set1_ps(1.0f), s), flt_max));
+  _mm512_storeu_ps(mu, m);
+  _mm512_storeu_ps(sigma, s);
+  _mm512_storeu_ps(inv_sigma, inv);
+}
+
+// The statistics pass over one chunk of kVectors * 16 channels from `row0` (n rows, `stride` floats apart) into
+// entries [i, i + 16 kVectors) of e: min, max and, kMean, the sum; kSeconds, for the frame spikes, also min2,
+// max2 and the extremes' tokens (ChunkExtremes). Kept in registers; `bad` collects the lanes that met a NaN or
+// an infinity.
+template <int kVectors, bool kMean, bool kSeconds>
+KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m512 inv_n, ChunkExtremes& e, size_t i,
+                                    const char* prefetch, __mmask16& bad) {
   constexpr int kNonFinite = 0x01 | 0x08 | 0x10 | 0x80;  // QNaN, +Inf, -Inf, SNaN
-  __m512 vmin[kVectors], vmax[kVectors], vsum[kVectors];
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 vmin[kVectors], vmax[kVectors], vsum[kVectors], vmin2[kVectors], vmax2[kVectors];
+  __m512i tmin[kVectors], tmax[kVectors];
 #pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v) {
-    vmin[v] = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-    vmax[v] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    vmin[v] = vmin2[v] = inf;
+    vmax[v] = vmax2[v] = ninf;
     vsum[v] = _mm512_setzero_ps();
+    tmin[v] = tmax[v] = _mm512_setzero_si512();
   }
   __mmask16 seen = 0;
   for (int t = 0; t < n; ++t) {
     const float* row = row0 + static_cast<size_t>(t) * stride;
+    const __m512i tv = _mm512_set1_epi32(t);
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) {
+      _mm_prefetch(prefetch + (t * kVectors + v) * 64, _MM_HINT_T0);
       const __m512 x = _mm512_loadu_ps(row + kLanes * v);
+      if constexpr (kSeconds) {
+        vmin2[v] = _mm512_min_ps(vmin2[v], _mm512_max_ps(vmin[v], x));
+        vmax2[v] = _mm512_max_ps(vmax2[v], _mm512_min_ps(vmax[v], x));
+        tmin[v] = _mm512_mask_mov_epi32(tmin[v], _mm512_cmp_ps_mask(x, vmin[v], _CMP_LT_OQ), tv);  // the first
+        tmax[v] = _mm512_mask_mov_epi32(tmax[v], _mm512_cmp_ps_mask(x, vmax[v], _CMP_GE_OQ), tv);  // the last
+      }
       vmin[v] = _mm512_min_ps(vmin[v], x);
       vmax[v] = _mm512_max_ps(vmax[v], x);
       if constexpr (kMean) vsum[v] = _mm512_add_ps(vsum[v], _mm512_mul_ps(x, inv_n));
@@ -140,71 +172,112 @@ KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m
   }
 #pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v) {
-    _mm512_storeu_ps(mn + kLanes * v, vmin[v]);
-    _mm512_storeu_ps(mx + kLanes * v, vmax[v]);
-    _mm512_storeu_ps(sm + kLanes * v, vsum[v]);
+    const size_t at = i + kLanes * v;
+    _mm512_storeu_ps(&e.min[at], vmin[v]);
+    _mm512_storeu_ps(&e.max[at], vmax[v]);
+    if constexpr (kMean) _mm512_storeu_ps(&e.sum[at], vsum[v]);
+    if constexpr (kSeconds) {
+      _mm512_storeu_ps(&e.min2[at], vmin2[v]);
+      _mm512_storeu_ps(&e.max2[at], vmax2[v]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(&e.argmin[at]), _mm512_cvtepi32_epi8(tmin[v]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(&e.argmax[at]), _mm512_cvtepi32_epi8(tmax[v]));
+    }
   }
   bad |= seen;
 }
 
-// Returns false, before quantizing any ends, when the page holds a NaN or an infinity.
-KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
-  const int channels = page.channels;
-  const int full = channels / kLanes * kLanes;
+// The statistics pass over every chunk of channels [0, full): blocks of kVectors vectors (a 1024-channel row is
+// visited 1024 / (16 kVectors) times per chunk), then single vectors.
+template <int kVectors, bool kMean, bool kSeconds>
+KVT_AVX512 __mmask16 ChunkPass(const PageView& page, const LynxPageMeta& meta, int full, ChunkExtremes& e) {
   const int n = meta.chunk_len;
   const __m512 inv_n = _mm512_set1_ps(1.0f / static_cast<float>(n));
-  const __m512 half_f = _mm512_set1_ps(0.5f);
+  __mmask16 bad = 0;
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const float* chunk = page.data + static_cast<size_t>(k) * n * page.stride();
+    const size_t i = static_cast<size_t>(k) * page.channels;
+    // The next chunk's rows, a cache line per vector read: they are one block of memory on a dense page, which
+    // the reads below visit column block by column block.
+    const char* next = reinterpret_cast<const char*>(chunk + static_cast<size_t>(n) * page.stride());
+    int c0 = 0;
+    for (; c0 + kVectors * kLanes <= full; c0 += kVectors * kLanes, next += n * kVectors * 64) {
+      ChunkColumns<kVectors, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, bad);
+    }
+    for (; c0 < full; c0 += kLanes, next += n * 64) {
+      ChunkColumns<1, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, bad);
+    }
+  }
+  return bad;
+}
+
+// Per-thread ChunkExtremes, so a hot encode loop does not allocate and fault in its arrays per page. Released
+// when large.
+class ChunkScratch {
+ public:
+  ChunkScratch() : e_(Extremes()) {}
+  ~ChunkScratch() {
+    if (e_.min.capacity() > (size_t{1} << 20)) e_ = ChunkExtremes();
+  }
+  ChunkExtremes& get() { return e_; }
+
+ private:
+  static ChunkExtremes& Extremes() {
+    thread_local ChunkExtremes e;
+    return e;
+  }
+  ChunkExtremes& e_;
+};
+
+void StatsTail(Centering centering, ChunkExtremes& e, int full, LynxPageMeta& meta);
+
+// Stats, and with `spikes` (meta.frame_spikes > 0) the frame spikes first (SelectChannelFrameSpikes from the same
+// pass's chunk extremes): lo .. q_high then describe the page with its spikes masked. Returns false, before
+// quantizing any ends, when the page holds a NaN or an infinity.
+KVT_AVX512 bool StatsImpl(const PageView& page, Centering centering, bool spikes, LynxPageMeta& meta) {
+  const int channels = page.channels;
+  const int full = channels / kLanes * kLanes;
+  const bool mean = centering == Centering::kMean;
   const __m512 zero = _mm512_setzero_ps();
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  // Per (chunk, channel) min / max / centre target, chunk-major; filled row by row so the page streams.
   const size_t chunk_values = static_cast<size_t>(meta.num_chunks) * channels;
-  // Every entry read below is written first (channels past `full` go to RefStatsRange): no zero-filling.
-  const std::unique_ptr<float[]> cmin_all(new float[chunk_values]), cmax_all(new float[chunk_values]),
-      centre_all(new float[chunk_values]);
-  __mmask16 bad = 0;
-  for (int k = 0; k < meta.num_chunks; ++k) {
-    float* mn = &cmin_all[static_cast<size_t>(k) * channels];
-    float* mx = &cmax_all[static_cast<size_t>(k) * channels];
-    float* sm = &centre_all[static_cast<size_t>(k) * channels];
-    const float* chunk = page.data + static_cast<size_t>(k) * n * page.stride();
-    const bool mean = centering == Centering::kMean;
-    // Blocks of 8 vectors (a 1024-channel row is visited 8 times per chunk, not 16: ~1.5% of the encode), then 4,
-    // then single vectors; a block's min / max / sum stay in registers.
-    auto blocks = [&](auto vectors, int c0) KVT_AVX512 {
-      constexpr int kVectors = decltype(vectors)::value;
-      for (; c0 + kVectors * kLanes <= full; c0 += kVectors * kLanes) {
-        if (mean) {
-          ChunkColumns<kVectors, true>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
-        } else {
-          ChunkColumns<kVectors, false>(chunk + c0, page.stride(), n, inv_n, mn + c0, mx + c0, sm + c0, bad);
-        }
-      }
-      return c0;
-    };
-    int c0 = blocks(std::integral_constant<int, 8>(), 0);
-    c0 = blocks(std::integral_constant<int, 4>(), c0);
-    blocks(std::integral_constant<int, 1>(), c0);
-    for (int c0 = 0; c0 < full; c0 += kLanes) {
-      const __m512 cmin = _mm512_loadu_ps(mn + c0), cmax = _mm512_loadu_ps(mx + c0);
-      const __m512 centre = centering == Centering::kMidrange
-                                ? _mm512_add_ps(_mm512_mul_ps(half_f, cmin), _mm512_mul_ps(half_f, cmax))
-                                : _mm512_loadu_ps(sm + c0);
-      _mm512_storeu_ps(sm + c0, Clamp(centre, cmin, cmax));
-    }
+  ChunkScratch scratch;
+  ChunkExtremes& e = scratch.get();
+  // Every entry read below is written first (by the pass, or for channels past `full` by ScanChunkExtremes or
+  // RefStatsRange): no zero-filling.
+  e.Resize(chunk_values, mean);
+  // 8 vectors a block (4 with the seconds, which need more registers).
+  __mmask16 bad;
+  if (spikes) {
+    bad = mean ? ChunkPass<2, true, true>(page, meta, full, e) : ChunkPass<4, false, true>(page, meta, full, e);
+  } else {
+    bad = mean ? ChunkPass<8, true, false>(page, meta, full, e) : ChunkPass<8, false, false>(page, meta, full, e);
   }
   if (bad) return false;
-  for (int t = 0; t < page.tokens && full < channels; ++t) {  // the channels the reference loops take
-    const float* row = page.data + static_cast<size_t>(t) * page.stride();
+  if (spikes) {
+    if (full < channels && !ScanChunkExtremes(page, meta, centering, full, channels, e)) return false;
+    alignas(64) CandidateList bottom[kLanes], top[kLanes];
+    for (int c0 = 0; c0 < full; c0 += kLanes) {
+      ChannelCandidateChunks16(e, meta, c0, bottom, top);
+      for (int l = 0; l < kLanes; ++l) SelectChannelFrameSpikes(page, centering, bottom[l], top[l], c0 + l, e, meta);
+    }
     for (int c = full; c < channels; ++c) {
-      if (!std::isfinite(row[c])) return false;
+      ChannelCandidateChunks(e, meta, c, bottom[0], top[0]);
+      SelectChannelFrameSpikes(page, centering, bottom[0], top[0], c, e, meta);
+    }
+  } else {
+    for (int t = 0; t < page.tokens && full < channels; ++t) {  // the channels the reference loops take
+      const float* row = page.data + static_cast<size_t>(t) * page.stride();
+      for (int c = full; c < channels; ++c) {
+        if (!std::isfinite(row[c])) return false;
+      }
     }
   }
-  for (int c0 = 0; c0 < full; c0 += kLanes) {
+  for (int c0 = 0; c0 < full && !spikes; c0 += kLanes) {  // (SelectChannelFrameSpikes sets them)
     __m512 lo = inf, hi = ninf;
     for (int k = 0; k < meta.num_chunks; ++k) {
-      lo = _mm512_min_ps(lo, _mm512_loadu_ps(&cmin_all[static_cast<size_t>(k) * channels + c0]));
-      hi = _mm512_max_ps(hi, _mm512_loadu_ps(&cmax_all[static_cast<size_t>(k) * channels + c0]));
+      lo = _mm512_min_ps(lo, _mm512_loadu_ps(&e.min[static_cast<size_t>(k) * channels + c0]));
+      hi = _mm512_max_ps(hi, _mm512_loadu_ps(&e.max[static_cast<size_t>(k) * channels + c0]));
     }
     // Canonical zeros (+0).
     lo = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(lo, zero, _CMP_NEQ_OQ), lo);
@@ -225,23 +298,63 @@ KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& m
       const size_t i = static_cast<size_t>(k) * channels + c0;
       const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
       const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
-      const __m512 cmin = _mm512_loadu_ps(&cmin_all[i]), cmax = _mm512_loadu_ps(&cmax_all[i]);
+      const __m512 cmin = _mm512_loadu_ps(&e.min[i]), cmax = _mm512_loadu_ps(&e.max[i]);
       __m512 ta = cmin, tb = cmax;
-      if (centering == Centering::kMean) {  // QuantizeChunkEnds' mean-centred interval, clipped to [lo, hi]
-        const __m512 m = _mm512_loadu_ps(&centre_all[i]);
+      if (mean) {  // QuantizeChunkEnds' mean-centred interval, clipped to [lo, hi]
+        const __m512 m = Clamp(_mm512_loadu_ps(&e.sum[i]), cmin, cmax);
         const __m512 d = _mm512_max_ps(_mm512_sub_ps(cmax, m), _mm512_sub_ps(m, cmin));
         ta = _mm512_max_ps(_mm512_min_ps(_mm512_sub_ps(m, d), cmin), lo);
         tb = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(m, d), cmax), hi);
       }
       __m512i ql, qh;
+      __m512 a, b;
       QuantizeEnds(ta, tb, lo, hi, fc, fh, _mm512_loadu_ps(&inv_half[c0]), _mm512_cmp_ps_mask(fh, zero, _CMP_NEQ_OQ),
-                   grid, ql, qh);
+                   grid, ql, qh, a, b);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_low[i]), _mm512_cvtepi32_epi16(ql));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(&meta.q_high[i]), _mm512_cvtepi32_epi16(qh));
+      ChunkParameters(a, b, &meta.mu[i], &meta.sigma[i], &meta.inv_sigma[i]);
     }
   }
-  if (full < channels) RefStatsRange(page, centering, meta, full, channels);
+  if (full < channels) {
+    if (spikes) {
+      StatsTail(centering, e, full, meta);
+    } else {
+      RefStatsRange(page, centering, meta, full, channels);
+    }
+  }
+  // What Derive would give, the vector channels' chunks above: the frames, and the other channels' chunks.
+  for (int c = 0; c < channels; ++c) meta.frames[c] = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
+  for (int k = 0; k < meta.num_chunks && full < channels; ++k) {
+    for (int c = full; c < channels; ++c) {
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      ChunkCentreAndWidth(meta.frames[c], meta.q_low[i], meta.q_high[i], meta.mu[i], meta.sigma[i]);
+      meta.inv_sigma[i] = InverseSigma(meta.sigma[i]);
+    }
+  }
   return true;
+}
+
+// StatsImpl's channels past the last vector with frame spikes, from their (masked) chunk extremes and channel
+// range.
+void StatsTail(Centering centering, ChunkExtremes& e, int full, LynxPageMeta& meta) {
+  const bool mean = centering == Centering::kMean;
+  const int channels = meta.channels;
+  for (int c = full; c < channels && mean; ++c) {
+    for (int k = 0; k < meta.num_chunks; ++k) {
+      const size_t i = static_cast<size_t>(k) * channels + c;
+      e.sum[i] = internal::Clamp(e.sum[i], e.min[i], e.max[i]);  // the target centre, in place
+    }
+  }
+  // (Midrange centering reads no centre.)
+  QuantizeChunkRange(meta, centering, e.min.data(), e.max.data(), mean ? e.sum.data() : e.min.data(), full, channels);
+}
+
+KVT_AVX512 bool Stats(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  return StatsImpl(page, centering, false, meta);
+}
+
+KVT_AVX512 bool StatsFrameSpikes(const PageView& page, Centering centering, LynxPageMeta& meta) {
+  return StatsImpl(page, centering, true, meta);
 }
 
 // Up to 128 floats held in kRegs registers, looked up by index (< 16 * kRegs) with permutes, not gathers.
@@ -510,10 +623,10 @@ KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, int bits, uint32_t* inde
   if (i < n) UnpackEndPairs(in + i / kLanes * block, n - i, bits, index + i);
 }
 
-// RefPackEndPairs with the pair indices computed 16 at a time (64 per block, so every block starts on a byte
-// boundary); the packing is the shared PackEndPairs.
+// RefPackEndPairs with the pair indices computed 16 at a time (1024 per block, so every block starts on a byte
+// boundary and PackEndPairs' groups of 8 run through most of it); the packing is the shared PackEndPairs.
 KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
-  constexpr size_t kBlock = 64;
+  constexpr size_t kBlock = 1024;
   alignas(64) uint32_t index[kBlock];
   const __m512i one = _mm512_set1_epi32(1);
   size_t i = 0;
@@ -554,16 +667,13 @@ KVT_AVX512 bool AllFinite(const PageView& page) {
 
 }  // namespace
 
-namespace {
-void Avx512FrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, true, meta); }
-}  // namespace
-
 const LynxKernels& Avx512LynxKernels() {
   static const LynxKernels k{Stats,  Codes,      Reconstruct,  AllFinite,          Derive,
                              EndPairs, UnpackEnds, PackEnds,     CodesNibbles,       ReconstructNibbles,
                              Avx512ChunkExtremes, Avx512ApplyChunkExtremes,
                              Avx512ChunkSampledSingles,
-                             Avx512FrameSpikes};
+                             StatsFrameSpikes,
+                             /*stats_derive=*/true};
   return k;
 }
 

@@ -255,16 +255,12 @@ void SpikeStats(const PageView& page, Centering centering, LynxPageMeta& meta) {
   }
 }
 
-namespace {
-void RefFrameSpikes(const PageView& page, LynxPageMeta& meta) { SelectFrameSpikes(page, false, meta); }
-}  // namespace
-
 const LynxKernels& ReferenceLynxKernels() {
   static const LynxKernels k{RefStats,       RefCodes,    RefReconstruct,  RefAllFinite, DeriveLynxMeta,
                              RefEndPairs, UnpackEndPairs, RefPackEndPairs, nullptr, nullptr,
                              RefChunkExtremes, RefApplyChunkExtremes,
                              RefChunkSampledSingles,
-                             RefFrameSpikes};
+                             nullptr};
   return k;
 }
 

@@ -246,6 +246,19 @@ void PackEndPairs(const uint32_t* index, size_t n, int bits_per_pair, uint8_t* o
     std::memcpy(out + o + 8, &w1, 8);
     std::memcpy(out + o + 16, &w2, 7);  // little-endian: its low 7 bytes
   }
+  // Fields of at most 16 bits: groups of 8 (8 E bits, E bytes) as one 128-bit word, stored 16 bytes at a time while
+  // those stay inside the array (the next group's store overwrites the bytes past this one's).
+  const size_t total = EndPairBytes(n, bits_per_pair);
+  for (; bits_per_pair <= 16 && i + 8 <= n && o + 16 <= total; i += 8, o += bits_per_pair) {
+    const uint32_t* f = index + i;
+    const int e = bits_per_pair;
+    const uint64_t w0 = (f[0] & field) | static_cast<uint64_t>(f[1] & field) << e |
+                        static_cast<uint64_t>(f[2] & field) << 2 * e | static_cast<uint64_t>(f[3] & field) << 3 * e;
+    const uint64_t w1 = (f[4] & field) | static_cast<uint64_t>(f[5] & field) << e |
+                        static_cast<uint64_t>(f[6] & field) << 2 * e | static_cast<uint64_t>(f[7] & field) << 3 * e;
+    const unsigned __int128 w = w0 | static_cast<unsigned __int128>(w1) << 4 * e;
+    std::memcpy(out + o, &w, 16);
+  }
   // The rest from the byte boundary the groups end on, as the same LSB-first stream.
   uint64_t acc = 0;  // pending bits, LSB first
   int bits = 0;

@@ -365,6 +365,28 @@ TEST(LynxMathTest, EndPairsPackIntoFieldsLsbFirstAtEveryWidth) {
   EXPECT_EQ(out[3], 0x00);          // 28 bits: the last nibble is padding
 }
 
+// The packed stream bit by bit (field i's bit b at stream bit E i + b), against PackEndPairs' word-at-a-time paths
+// (groups of 8 fields for E <= 16 and E = 23, then the serial tail) at lengths around their group and store sizes.
+TEST(LynxMathTest, EndPairPackingEqualsTheStreamWrittenBitByBit) {
+  std::mt19937 rng(4);
+  for (int bits = kMinEndPairBits; bits <= kMaxEndPairBits; ++bits) {
+    for (size_t n : {size_t{8}, size_t{15}, size_t{16}, size_t{17}, size_t{23}, size_t{24}, size_t{64}, size_t{1001}}) {
+      std::vector<uint32_t> idx(n);
+      for (auto& v : idx) v = rng() % (MaxEndPairIndex(EndGridMax(bits)) + 1);
+      std::vector<uint8_t> want(EndPairBytes(n, bits), 0);
+      for (size_t i = 0; i < n; ++i) {
+        for (int b = 0; b < bits; ++b) {
+          const size_t bit = i * bits + b;
+          want[bit / 8] |= static_cast<uint8_t>(((idx[i] >> b) & 1) << (bit % 8));
+        }
+      }
+      std::vector<uint8_t> got(want.size(), 0xA5);
+      PackEndPairs(idx.data(), n, bits, got.data());
+      ASSERT_EQ(got, want) << bits << " bits, " << n << " fields";
+    }
+  }
+}
+
 TEST(LynxMathTest, ConditionalMeanTableIsTheCountWeightedMeanOfEachCell) {
   const auto t = GetLynxTables(0.5f, 0.0f, 8);
   std::vector<uint64_t> count(128, 0);
