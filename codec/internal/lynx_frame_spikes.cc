@@ -218,7 +218,9 @@ void SelectFrameSpikes(const PageView& page, LynxPageMeta& meta) {
   const int channels = page.channels;
   if (k == 0) return;
   Extremes e(channels, k + 1);
-  for (int t = 0; t < page.tokens; ++t) ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, 0, channels, e);
+  for (int t = 0; t < page.tokens; ++t) {
+    ScanRowScalar(page.data + static_cast<size_t>(t) * page.stride(), t, 0, channels, e);
+  }
   for (int c = 0; c < channels; ++c) StoreChannelSpikes(e.bottom(c), e.top(c), c, meta);
 }
 

@@ -58,8 +58,9 @@ void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, 
 
 // Channel c's frame spikes (meta.frame_token / frame_value) from its candidate chunks (ChannelCandidateChunks'
 // order, meta.frame_spikes > 0), and meta.lo / hi of the page with them masked; then the chunks that hold a spike
-// get the min, max (and, for kMean, sum) of their masked values in `e`. The page is read only where the chunks' extremes do not settle the order (a value
-// tied with a candidate's least, or two candidates in one chunk) and for the masked chunks' sums.
+// get the min, max (and, for kMean, sum) of their masked values in `e`. The page is read only for a candidate chunk
+// whose next value may also come first (two of the first values in one chunk, or a tie with the last candidate's),
+// for a chunk whose spikes are not just its own extremes, and for the masked chunks' sums (kMean).
 void SelectChannelFrameSpikes(const PageView& page, Centering centering, const int* bottom, const int* top, int c,
                               ChunkExtremes& e, LynxPageMeta& meta);
 

@@ -76,18 +76,21 @@ TEST(LynxFrameSpikesTest, SelectionEqualsTheSortedRuleOnEveryScanWithTiesAndSign
 }
 
 // A page of `tokens` x `channels` for the chunk-extremes path's tests: kind 0 draws from a few values (ties
-// everywhere, both zeros), 1 a normal bulk, 2 a bulk whose extremes crowd into one chunk (a ramp up to a peak and
-// a dip inside chunk 1), 3 one value everywhere, 4 a bulk with its extremes at the page's first and last tokens.
+// everywhere, both zeros), 1 a normal bulk, 2 a bulk whose extremes crowd into one 16-token span (tokens 16..31,
+// or the first 16 of a short page), 3 one value everywhere, 4 a bulk with its extremes at the first and last tokens.
 std::vector<float> ChunkPathPage(int kind, int tokens, int channels, std::mt19937& rng) {
   std::vector<float> x(static_cast<size_t>(tokens) * channels);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int crowded = tokens >= 32 ? 1 : 0;  // kind 2's chunk
   for (int t = 0; t < tokens; ++t) {
     for (int c = 0; c < channels; ++c) {
       float& v = x[static_cast<size_t>(t) * channels + c];
       switch (kind) {
-        case 0: v = rng() % 7 == 0 ? (rng() % 2 ? 0.0f : -0.0f) : static_cast<float>(static_cast<int>(rng() % 4) - 2); break;
+        case 0:
+          v = rng() % 7 == 0 ? (rng() % 2 ? 0.0f : -0.0f) : static_cast<float>(static_cast<int>(rng() % 4) - 2);
+          break;
         case 1: v = normal(rng); break;
-        case 2: v = t / 16 == 1 % std::max(1, tokens / 16) ? (t % 2 ? 10.0f + t % 16 : -10.0f - t % 16) : normal(rng); break;
+        case 2: v = t / 16 == crowded ? (t % 2 ? 10.0f + t % 16 : -10.0f - t % 16) : normal(rng); break;
         case 3: v = 1.5f; break;
         default: v = t == 0 ? 50.0f + c : (t == tokens - 1 ? -50.0f - c : normal(rng)); break;
       }
@@ -105,7 +108,8 @@ TEST(LynxFrameSpikesTest, TheChunkExtremesPathSelectsAndMasksAsTheReference) {
   for (int trial = 0; trial < 150; ++trial) {
     const int kind = trial % 5;
     const int chunk = trial % 7 == 0 ? 4 : 16;
-    const int tokens = trial % 11 == 0 ? 1 + static_cast<int>(rng() % chunk) : chunk * (1 + static_cast<int>(rng() % 12));
+    const int tokens =
+        trial % 11 == 0 ? 1 + static_cast<int>(rng() % chunk) : chunk * (1 + static_cast<int>(rng() % 24));
     const int channels = 1 + static_cast<int>(rng() % 70);
     const int chunk_len = std::min(chunk, tokens);
     const int k = std::min(1 + static_cast<int>(rng() % 7), chunk_len - 1);
