@@ -20,6 +20,7 @@ import time
 from typing import Optional, Sequence
 
 from kvt_engine import model_files
+from kvt_engine.decode_worker import DRAFT_MIN_MARGIN
 from kvt_engine.generation import SamplingOptions
 
 log = logging.getLogger("kvt_engine")
@@ -51,9 +52,10 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-prompts", type=int, default=-1, help="prompts that get perplexities (-1 all, 0 none)")
     p.add_argument("--no-anchor-ppl", action="store_true", help="skip the anchor-only perplexity (kvtctl)")
     p.add_argument("--draft-cap", type=int, default=64)
-    p.add_argument("--draft-min-margin", type=float, default=0.0,
-                   help="greedy: stop drafting at a draft whose top-2 logit margin on the anchor KV is below this, "
-                        "and wait for the full KV (0: draft until FULL_READY or the cap; docs/ENGINE.md)")
+    p.add_argument("--draft-min-margin", type=float, default=DRAFT_MIN_MARGIN,
+                   help="greedy: stop drafting at a draft (after the first) whose top-2 logit margin on the anchor "
+                        "KV is below this, and wait for the full KV (0: draft until FULL_READY or the cap; "
+                        "docs/ENGINE.md, 'Drafts that stop at a near-tie')")
     p.add_argument("--decode-dtype", default="float64", choices=["float64", "float32", "bfloat16"],
                    help="the decode worker's compute dtype (float64: batched verification and single steps "
                         "agree to ~1e-12, see docs/ENGINE.md)")
@@ -84,6 +86,8 @@ def run_main(argv: Sequence[str]) -> int:
     from kvt_engine.runner import EngineRun, RunOptions
 
     a = _run_parser().parse_args(argv)
+    if not (a.draft_min_margin >= 0 and math.isfinite(a.draft_min_margin)):
+        _run_parser().error(f"--draft-min-margin {a.draft_min_margin} must be a finite number >= 0 (0: no stop)")
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     path = str(model_files.find_model(a.model))

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from kvt_engine.decode_worker import DecodeJob, DecodeResult, is_progressive
+from kvt_engine.decode_worker import DRAFT_MIN_MARGIN, DecodeJob, DecodeResult, is_progressive
 from kvt_engine.engine_worker import WorkerOptions
 from kvt_engine.generation import SamplingOptions
 from kvt_engine.gguf_loader import read_gguf
@@ -48,7 +48,7 @@ class RunOptions:
     ppl_prompts: int = -1  # prompts that get perplexities (-1: all; 0: none)
     anchor_ppl: bool = True  # anchor-only perplexity through kvtctl codec roundtrip (needs the KV dump)
     draft_cap: int = 64
-    draft_min_margin: float = 0.0  # DecodeJob.draft_min_margin
+    draft_min_margin: float = DRAFT_MIN_MARGIN  # DecodeJob.draft_min_margin
     decode_dtype: str = "float64"
     prefill_dtype: str = ""  # "" = float32 on the CPU, bfloat16 on a GPU
     block_tokens: int = 16

@@ -128,3 +128,15 @@ def test_margin_threshold_is_ignored_when_sampling(tiny):
                           sampling=SamplingOptions(greedy=False, temperature=1.0, seed=3))
     assert all(dec.draft(min_margin=1e9) is not None for _ in range(3))
     assert len(dec.drafts) == 3 and dec.withheld_margin is None
+
+
+def test_engine_refuses_a_draft_margin_that_is_negative_or_not_finite(capsys):
+    import pytest
+
+    from kvt_engine.cli import main
+
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit) as e:
+            main(["--draft-min-margin", bad])
+        assert e.value.code == 2
+        assert "--draft-min-margin" in capsys.readouterr().err
