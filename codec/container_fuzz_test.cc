@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/test_pages.h"
 #include "common/crc32c.h"
@@ -119,6 +120,34 @@ TEST(ContainerFuzzTest, ResealedMetadataNoEncoderWritesIsDataLoss) {
   expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, std::nanf("")); });
   expect_data_loss("fp8", [&](uint8_t* p) { put_float(p, 3e38f); });
   expect_data_loss("fp8", [&](uint8_t* p) { p[4 * 64] = 0x7F; });
+}
+
+TEST(ContainerFuzzTest, AnEndPairPastTheGridOnAWidePageIsDataLossNamingItsChunkAndChannelInEveryImplementation) {
+  // 48 channels: the AVX-512 decoder's fused pass (whole 16-channel blocks) meets the bad index, gives up, and the
+  // unfused pass names it.
+  constexpr int kTokens = 64, kChannels = 48, kBits = 14;
+  const EncodedPage enc = Encode("lynx", kTokens, kChannels);
+  for (int field : {2 * kChannels + 37, 4 * kChannels - 1, 0}) {
+    std::vector<uint8_t> b = enc.bytes;
+    uint8_t* ends = b.data() + kContainerHeaderBytes + 8 * kChannels;  // after lo and hi
+    for (int bit = 0; bit < kBits; ++bit) {  // all ones: 16383, past the 14-bit grid's 16109
+      const int at = field * kBits + bit;
+      ends[at / 8] |= static_cast<uint8_t>(1u << (at % 8));
+    }
+    Reseal(b);
+    for (CodecImpl impl : {CodecImpl::kReference, CodecImpl::kAvx2, CodecImpl::kAvx512}) {
+      if (!ImplAvailable(impl)) continue;
+      CodecOptions options;
+      options.impl = impl;
+      std::vector<float> out(static_cast<size_t>(kTokens) * kChannels);
+      const absl::Status st = DecodePage(b, 1, MutablePageView{out.data(), kTokens, kChannels, 0}, options);
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << ImplName(impl) << " field " << field;
+      EXPECT_NE(st.message().find(absl::StrCat("16383 at chunk ", field / kChannels, ", channel ",
+                                               field % kChannels, " is past the grid")),
+                absl::string_view::npos)
+          << st;
+    }
+  }
 }
 
 TEST(ContainerFuzzTest, RandomEditsNeverCrashTheDecoder) {

@@ -267,7 +267,11 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
                                               "] for channel ", c));
     }
   }
-  {
+  // The fused pass fills what the unfused one and kernels.derive would (below); on false the unfused one runs and
+  // names a bad index.
+  const bool derived = kernels.decode_chunk_parameters != nullptr &&
+                       kernels.decode_chunk_parameters(s0 + o.ends, meta);
+  if (!derived) {
     uint32_t* pairs = scratch.pairs(chunk_values);
     kernels.unpack_end_pairs(s0 + o.ends, chunk_values, scheme.end_pair_bits, pairs);
     if (!kernels.end_pairs(pairs, chunk_values, meta.grid_max, meta.q_low.data(), meta.q_high.data())) {
@@ -304,7 +308,7 @@ absl::Status DecodeLynx(const ContainerLayout& layout, const std::array<const ui
           absl::StrCat("lynx container: anchor table entry ", i, " is ", stored[i], ", outside [0, 1]"));
     }
   }
-  kernels.derive(meta);
+  if (!derived) kernels.derive(meta);
 
   std::array<const uint8_t*, kMaxStreams> code_streams = streams;
   code_streams[0] = s0 + o.codes;

@@ -102,6 +102,13 @@ struct LynxKernels {
   // Whether `stats` and `stats_frame_spikes` also fill what `derive` would (frames, mu, sigma, inv_sigma): the
   // quantization has the chunks' ends at hand.
   bool stats_derive = false;
+  // Optional: the decoder's metadata from the stored end pairs in one pass, never materializing the indices or
+  // the pairs: `unpack_end_pairs` of the chunk_values = num_chunks * channels fields at `ends`, `end_pairs`, then
+  // what `derive` gives of frames, mu and sigma (inv_sigma is left unspecified: only the encoder's codes read
+  // it; q_low and q_high too). Requires lo and hi filled (finite, lo <= hi). Returns false, those fields
+  // unspecified, for a page it does not handle (channels not a multiple of 16) or an index past the grid: the
+  // caller then takes the unfused path, which names the bad index.
+  bool (*decode_chunk_parameters)(const uint8_t* ends, LynxPageMeta& meta) = nullptr;
 };
 
 void DeriveLynxMeta(LynxPageMeta& meta);  // calls meta.Derive()

@@ -521,12 +521,12 @@ KVT_AVX512 void Reconstruct(const uint8_t* prefix, const LynxPageMeta& meta, con
   if (full < channels) RefReconstructRange(prefix, meta, table, out, full, channels);
 }
 
-// LynxPageMeta::Derive, 16 chunk-channels at a time.
-KVT_AVX512 void Derive(LynxPageMeta& meta) {
+// meta.frames from lo and hi (MakeChannelFrame 8 channels at a time: the same double operations, rounded once
+// to float), their centres and halves also into `centre` and `half` ([channels] each).
+KVT_AVX512 void MakeFrames(LynxPageMeta& meta, std::vector<float>& centre, std::vector<float>& half) {
   const int channels = meta.channels;
-  const int full = channels / kLanes * kLanes;
-  // MakeChannelFrame 8 channels at a time: the same double operations, rounded once to float.
-  std::vector<float> centre(channels), half(channels);
+  centre.resize(channels);
+  half.resize(channels);
   int f = 0;
   for (; f + 8 <= channels; f += 8) {
     const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(&meta.lo[f])), hi = _mm512_cvtps_pd(_mm256_loadu_ps(&meta.hi[f]));
@@ -542,6 +542,14 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
   for (f = 0; f < channels; ++f) {
     meta.frames[f] = ChannelFrame{meta.lo[f], meta.hi[f], centre[f], half[f], meta.grid_max};
   }
+}
+
+// LynxPageMeta::Derive, 16 chunk-channels at a time.
+KVT_AVX512 void Derive(LynxPageMeta& meta) {
+  const int channels = meta.channels;
+  const int full = channels / kLanes * kLanes;
+  std::vector<float> centre, half;
+  MakeFrames(meta, centre, half);
   const Grid grid = MakeGrid(meta.grid_max);
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), half_f = _mm512_set1_ps(0.5f);
   const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
@@ -623,6 +631,76 @@ KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, int bits, uint32_t* inde
   if (i < n) UnpackEndPairs(in + i / kLanes * block, n - i, bits, index + i);
 }
 
+// LynxKernels::decode_chunk_parameters: per 16 chunk-channels, UnpackEnds' fields, EndPairs' pairs (a block
+// failing its check takes RefEndPairs, as there) and Derive's ends, mu and sigma, in registers.
+KVT_AVX512 bool DecodeChunkParameters(const uint8_t* ends, LynxPageMeta& meta) {
+  const int channels = meta.channels;
+  if (channels % kLanes != 0) return false;
+  const int bits = meta.end_pair_bits;
+  const int grid_max = meta.grid_max;
+  thread_local std::vector<float> centre, half;
+  MakeFrames(meta, centre, half);
+  const Grid grid = MakeGrid(grid_max);
+  alignas(64) int32_t words[kLanes], shifts[kLanes];
+  for (int l = 0; l < kLanes; ++l) words[l] = l * bits / 32, shifts[l] = l * bits % 32;
+  const __m512i word = _mm512_load_si512(words);
+  const __m512i shift = _mm512_load_si512(shifts);
+  const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
+  const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
+  const __m512i field = _mm512_set1_epi32(static_cast<int>((1u << bits) - 1));
+  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  const __m512i max_index = _mm512_set1_epi32(static_cast<int>(MaxEndPairIndex(grid_max)));
+  const __m512i top = _mm512_set1_epi32(grid_max);
+  const __m512 half_f = _mm512_set1_ps(0.5f), flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
+  const size_t block = kLanes * static_cast<size_t>(bits) / 8;  // bytes a block of 16 fields
+  const size_t bytes = EndPairBytes(meta.q_low.size(), bits);
+  size_t at = 0;  // the current block's first byte
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t base = static_cast<size_t>(k) * channels;
+    for (int c0 = 0; c0 < channels; c0 += kLanes, at += block) {
+      const size_t avail = bytes - at;  // >= block; words past the fields' bytes read as zero
+      const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
+      const __m512i v = _mm512_maskz_loadu_epi8(load, ends + at);
+      const __m512i low_bits = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word, v), shift);
+      const __m512i high_bits = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
+      const __m512i x = _mm512_and_si512(_mm512_or_si512(low_bits, high_bits), field);
+      if (_mm512_cmpgt_epu32_mask(x, max_index)) return false;
+      const __m512 s = _mm512_sqrt_ps(
+          _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
+      __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), half_f));
+      h = _mm512_min_epi32(_mm512_max_epi32(h, zero), top);
+      __m512i ql = _mm512_sub_epi32(x, tri(h)), qh = h;
+      // The guess is the pair whenever 0 <= x - t(h) <= h; on the default grids it always is (for G < 2^10,
+      // 8 x + 1 is exact in f32 and the square root's rounding is far smaller than the gap from t(h + 1) - 1's
+      // root to the next integer), so EndPairs' corrections run only when it is not.
+      if (_mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, h)) {
+        h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(tri(h), x), h, one);
+        h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(tri(_mm512_add_epi32(h, one)), x), h, one);
+        ql = _mm512_sub_epi32(x, tri(h));
+        qh = h;
+      }
+      if (_mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, qh)) {
+        alignas(64) uint32_t index[kLanes], lows[kLanes], highs[kLanes];
+        alignas(32) uint16_t q_low[kLanes], q_high[kLanes];
+        _mm512_store_si512(index, x);
+        if (!RefEndPairs(index, kLanes, grid_max, q_low, q_high)) return false;
+        for (int l = 0; l < kLanes; ++l) lows[l] = q_low[l], highs[l] = q_high[l];
+        ql = _mm512_load_si512(lows);
+        qh = _mm512_load_si512(highs);
+      }
+      const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
+      const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
+      const __m512 a = Ends(ql, lo, hi, fc, fh, grid), b = Ends(qh, lo, hi, fc, fh, grid);
+      const __m512 mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
+      _mm512_storeu_ps(&meta.mu[base + c0], mu);
+      _mm512_storeu_ps(&meta.sigma[base + c0],
+                       _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)), flt_max));
+    }
+  }
+  return true;
+}
+
 // RefPackEndPairs with the pair indices computed 16 at a time (1024 per block, so every block starts on a byte
 // boundary and PackEndPairs' groups of 8 run through most of it); the packing is the shared PackEndPairs.
 KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
@@ -673,7 +751,8 @@ const LynxKernels& Avx512LynxKernels() {
                              Avx512ChunkExtremes, Avx512ApplyChunkExtremes,
                              Avx512ChunkSampledSingles,
                              StatsFrameSpikes,
-                             /*stats_derive=*/true};
+                             /*stats_derive=*/true,
+                             DecodeChunkParameters};
   return k;
 }
 
