@@ -29,10 +29,13 @@ def as_bf16(values: np.ndarray) -> np.ndarray:
 
 
 def run_prefill(prefill: kvt.Daemon, decode: kvt.Daemon, requests: List[Dict[str, Any]], scheme: str,
-                extra: Dict[str, Any] = None, shape: Dict[str, Any] = None) -> subprocess.Popen:  # type: ignore[assignment]  # noqa: E501
+                extra: Dict[str, Any] = None, shape: Dict[str, Any] = None,  # type: ignore[assignment]
+                decode_tp_size: int = 0) -> subprocess.Popen:
     config = {"extra": {"kvtd_socket": prefill.socket, "scheme": scheme, "daemon_id": prefill.daemon_id,
                         "deadline_s": 20, **(extra or {})},
               "decode_daemon": decode.peer_address, "shape": shape or SHAPE, "requests": requests, "timeout": 30}
+    if decode_tp_size:
+        config["decode_tp_size"] = decode_tp_size
     here = Path(__file__).parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), str(Path(kvt.__file__).parent.parent),
                                                         os.environ.get("PYTHONPATH", "")]))
@@ -279,6 +282,35 @@ def test_cuda_caches_move_in_place_as_the_codec_decodes(start_daemon, ids, kvtct
         np.testing.assert_array_equal(engine.gather(block_ids, req["tokens"]), want)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0 and f"sent {req['id']}" in out, err
+    finally:
+        engine.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2), (4, 2)])
+def test_instances_of_different_tensor_parallel_sizes_exchange_every_head(daemon_pair, ids, tmp_path, prefill_tp,
+                                                                          decode_tp) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """Each prefill rank offers to the decode ranks that hold its heads, each decode rank expects from the prefill
+    ranks that hold its heads (kvt/vllm/tp.py), and kvtd re-slices: the decode instance's ranks together hold the
+    prompt's every head, bit for bit in bf16."""
+    prefill, decode = daemon_pair
+    heads = 4
+    rid = ids(f"tp{prefill_tp}to{decode_tp}")
+    requests = [{"id": rid, "tokens": 45, "seed": 11, "out": str(tmp_path / "tp.npy")}]
+    proc = run_prefill(prefill, decode, requests, "bf16", shape={**SHAPE, "heads": heads, "tp_size": prefill_tp},
+                       decode_tp_size=decode_tp)
+    engine = FakeEngine("kv_consumer", {"kvtd_socket": decode.socket, "deadline_s": 20},
+                        **{**SHAPE, "heads": heads, "tp_size": decode_tp})
+    try:
+        p = read_params(proc, 1)[rid]
+        assert p["kvt_prefill_tp_size"] == prefill_tp
+        _, block_ids = engine.start_decode(rid, 45, p)
+        engine.run_until(lambda: rid in engine.received, timeout=30)
+        assert engine.load_errors() == set()
+        want = as_bf16(np.load(requests[0]["out"]))
+        np.testing.assert_array_equal(engine.gather(block_ids, 45), want)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
     finally:
         engine.shutdown()
         if proc.poll() is None:

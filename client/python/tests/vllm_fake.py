@@ -35,9 +35,25 @@ class CacheConfig:
 
 
 @dataclass
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    rank: int = 0  # vLLM's global rank; with tensor parallelism alone, the TP rank
+
+
+class ModelConfig:
+    def __init__(self, total_kv_heads: int) -> None:
+        self._heads = total_kv_heads
+
+    def get_total_num_kv_heads(self) -> int:
+        return self._heads
+
+
+@dataclass
 class VllmConfig:
     kv_transfer_config: Optional[KVTransferConfig]
     cache_config: CacheConfig
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
+    model_config: Optional[ModelConfig] = None
 
 
 class _Status:
@@ -84,26 +100,39 @@ class KVConnectorOutput:
 
 
 class FakeEngine:
-    """One vLLM instance: a scheduler-role and a worker-role connector, per-layer KV tensors
-    [2, num_blocks, block_size, heads, head_dim] (NHD, or HND strides), a free list of blocks."""
+    """One vLLM instance: a scheduler-role connector and one worker-role connector per tensor-parallel rank, each
+    rank with per-layer KV tensors [2, num_blocks, block_size, heads / tp_size, head_dim] (NHD, or HND strides)
+    of its heads, a free list of blocks. As vLLM's output aggregator does, a request counts as finished sending or
+    receiving once every rank has reported it."""
 
     def __init__(self, role: str, extra: Dict[str, Any], layers: int = 3, blocks: int = 32, block_size: int = 16,
                  heads: int = 2, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16, order: str = "NHD",
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", tp_size: int = 1) -> None:
         from kvt.vllm import KvtConnector
         from kvt.vllm._api import KVConnectorRole
-        config = VllmConfig(KVTransferConfig(role, extra), CacheConfig(block_size))
+        assert heads % tp_size == 0, "the fake shards heads evenly (no replicated heads)"
+
+        def config(rank: int) -> VllmConfig:
+            return VllmConfig(KVTransferConfig(role, extra), CacheConfig(block_size), ParallelConfig(tp_size, rank),
+                              ModelConfig(heads) if tp_size > 1 else None)
+
         self.block_size, self.heads, self.head_dim, self.device = block_size, heads, head_dim, device
-        self.sched = KvtConnector(config, KVConnectorRole.SCHEDULER)
-        self.worker = KvtConnector(config, KVConnectorRole.WORKER)
+        self.tp_size, self.rank_heads = tp_size, heads // tp_size
+        self.sched = KvtConnector(config(0), KVConnectorRole.SCHEDULER)
+        self.workers = [KvtConnector(config(r), KVConnectorRole.WORKER) for r in range(tp_size)]
+        self.worker = self.workers[0]
         self.names = [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
+        h = self.rank_heads
         if order == "NHD":
-            make = lambda: torch.zeros(2, blocks, block_size, heads, head_dim, dtype=dtype, device=device)  # noqa: E731,E501
+            make = lambda: torch.zeros(2, blocks, block_size, h, head_dim, dtype=dtype, device=device)  # noqa: E731
         else:
-            make = lambda: torch.zeros(2, blocks, heads, block_size, head_dim, dtype=dtype,  # noqa: E731
+            make = lambda: torch.zeros(2, blocks, h, block_size, head_dim, dtype=dtype,  # noqa: E731
                                        device=device).permute(0, 1, 3, 2, 4)
-        self.kv = {name: make() for name in self.names}
-        self.worker.register_kv_caches(self.kv)
+        self.kvs = [{name: make() for name in self.names} for _ in range(tp_size)]
+        self.kv = self.kvs[0]
+        for worker, kv in zip(self.workers, self.kvs):
+            worker.register_kv_caches(kv)
+        self._reports: Dict[Tuple[str, str], int] = {}  # (kind, request id) -> ranks that reported it
         self.free = list(range(blocks))
         self.sending: Set[str] = set()
         self.received: Set[str] = set()
@@ -114,31 +143,46 @@ class FakeEngine:
         return ids
 
     def gather(self, ids: Sequence[int], tokens: int) -> np.ndarray:
-        """[L, 2, T, H, D] float32 of the request's blocks."""
+        """[L, 2, T, H, D] float32 of the request's blocks (every rank's heads, in head order)."""
         index = torch.tensor(list(ids), dtype=torch.long, device=self.device)
-        out = [torch.stack([t[kind][index].reshape(-1, self.heads, self.head_dim)[:tokens] for kind in (0, 1)])
-               for t in (self.kv[name] for name in self.names)]
+        h = self.rank_heads
+        out = [torch.stack([torch.cat([kv[name][kind][index].reshape(-1, h, self.head_dim)[:tokens]
+                                       for kv in self.kvs], dim=1) for kind in (0, 1)])
+               for name in self.names]
         return torch.stack(out).float().cpu().numpy()
 
     def step(self, output: SchedulerOutput, compute: Optional[Dict[str, Tuple[List[int], np.ndarray]]] = None) -> None:
         """One engine step: the scheduler's metadata to the worker, the forward pass (writing `compute`'s KV
         layer by layer, as attention does), then the connector's report back to the scheduler."""
         meta = self.sched.build_connector_meta(output)
-        self.worker.bind_connector_metadata(meta)
-        self.worker.start_load_kv(None)
-        for layer, name in enumerate(self.names):
-            self.worker.wait_for_layer_load(name)
-            for ids, values in (compute or {}).values():
-                index = torch.tensor(ids, dtype=torch.long, device=self.device)
-                for kind in (0, 1):
-                    padded = torch.zeros(len(ids) * self.block_size, self.heads, self.head_dim, device=self.device)
-                    padded[: values.shape[2]] = torch.from_numpy(values[layer, kind]).to(self.device)
-                    self.kv[name][kind][index] = padded.reshape(len(ids), self.block_size, self.heads,
-                                                                self.head_dim).to(self.kv[name].dtype)
-            self.worker.save_kv_layer(name, self.kv[name], None)
-        self.worker.wait_for_save()
-        sending, recving = self.worker.get_finished(output.finished_req_ids)
-        self.worker.clear_connector_metadata()
+        h = self.rank_heads
+        finished: Dict[str, Set[str]] = {"sending": set(), "recving": set()}
+        for rank, (worker, kv) in enumerate(zip(self.workers, self.kvs)):
+            worker.bind_connector_metadata(meta)
+            worker.start_load_kv(None)
+            for layer, name in enumerate(self.names):
+                worker.wait_for_layer_load(name)
+                for ids, values in (compute or {}).values():
+                    index = torch.tensor(ids, dtype=torch.long, device=self.device)
+                    for kind in (0, 1):
+                        padded = torch.zeros(len(ids) * self.block_size, h, self.head_dim, device=self.device)
+                        padded[: values.shape[2]] = torch.from_numpy(
+                            values[layer, kind, :, rank * h:(rank + 1) * h]).to(self.device)
+                        kv[name][kind][index] = padded.reshape(len(ids), self.block_size, h,
+                                                               self.head_dim).to(kv[name].dtype)
+                worker.save_kv_layer(name, kv[name], None)
+            worker.wait_for_save()
+            sending, recving = worker.get_finished(output.finished_req_ids)
+            worker.clear_connector_metadata()
+            for kind, ids in (("sending", sending), ("recving", recving)):
+                for rid in ids or ():
+                    n = self._reports.get((kind, rid), 0) + 1
+                    if n == self.tp_size:
+                        self._reports.pop((kind, rid), None)
+                        finished[kind].add(rid)
+                    else:
+                        self._reports[(kind, rid)] = n
+        sending, recving = finished["sending"] or None, finished["recving"] or None
         self.sending |= sending or set()
         self.received |= recving or set()
         self.sched.update_connector_output(KVConnectorOutput(sending, recving))
@@ -173,8 +217,15 @@ class FakeEngine:
             self.step(SchedulerOutput(finished_req_ids=set(finished)))
             time.sleep(0.01)
 
+    def load_errors(self) -> Set[int]:
+        errors: Set[int] = set()
+        for worker in self.workers:
+            errors |= worker.get_block_ids_with_load_errors()
+        return errors
+
     def shutdown(self) -> None:
-        self.worker.shutdown()
+        for worker in self.workers:
+            worker.shutdown()
 
 
 def _prefill_main(config: Dict[str, Any]) -> None:
@@ -190,9 +241,10 @@ def _prefill_main(config: Dict[str, Any]) -> None:
             values = rng.standard_normal((len(engine.names), 2, req["tokens"], shape.get("heads", 2),
                                           shape.get("head_dim", 64))).astype(np.float32)
         np.save(req["out"], values)
-        request, ids, (delay, params) = engine.prefill(req["id"], values,
-                                                        {"do_remote_decode": True,
-                                                         "kvt_decode_daemon": config["decode_daemon"]})
+        params = {"do_remote_decode": True, "kvt_decode_daemon": config["decode_daemon"]}
+        if "decode_tp_size" in config:
+            params["kvt_decode_tp_size"] = config["decode_tp_size"]
+        request, ids, (delay, params) = engine.prefill(req["id"], values, params)
         print(json.dumps({"id": req["id"], "delay": delay, "params": params}), flush=True)
         pending.append(req["id"])
     for rid in pending:

@@ -40,8 +40,9 @@ def layer_order(names: Sequence[str]) -> List[str]:
     return [numbered[k] for k in sorted(numbered)] + rest
 
 
-def layout_of(tensor: Any) -> KvLayout:
-    """The kvt layout of one vLLM layer tensor; ValueError (saying what is supported) for anything else."""
+def layout_of(tensor: Any, head_begin: int = 0, total_kv_heads: int = 0) -> KvLayout:
+    """The kvt layout of one vLLM layer tensor (holding heads [head_begin, head_begin + its heads) of the model's
+    total_kv_heads, 0: unsharded); ValueError (saying what is supported) for anything else."""
     shape = tuple(tensor.shape)
     if len(shape) != 5 or shape[0] != 2:
         raise ValueError(f"KvtConnector supports vLLM KV tensors of shape [2, num_blocks, block_size, heads, "
@@ -59,16 +60,21 @@ def layout_of(tensor: Any) -> KvLayout:
     if dtype not in names:
         raise ValueError(f"KvtConnector moves bf16, fp16 or fp32 KV caches, got {dtype} (an fp8 KV cache is not "
                          f"supported yet)")
+    if total_kv_heads and head_begin + heads > total_kv_heads:
+        raise ValueError(f"KvtConnector: a layer of {heads} KV heads from head {head_begin} does not fit the "
+                         f"model's {total_kv_heads}")
     return KvLayout(num_layers=1, num_blocks=blocks, block_tokens=block_size, num_kv_heads=heads,
-                    head_dim=head_size, dtype=names[dtype], order=order)
+                    head_dim=head_size, dtype=names[dtype], order=order, head_begin=head_begin,
+                    total_kv_heads=total_kv_heads)
 
 
 class LayerBinding:
     """One layer's region in the local kvtd."""
 
-    def __init__(self, client: Client, region_id: str, tensor: Any) -> None:
+    def __init__(self, client: Client, region_id: str, tensor: Any, head_begin: int = 0,
+                 total_kv_heads: int = 0) -> None:
         self.region_id = region_id
-        self.layout = layout_of(tensor)
+        self.layout = layout_of(tensor, head_begin, total_kv_heads)
         self._tensor = tensor
         self._mirror: Optional[KvCache] = None
         self._ipc: Optional[Tuple[bytes, int, Any]] = None

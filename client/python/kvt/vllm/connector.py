@@ -8,7 +8,7 @@ from kvt.vllm._api import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRo
 from kvt.vllm.config import KvtConnectorConfig
 from kvt.vllm.metadata import KvtConnectorMetadata
 from kvt.vllm.scheduler import KvtScheduler
-from kvt.vllm.worker import KvtWorker
+from kvt.vllm.worker import KvtWorker, tensor_parallel_of
 
 
 class KvtConnector(KVConnectorBase_V1):
@@ -17,10 +17,11 @@ class KvtConnector(KVConnectorBase_V1):
         self.config = KvtConnectorConfig.from_kv_transfer_config(vllm_config.kv_transfer_config)
         self._scheduler: Optional[KvtScheduler] = None
         self._worker: Optional[KvtWorker] = None
+        tp = tensor_parallel_of(vllm_config)
         if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = KvtScheduler(self.config, int(vllm_config.cache_config.block_size))
+            self._scheduler = KvtScheduler(self.config, int(vllm_config.cache_config.block_size), tp.size)
         else:
-            self._worker = KvtWorker(self.config)
+            self._worker = KvtWorker(self.config, tp)
 
     # --- scheduler side --------------------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ from kvt.vllm._api import KVConnectorMetadata
 class LoadSpec:
     """Decode side: receive transfer `transfer_id` into these blocks (vLLM's ids, token order)."""
     request_id: str  # vLLM's request id on this instance
-    transfer_id: str  # the rendezvous key both instances' kvtd use (one kvt request per layer: "<id>/L<layer>")
+    transfer_id: str  # the rendezvous key both instances' kvtd use (one kvt request per rank pair and layer, tp.py)
     block_ids: Tuple[int, ...]
     num_tokens: int
     source_daemon: str = ""  # the prefill kvtd's --daemon_id, "" for any authenticated one
+    prefill_tp_size: int = 0  # the prefill instance's tensor-parallel size; 0: this instance's (tp.py)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class SaveSpec:
     block_ids: Tuple[int, ...]
     num_tokens: int
     decode_daemon: str  # the decode kvtd: its peer service's "host:port", or its daemon id when kvtd uses etcd
+    decode_tp_size: int = 0  # the decode instance's tensor-parallel size; 0: this instance's (tp.py)
 
 
 @dataclass

@@ -2,10 +2,10 @@
 
 Request parameters (`kv_transfer_params`, as vLLM's NIXL connector uses them; a proxy sets them):
 - prefill instance: `{"do_remote_decode": true, "kvt_decode_daemon": "host:port" or a daemon id (with etcd),
-  "kvt_transfer_id": "..."}`
-  (`kvt_transfer_id` defaults to the request id). When the request finishes, `request_finished` returns the
-  parameters the decode instance needs: `{"do_remote_prefill": true, "kvt_transfer_id", "kvt_num_tokens",
-  "kvt_source_daemon"}`.
+  "kvt_transfer_id": "...", "kvt_decode_tp_size": N}`
+  (`kvt_transfer_id` defaults to the request id, `kvt_decode_tp_size` to this instance's TP size). When the
+  request finishes, `request_finished` returns the parameters the decode instance needs: `{"do_remote_prefill":
+  true, "kvt_transfer_id", "kvt_num_tokens", "kvt_source_daemon", "kvt_prefill_tp_size"}`.
 - decode instance: those parameters. A proxy that knows both ends may send them to both instances at once (the
   prefill kvtd then streams layers as they are computed, and the decode kvtd waits for them).
 """
@@ -28,16 +28,20 @@ class _Producing:
     transfer_id: str
     decode_daemon: str
     num_tokens: int
+    decode_tp_size: int
     block_ids: List[int] = field(default_factory=list)
     saved: bool = False  # its SaveSpec went to the workers
 
 
 class KvtScheduler:
-    def __init__(self, config: KvtConnectorConfig, block_size: int) -> None:
+    def __init__(self, config: KvtConnectorConfig, block_size: int, tp_size: int = 1) -> None:
         if block_size <= 0:
             raise ValueError(f"KvtConnector: cache block_size must be positive, got {block_size}")
+        if tp_size <= 0:
+            raise ValueError(f"KvtConnector: tensor-parallel size must be positive, got {tp_size}")
         self._config = config
         self._block_size = block_size
+        self._tp_size = tp_size
         self._producing: Dict[str, _Producing] = {}
         self._loading: Dict[str, str] = {}  # vLLM request id -> transfer id, until the workers report it
         # Mode "anchor": requests handed back at the anchor whose residual may still be landing in their blocks;
@@ -57,6 +61,10 @@ class KvtScheduler:
             _LOG.error("request %s: kvt_num_tokens %d is not in 1..%d (the prompt); computing it locally",
                        request.request_id, num_tokens, prompt_len)
             return 0, False
+        if _int_param(params, "kvt_prefill_tp_size", self._tp_size) <= 0:
+            _LOG.error("request %s: kvt_prefill_tp_size must be a positive integer, got %r; computing it locally",
+                       request.request_id, params.get("kvt_prefill_tp_size"))
+            return 0, False
         if num_computed_tokens > 0:
             # kvt writes the whole prompt's KV; blocks this instance already holds (a prefix-cache hit) may be
             # shared with other requests and must not be overwritten. docs/VLLM.md: run decode instances with
@@ -74,6 +82,7 @@ class KvtScheduler:
         if not params.get("do_remote_prefill") or num_external_tokens <= 0:
             return
         transfer_id = str(params.get("kvt_transfer_id") or request.request_id)
+        prefill_tp = _int_param(params, "kvt_prefill_tp_size", self._tp_size)  # checked in get_num_new_matched
         block_ids = _first_group(blocks.get_block_ids())
         needed = -(-num_external_tokens // self._block_size)
         if len(block_ids) < needed:
@@ -81,7 +90,8 @@ class KvtScheduler:
                              f"tokens of {self._block_size}")
         self._meta.loads.append(LoadSpec(request_id=request.request_id, transfer_id=transfer_id,
                                          block_ids=tuple(block_ids[:needed]), num_tokens=num_external_tokens,
-                                         source_daemon=str(params.get("kvt_source_daemon", ""))))
+                                         source_daemon=str(params.get("kvt_source_daemon", "")),
+                                         prefill_tp_size=prefill_tp))
         self._loading[request.request_id] = transfer_id
         if self._config.mode == "anchor":
             self._anchor_loaded.add(request.request_id)
@@ -97,9 +107,14 @@ class KvtScheduler:
             _LOG.error("request %s: do_remote_decode without kvt_decode_daemon (\"host:port\" of the decode "
                        "instance's kvtd); its KV is not sent", request.request_id)
             return
+        decode_tp = _int_param(params, "kvt_decode_tp_size", self._tp_size)
+        if decode_tp <= 0:
+            _LOG.error("request %s: kvt_decode_tp_size must be a positive integer, got %r; its KV is not sent",
+                       request.request_id, params.get("kvt_decode_tp_size"))
+            return
         self._producing[request.request_id] = _Producing(
             transfer_id=str(params.get("kvt_transfer_id") or request.request_id), decode_daemon=daemon,
-            num_tokens=len(request.prompt_token_ids or ()))
+            num_tokens=len(request.prompt_token_ids or ()), decode_tp_size=decode_tp)
 
     def build_connector_meta(self, scheduler_output: Any) -> KvtConnectorMetadata:
         """The step's loads, saves and cancels; resets them. Saves are emitted in the step that completes a
@@ -136,7 +151,8 @@ class KvtScheduler:
             return
         self._meta.saves.append(SaveSpec(request_id=req_id, transfer_id=producing.transfer_id,
                                          block_ids=tuple(producing.block_ids[:needed]),
-                                         num_tokens=producing.num_tokens, decode_daemon=producing.decode_daemon))
+                                         num_tokens=producing.num_tokens, decode_daemon=producing.decode_daemon,
+                                         decode_tp_size=producing.decode_tp_size))
         producing.saved = True
 
     # --- both ------------------------------------------------------------------------------------------------
@@ -166,7 +182,7 @@ class KvtScheduler:
             return True, None
         return True, {"do_remote_prefill": True, "do_remote_decode": False,
                       "kvt_transfer_id": producing.transfer_id, "kvt_num_tokens": producing.num_tokens,
-                      "kvt_source_daemon": self._config.daemon_id}
+                      "kvt_source_daemon": self._config.daemon_id, "kvt_prefill_tp_size": self._tp_size}
 
     def has_pending_work(self) -> bool:
         return bool(self._meta.loads or self._meta.saves or self._meta.cancels)

@@ -1,8 +1,10 @@
 """The worker-side half of KvtConnector: offers and expects each layer through the local kvtd, and tells vLLM
 which requests finished sending or receiving.
 
-One kvt request per (transfer, rank, layer), id `"<transfer_id>/r<tp rank>/L<layer>"`, because vLLM keeps every
-layer in its own allocation and a kvt region is one allocation. The daemons' anchor-first lanes order all of them
+One kvt request per (transfer, prefill rank, decode rank, layer), id `"<transfer_id>/p<rank>d<rank>/L<layer>"`
+(tp.py: the rank pairs whose KV heads overlap, so that instances of different tensor-parallel sizes exchange each
+head once; kvtd re-slices the heads), because vLLM keeps every layer in its own allocation and a kvt region is one
+allocation. The daemons' anchor-first lanes order all of them
 together, so every layer's anchor still goes before any residual. Threads: the sender issues offers in layer
 order (after the layer's CUDA work, or after copying host blocks to their mirror); a request's watcher follows all
 its layers at once (one watch each, attached as soon as the request starts, so no finished layer is missed) to the
@@ -20,20 +22,40 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from kvt.client import Client, EventKind, Side
 from kvt.errors import KvtError, NotFound
-from kvt.vllm.binding import LayerBinding, layer_order
+from kvt.vllm.binding import LayerBinding, layer_order, layout_of
 from kvt.vllm.config import KvtConnectorConfig
 from kvt.vllm.metadata import KvtConnectorMetadata, LoadSpec, SaveSpec
+from kvt.vllm.tp import TpPlan, head_range, request_id as kvt_request_id
 
 _LOG = logging.getLogger("kvt.vllm")
 
 
-def tp_rank() -> int:
-    """This worker's tensor-parallel rank in vLLM (0 outside vLLM or before its groups exist)."""
+@dataclass(frozen=True)
+class TensorParallel:
+    """This worker's place in its instance's tensor parallelism."""
+    rank: int = 0
+    size: int = 1
+    total_kv_heads: int = 0  # the model's KV heads; 0: this rank's heads x size (no replicated heads)
+
+
+def tensor_parallel_of(vllm_config: Any) -> TensorParallel:
+    """From vLLM's config and parallel state: the TP size (parallel_config.tensor_parallel_size), this worker's
+    rank (vLLM's TP group, else parallel_config.rank within the size) and the model's KV heads
+    (model_config.get_total_num_kv_heads()). Outside vLLM, or before its groups exist: rank 0 of 1."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+    size = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
     try:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        return int(get_tensor_model_parallel_rank())
-    except Exception:  # noqa: BLE001 - no vLLM, or no TP group: a single worker
-        return 0
+        rank = int(get_tensor_model_parallel_rank())
+    except Exception:  # noqa: BLE001 - no vLLM, or no TP group yet
+        rank = int(getattr(parallel, "rank", 0) or 0) % size
+    total = 0
+    model = getattr(vllm_config, "model_config", None)
+    if model is not None and hasattr(model, "get_total_num_kv_heads"):
+        total = int(model.get_total_num_kv_heads())
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"KvtConnector: tensor-parallel rank {rank} of size {size}")
+    return TensorParallel(rank=rank, size=size, total_kv_heads=total)
 
 
 @dataclass
@@ -44,9 +66,12 @@ class _Sending:
 
 
 class KvtWorker:
-    def __init__(self, config: KvtConnectorConfig) -> None:
+    def __init__(self, config: KvtConnectorConfig, tp: TensorParallel = TensorParallel()) -> None:
         self._config = config
-        self._rank = tp_rank()
+        self._tp = tp
+        self._rank = tp.rank
+        self._total_heads = tp.total_kv_heads
+        self._ids: Dict[str, List[str]] = {}  # transfer id -> its kvt requests on this worker (cancel, watch)
         self._client = Client(config.kvtd_socket, connect_timeout=config.connect_timeout_s)
         self._layers: List[LayerBinding] = []
         self._index: Dict[str, int] = {}
@@ -78,8 +103,17 @@ class KvtWorker:
         if not kv_caches:
             raise ValueError("KvtConnector: no KV caches to register")
         prefix = f"vllm-{os.getpid()}-r{self._rank}-{id(self):x}"
-        for i, name in enumerate(layer_order(list(kv_caches))):
-            self._layers.append(LayerBinding(self._client, f"{prefix}-L{i}", kv_caches[name]))
+        names = layer_order(list(kv_caches))
+        heads = layout_of(kv_caches[names[0]]).num_kv_heads
+        if not self._total_heads:
+            self._total_heads = heads * self._tp.size
+        begin, end = head_range(self._rank, self._tp.size, self._total_heads)
+        if end - begin != heads:
+            raise ValueError(f"KvtConnector: TP rank {self._rank} of {self._tp.size} holds {heads} KV heads, where "
+                             f"vLLM's sharding of the model's {self._total_heads} gives it {end - begin}")
+        for i, name in enumerate(names):
+            self._layers.append(LayerBinding(self._client, f"{prefix}-L{i}", kv_caches[name], head_begin=begin,
+                                             total_kv_heads=self._total_heads))
             self._index[name] = i
         _LOG.info("kvt: %d layers registered with %s (%s, %s)", len(self._layers), self._config.kvtd_socket,
                   "CUDA IPC" if self._layers[0].on_gpu else "host mirror", self._layers[0].layout.order.value)
@@ -180,10 +214,11 @@ class KvtWorker:
                     event.synchronize()
                 binding = self._layers[layer]
                 binding.stage_out(spec.block_ids)
-                self._client.offer(self._kvt_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
-                                   spec.num_tokens, ready_layers=[0], scheme=self._config.scheme,
-                                   decode_daemon=spec.decode_daemon, deadline=self._config.deadline_s)
-            except KvtError as e:
+                for kvt_id in self._send_ids(spec, layer):
+                    self._client.offer(kvt_id, binding.region_id, spec.block_ids, spec.num_tokens,
+                                       ready_layers=[0], scheme=self._config.scheme,
+                                       decode_daemon=spec.decode_daemon, deadline=self._config.deadline_s)
+            except (KvtError, ValueError) as e:
                 _LOG.error("kvt: offer of %s layer %d failed: %s", spec.request_id, layer, e)
                 failed = True
         self._offered(spec, layer, failed)
@@ -200,16 +235,43 @@ class KvtWorker:
         if complete:
             self._pool.submit(self._watch_send, sending)
 
-    def _kvt_id(self, transfer_id: str, layer: int) -> str:
-        return f"{transfer_id}/r{self._rank}/L{layer}"
+    def _plan(self, prefill_size: int, decode_size: int) -> TpPlan:
+        """The rank pairs of a transfer (a size of 0 is this instance's); ValueError for sizes the model's heads
+        do not allow."""
+        return TpPlan(prefill_size or self._tp.size, decode_size or self._tp.size, self._total_heads)
+
+    def _send_ids(self, spec: SaveSpec, layer: int) -> List[str]:
+        """This prefill rank's kvt requests of one layer: one per decode rank that takes heads from it."""
+        peers = self._plan(self._tp.size, spec.decode_tp_size).peers(Side.PREFILL, self._rank)
+        ids = [kvt_request_id(spec.transfer_id, self._rank, d, layer) for d in peers]
+        self._remember(spec.transfer_id, ids)
+        return ids
+
+    def _load_ids(self, spec: LoadSpec, layer: int) -> List[str]:
+        """This decode rank's kvt requests of one layer: one per prefill rank it takes heads from."""
+        peers = self._plan(spec.prefill_tp_size, self._tp.size).peers(Side.DECODE, self._rank)
+        ids = [kvt_request_id(spec.transfer_id, p, self._rank, layer) for p in peers]
+        self._remember(spec.transfer_id, ids)
+        return ids
+
+    def _remember(self, transfer_id: str, ids: List[str]) -> None:
+        with self._mu:
+            known = self._ids.setdefault(transfer_id, [])
+            known.extend(i for i in ids if i not in known)
 
     def _follow_all(self, transfer_id: str, side: Side, want: EventKind) -> List["concurrent.futures.Future[bool]"]:
-        return [self._layer_pool.submit(self._follow, self._kvt_id(transfer_id, layer), side, want)
-                for layer in range(len(self._layers))]
+        with self._mu:
+            ids = list(self._ids.get(transfer_id, ()))
+        return [self._layer_pool.submit(self._follow, kvt_id, side, want) for kvt_id in ids]
+
+    def _forget(self, transfer_id: str) -> None:
+        with self._mu:
+            self._ids.pop(transfer_id, None)
 
     def _watch_send(self, sending: _Sending) -> None:
         for future in self._follow_all(sending.spec.transfer_id, Side.PREFILL, EventKind.DONE):
             future.result()
+        self._forget(sending.spec.transfer_id)
         with self._mu:
             self._sending.pop(sending.spec.request_id, None)
             self._send_done.add(sending.spec.request_id)
@@ -221,18 +283,19 @@ class KvtWorker:
             self._loads_active[spec.request_id] = spec.transfer_id
             if self._config.mode == "anchor":  # vLLM keeps its blocks until we say so (scheduler.request_finished)
                 self._landing[spec.request_id] = False
-        expected: List[int] = []
+        expected: List[str] = []
         try:
             for layer, binding in enumerate(self._layers):
-                self._client.expect(self._kvt_id(spec.transfer_id, layer), binding.region_id, spec.block_ids,
-                                    spec.num_tokens, source_daemon=spec.source_daemon,
-                                    deadline=self._config.deadline_s,
-                                    allow_anchor_only=self._config.mode == "anchor")
-                expected.append(layer)
-        except KvtError as e:
+                for kvt_id in self._load_ids(spec, layer):
+                    self._client.expect(kvt_id, binding.region_id, spec.block_ids, spec.num_tokens,
+                                        source_daemon=spec.source_daemon, deadline=self._config.deadline_s,
+                                        allow_anchor_only=self._config.mode == "anchor")
+                    expected.append(kvt_id)
+        except (KvtError, ValueError) as e:
             _LOG.error("kvt: expect of %s failed: %s", spec.request_id, e)
-            for layer in expected:
-                self._cancel_one(self._kvt_id(spec.transfer_id, layer))
+            for kvt_id in expected:
+                self._cancel_one(kvt_id)
+            self._forget(spec.transfer_id)
             self._finish_load(spec, ok=False)
             self._landed(spec)
             return
@@ -243,6 +306,7 @@ class KvtWorker:
         dones = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.DONE)
         if not anchor_mode:
             self._finish_load(spec, all([f.result() for f in dones]))
+            self._forget(spec.transfer_id)
             return
         anchors = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.ANCHOR_READY)
         ok = all([f.result() for f in anchors])
@@ -254,7 +318,9 @@ class KvtWorker:
         self._landed(spec)
 
     def _landed(self, spec: LoadSpec) -> None:
-        """Anchor mode: the transfer is over (done, failed or cancelled); vLLM may free the blocks once finished."""
+        """The transfer is over (done, failed or cancelled); in anchor mode vLLM may free the blocks once
+        finished."""
+        self._forget(spec.transfer_id)
         with self._mu:
             if spec.request_id in self._landing:
                 self._landing[spec.request_id] = True
@@ -290,8 +356,10 @@ class KvtWorker:
     # --- cancel and shutdown ---------------------------------------------------------------------------------
 
     def _cancel(self, transfer_id: str) -> None:
-        for layer in range(len(self._layers)):
-            self._cancel_one(self._kvt_id(transfer_id, layer))
+        with self._mu:
+            ids = list(self._ids.get(transfer_id, ()))
+        for kvt_id in ids:
+            self._cancel_one(kvt_id)
 
     def _cancel_one(self, request_id: str) -> None:
         try:
