@@ -704,6 +704,7 @@ KVT_AVX512 bool DecodeChunkParameters(const uint8_t* ends, LynxPageMeta& meta) {
 // RefPackEndPairs with the pair indices computed 16 at a time (1024 per block, so every block starts on a byte
 // boundary and PackEndPairs' groups of 8 run through most of it); the packing is the shared PackEndPairs.
 KVT_AVX512 void PackEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
+  if (PackNarrowEnds(q_low, q_high, n, bits, out)) return;  // VBMI, even widths <= 16
   constexpr size_t kBlock = 1024;
   alignas(64) uint32_t index[kBlock];
   const __m512i one = _mm512_set1_epi32(1);

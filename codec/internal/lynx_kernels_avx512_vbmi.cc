@@ -368,7 +368,41 @@ KVT_AVX512_VBMI bool ReconstructNibblesVbmi(const uint8_t* const* streams, int s
   return true;
 }
 
+// LynxKernels::pack_end_pairs for even widths up to 16 bits, 16 pairs at a time straight from q_low / q_high
+// (2 E bytes a block, so every block starts on a byte): each qword's two indices joined into 2 E bits, each
+// 128-bit lane's two qwords into 4 E bits (E / 2 whole bytes), those bytes gathered by one byte permute.
+KVT_AVX512_VBMI bool PackEndsVbmi(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
+  if (!VbmiAvailable() || bits > 16 || bits % 2 != 0) return false;
+  const int lane_bytes = bits / 2;
+  alignas(64) uint8_t order[64] = {};
+  for (int b = 0; b < 4 * lane_bytes; ++b) order[b] = static_cast<uint8_t>(16 * (b / lane_bytes) + b % lane_bytes);
+  const __m512i compact = _mm512_load_si512(order);
+  const __m512i field = _mm512_set1_epi64((int64_t{1} << bits) - 1);
+  const __m512i field32 = _mm512_set1_epi32((1 << bits) - 1);
+  const __m512i one = _mm512_set1_epi32(1);
+  const size_t block = 2 * static_cast<size_t>(bits);  // bytes of 16 fields
+  const __mmask64 store = (__mmask64{1} << block) - 1;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q_low + i)));
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q_high + i)));
+    // Each index masked to its E bits as PackEndPairs does, then qword f0 | f1 << 32 -> f0 | f1 << E (f0 < 2^E <=
+    // 2^(32 - E): the shift drops it).
+    const __m512i index = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_srli_epi32(_mm512_mullo_epi32(hi, _mm512_add_epi32(hi, one)), 1), lo), field32);
+    const __m512i pair = _mm512_or_si512(_mm512_and_si512(index, field), _mm512_srli_epi64(index, 32 - bits));
+    const __m512i quad = _mm512_or_si512(pair, _mm512_slli_epi64(_mm512_bsrli_epi128(pair, 8), 2 * bits));
+    _mm512_mask_storeu_epi8(out + i / kLanes * block, store, _mm512_permutexvar_epi8(compact, quad));
+  }
+  if (i < n) RefPackEndPairs(q_low + i, q_high + i, n - i, bits, out + i / kLanes * block);
+  return true;
+}
+
 }  // namespace
+
+bool PackNarrowEnds(const uint16_t* q_low, const uint16_t* q_high, size_t n, int bits, uint8_t* out) {
+  return PackEndsVbmi(q_low, q_high, n, bits, out);
+}
 
 bool CodesNibbles(const PageView& page, const LynxPageMeta& meta, const LynxTables& tables,
                   uint8_t* const* streams) {

@@ -126,5 +126,34 @@ TEST(LynxKernelsTest, FusedDecodeOfChunkParametersRefusesAnIndexPastTheGridAndOd
   EXPECT_FALSE(k.decode_chunk_parameters(packed.data(), meta));
 }
 
+TEST(LynxKernelsTest, EveryImplementationPacksEndPairsAsTheReferenceAtEveryWidthAndLengthWritingNoBytePast) {
+  std::mt19937 rng(37);
+  for (CodecImpl impl : {CodecImpl::kAvx2, CodecImpl::kAvx512}) {
+    if (!ImplAvailable(impl)) continue;
+    const LynxKernels& k = KernelsFor(impl);
+    for (int bits = kMinEndPairBits; bits <= kMaxEndPairBits; ++bits) {
+      const int grid = EndGridMax(bits);
+      std::uniform_int_distribution<int> any(0, grid);
+      for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{1024},
+                       size_t{1029}, size_t{4096 + 15}}) {
+        std::vector<uint16_t> q_low(n), q_high(n);
+        for (size_t i = 0; i < n; ++i) {
+          int a = any(rng), b = any(rng);
+          if (a > b) std::swap(a, b);
+          // The grid's corners too: (0, 0) and (G, G), whose index is the largest.
+          if (i % 7 == 0) a = b = (i % 14 == 0) ? 0 : grid;
+          q_low[i] = static_cast<uint16_t>(a);
+          q_high[i] = static_cast<uint16_t>(b);
+        }
+        const size_t bytes = EndPairBytes(n, bits);
+        std::vector<uint8_t> want(bytes + 64, 0xA5), got(bytes + 64, 0xA5);
+        RefPackEndPairs(q_low.data(), q_high.data(), n, bits, want.data());
+        k.pack_end_pairs(q_low.data(), q_high.data(), n, bits, got.data());
+        ASSERT_EQ(got, want) << ImplName(impl) << " bits " << bits << " n " << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvt::codec::internal
