@@ -292,26 +292,26 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=CUDA)])
-@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2), (4, 2)])
+@pytest.mark.parametrize("prefill_tp,decode_tp,heads", [(2, 1, 4), (1, 2, 4), (4, 2, 4), (4, 1, 2), (1, 4, 2)])
 def test_instances_of_different_tensor_parallel_sizes_exchange_every_head(start_daemon, ids, tmp_path, prefill_tp,
-                                                                          decode_tp, device) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+                                                                          decode_tp, heads, device) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     """Each prefill rank offers to the decode ranks that hold its heads, each decode rank expects from the prefill
-    ranks that hold its heads (kvt/vllm/tp.py), and kvtd re-slices: the decode instance's ranks together hold the
-    prompt's every head, bit for bit in bf16; host caches, and GPU caches through CUDA IPC."""
+    ranks that hold its heads (kvt/vllm/tp.py; with more ranks than heads, vLLM's replicas), and kvtd re-slices:
+    every decode rank holds its heads of the prompt, bit for bit in bf16; host caches, and GPU caches through CUDA
+    IPC. Afterwards no worker still tracks the transfer."""
     prefill, decode = start_daemon("prefill"), start_daemon("decode")
-    heads = 4
-    rid = ids(f"tp{prefill_tp}to{decode_tp}")
+    rid = ids(f"tp{prefill_tp}to{decode_tp}h{heads}")
     requests = [{"id": rid, "tokens": 45, "seed": 11, "out": str(tmp_path / "tp.npy")}]
     shape = {**SHAPE, "heads": heads, "device": device}
     proc = run_prefill(prefill, decode, requests, "bf16", shape={**shape, "tp_size": prefill_tp},
                        decode_tp_size=decode_tp)
+    engine = None
     try:
-        engine = FakeEngine("kv_consumer", {"kvtd_socket": decode.socket, "deadline_s": 20},
-                            **{**shape, "tp_size": decode_tp})
-    except kvt.FailedPrecondition as e:
-        proc.kill()
-        pytest.skip(f"this kvtd has no GPU path: {e}")
-    try:
+        try:
+            engine = FakeEngine("kv_consumer", {"kvtd_socket": decode.socket, "deadline_s": 20},
+                                **{**shape, "tp_size": decode_tp})
+        except kvt.FailedPrecondition as e:
+            pytest.skip(f"this kvtd has no GPU path: {e}")
         p = read_params(proc, 1)[rid]
         assert p["kvt_prefill_tp_size"] == prefill_tp
         _, block_ids = engine.start_decode(rid, 45, p)
@@ -319,8 +319,17 @@ def test_instances_of_different_tensor_parallel_sizes_exchange_every_head(start_
         assert engine.load_errors() == set()
         want = as_bf16(np.load(requests[0]["out"]))
         np.testing.assert_array_equal(engine.gather(block_ids, 45), want)
+        for rank in range(decode_tp):  # replicas too: every rank holds its heads
+            begin, got = engine.head_begin[rank], engine.gather_rank(rank, block_ids, 45)
+            np.testing.assert_array_equal(got, want[:, :, :, begin:begin + engine.rank_heads])
+        end = time.monotonic() + 5
+        while any(w._worker._ids for w in engine.workers) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not any(w._worker._ids for w in engine.workers)
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     finally:
-        engine.shutdown()
+        if engine is not None:
+            engine.shutdown()
         if proc.poll() is None:
             proc.kill()
+        proc.wait(timeout=10)

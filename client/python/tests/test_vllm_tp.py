@@ -21,11 +21,17 @@ def test_heads_follow_vllms_sharding_and_replication() -> None:
     assert [head_range(r, 4, 2) for r in range(4)] == [(0, 1), (0, 1), (1, 2), (1, 2)]
 
 
-SIZES = [(m, n, h) for h in (1, 2, 4, 8) for m, n in itertools.product((1, 2, 4, 8), repeat=2)]
+def _valid(size: int, heads: int) -> bool:
+    return heads % size == 0 or size % heads == 0
+
+
+SIZES = [(m, n, h) for h in range(1, 9) for m, n in itertools.product(range(1, 9), repeat=2)
+         if _valid(m, h) and _valid(n, h)]
 
 
 @pytest.mark.parametrize("prefill,decode,heads", SIZES)
 def test_every_decode_head_comes_from_exactly_one_prefill_rank_that_holds_it(prefill, decode, heads) -> None:
+    """Every shardable combination of 1-8 ranks on each side and 1-8 heads."""
     plan = TpPlan(prefill, decode, heads)
     pairs = plan.pairs()
     assert len(set(pairs)) == len(pairs)
@@ -113,3 +119,28 @@ def test_the_tp_sizes_travel_in_the_requests_parameters() -> None:
     meta = bad.build_connector_meta(SimpleNamespace(scheduled_new_reqs=[new], num_scheduled_tokens={"r": 40},
                                                     scheduled_cached_reqs=None))
     assert meta.saves == []
+
+
+def test_sizes_every_shardable_combination_is_covered_and_the_rest_refused() -> None:
+    assert len(SIZES) > 100
+    for m, n, h in itertools.product(range(1, 9), repeat=3):
+        if (m, n, h) in SIZES:
+            TpPlan(m, n, h)
+        else:
+            with pytest.raises(ValueError):
+                TpPlan(m, n, h)
+
+
+def test_a_tp_size_the_models_heads_cannot_pair_with_is_caught_by_the_scheduler() -> None:
+    """With the model's KV heads from vLLM the scheduler refuses a size at once, naming the parameter, instead
+    of the workers failing the transfer after blocks were allocated."""
+    sched = KvtScheduler(KvtConnectorConfig(kvtd_socket="/x", role="kv_consumer"), 16, tp_size=2,
+                         total_kv_heads=8)
+    params = {"do_remote_prefill": True, "kvt_num_tokens": 40, "kvt_prefill_tp_size": 3}
+    assert sched.get_num_new_matched_tokens(_request(params), 0) == (0, False)
+    assert "kvt_prefill_tp_size 3 cannot pair" in sched._tp_problem("kvt_prefill_tp_size", params, prefill=True)
+    producer = KvtScheduler(KvtConnectorConfig(kvtd_socket="/x", role="kv_producer"), 16, tp_size=2,
+                            total_kv_heads=8)
+    assert "kvt_decode_tp_size 6 cannot pair" in producer._tp_problem(
+        "kvt_decode_tp_size", {"kvt_decode_tp_size": 6}, prefill=False)
+    assert producer._tp_problem("kvt_decode_tp_size", {"kvt_decode_tp_size": 4}, prefill=False) == ""

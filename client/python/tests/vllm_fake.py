@@ -101,8 +101,8 @@ class KVConnectorOutput:
 
 class FakeEngine:
     """One vLLM instance: a scheduler-role connector and one worker-role connector per tensor-parallel rank, each
-    rank with per-layer KV tensors [2, num_blocks, block_size, heads / tp_size, head_dim] (NHD, or HND strides)
-    of its heads, a free list of blocks. As vLLM's output aggregator does, a request counts as finished sending or
+    rank with per-layer KV tensors [2, num_blocks, block_size, its heads, head_dim] (NHD, or HND strides; vLLM's
+    sharding: heads / tp_size each, or one replicated head each when tp_size > heads), a free list of blocks. As vLLM's output aggregator does, a request counts as finished sending or
     receiving once every rank has reported it."""
 
     def __init__(self, role: str, extra: Dict[str, Any], layers: int = 3, blocks: int = 32, block_size: int = 16,
@@ -110,14 +110,15 @@ class FakeEngine:
                  device: str = "cpu", tp_size: int = 1) -> None:
         from kvt.vllm import KvtConnector
         from kvt.vllm._api import KVConnectorRole
-        assert heads % tp_size == 0, "the fake shards heads evenly (no replicated heads)"
+        assert heads % tp_size == 0 or tp_size % heads == 0, "vLLM shards heads evenly or replicates them"
 
         def config(rank: int) -> VllmConfig:
             return VllmConfig(KVTransferConfig(role, extra), CacheConfig(block_size), ParallelConfig(tp_size, rank),
                               ModelConfig(heads) if tp_size > 1 else None)
 
         self.block_size, self.heads, self.head_dim, self.device = block_size, heads, head_dim, device
-        self.tp_size, self.rank_heads = tp_size, heads // tp_size
+        self.tp_size, self.rank_heads = tp_size, max(1, heads // tp_size)
+        self.head_begin = [r * heads // tp_size if tp_size > heads else r * self.rank_heads for r in range(tp_size)]
         self.sched = KvtConnector(config(0), KVConnectorRole.SCHEDULER)
         self.workers = [KvtConnector(config(r), KVConnectorRole.WORKER) for r in range(tp_size)]
         self.worker = self.workers[0]
@@ -132,7 +133,7 @@ class FakeEngine:
         self.kv = self.kvs[0]
         for worker, kv in zip(self.workers, self.kvs):
             worker.register_kv_caches(kv)
-        self._reports: Dict[Tuple[str, str], int] = {}  # (kind, request id) -> ranks that reported it
+        self._reports: Dict[Tuple[str, str], Set[int]] = {}  # (kind, request id) -> ranks that reported it
         self.free = list(range(blocks))
         self.sending: Set[str] = set()
         self.received: Set[str] = set()
@@ -143,13 +144,21 @@ class FakeEngine:
         return ids
 
     def gather(self, ids: Sequence[int], tokens: int) -> np.ndarray:
-        """[L, 2, T, H, D] float32 of the request's blocks (every rank's heads, in head order)."""
+        """[L, 2, T, H, D] float32 of the request's blocks: every head once, from the lowest rank holding it."""
         index = torch.tensor(list(ids), dtype=torch.long, device=self.device)
         h = self.rank_heads
-        out = [torch.stack([torch.cat([kv[name][kind][index].reshape(-1, h, self.head_dim)[:tokens]
-                                       for kv in self.kvs], dim=1) for kind in (0, 1)])
+        ranks = [r for r in range(self.tp_size) if r == 0 or self.head_begin[r] != self.head_begin[r - 1]]
+        out = [torch.stack([torch.cat([self.kvs[r][name][kind][index].reshape(-1, h, self.head_dim)[:tokens]
+                                       for r in ranks], dim=1) for kind in (0, 1)])
                for name in self.names]
         return torch.stack(out).float().cpu().numpy()
+
+    def gather_rank(self, rank: int, ids: Sequence[int], tokens: int) -> np.ndarray:
+        """[L, 2, T, its heads, D] float32 of the request's blocks on one rank."""
+        index = torch.tensor(list(ids), dtype=torch.long, device=self.device)
+        return torch.stack([torch.stack([self.kvs[rank][name][kind][index].reshape(-1, self.rank_heads,
+                                                                                   self.head_dim)[:tokens]
+                                         for kind in (0, 1)]) for name in self.names]).float().cpu().numpy()
 
     def step(self, output: SchedulerOutput, compute: Optional[Dict[str, Tuple[List[int], np.ndarray]]] = None) -> None:
         """One engine step: the scheduler's metadata to the worker, the forward pass (writing `compute`'s KV
@@ -166,8 +175,9 @@ class FakeEngine:
                     index = torch.tensor(ids, dtype=torch.long, device=self.device)
                     for kind in (0, 1):
                         padded = torch.zeros(len(ids) * self.block_size, h, self.head_dim, device=self.device)
+                        begin = self.head_begin[rank]
                         padded[: values.shape[2]] = torch.from_numpy(
-                            values[layer, kind, :, rank * h:(rank + 1) * h]).to(self.device)
+                            values[layer, kind, :, begin:begin + h]).to(self.device)
                         kv[name][kind][index] = padded.reshape(len(ids), self.block_size, h,
                                                                self.head_dim).to(kv[name].dtype)
                 worker.save_kv_layer(name, kv[name], None)
@@ -176,12 +186,12 @@ class FakeEngine:
             worker.clear_connector_metadata()
             for kind, ids in (("sending", sending), ("recving", recving)):
                 for rid in ids or ():
-                    n = self._reports.get((kind, rid), 0) + 1
-                    if n == self.tp_size:
-                        self._reports.pop((kind, rid), None)
+                    ranks = self._reports.setdefault((kind, rid), set())
+                    assert rank not in ranks, f"rank {rank} reported {rid} {kind} twice"
+                    ranks.add(rank)
+                    if len(ranks) == self.tp_size:
+                        del self._reports[(kind, rid)]
                         finished[kind].add(rid)
-                    else:
-                        self._reports[(kind, rid)] = n
         sending, recving = finished["sending"] or None, finished["recving"] or None
         self.sending |= sending or set()
         self.received |= recving or set()

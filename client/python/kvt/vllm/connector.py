@@ -19,7 +19,8 @@ class KvtConnector(KVConnectorBase_V1):
         self._worker: Optional[KvtWorker] = None
         tp = tensor_parallel_of(vllm_config)
         if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = KvtScheduler(self.config, int(vllm_config.cache_config.block_size), tp.size)
+            self._scheduler = KvtScheduler(self.config, int(vllm_config.cache_config.block_size), tp.size,
+                                           tp.total_kv_heads)
         else:
             self._worker = KvtWorker(self.config, tp)
 

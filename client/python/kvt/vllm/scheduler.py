@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kvt.vllm.config import KvtConnectorConfig
 from kvt.vllm.metadata import KvtConnectorMetadata, LoadSpec, SaveSpec
+from kvt.vllm.tp import TpPlan
 
 _LOG = logging.getLogger("kvt.vllm")
 _FINISHED_OK = ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED")
@@ -34,7 +35,8 @@ class _Producing:
 
 
 class KvtScheduler:
-    def __init__(self, config: KvtConnectorConfig, block_size: int, tp_size: int = 1) -> None:
+    def __init__(self, config: KvtConnectorConfig, block_size: int, tp_size: int = 1,
+                 total_kv_heads: int = 0) -> None:
         if block_size <= 0:
             raise ValueError(f"KvtConnector: cache block_size must be positive, got {block_size}")
         if tp_size <= 0:
@@ -42,6 +44,7 @@ class KvtScheduler:
         self._config = config
         self._block_size = block_size
         self._tp_size = tp_size
+        self._total_kv_heads = total_kv_heads  # the model's, from vLLM's model config; 0: unknown here
         self._producing: Dict[str, _Producing] = {}
         self._loading: Dict[str, str] = {}  # vLLM request id -> transfer id, until the workers report it
         # Mode "anchor": requests handed back at the anchor whose residual may still be landing in their blocks;
@@ -61,9 +64,9 @@ class KvtScheduler:
             _LOG.error("request %s: kvt_num_tokens %d is not in 1..%d (the prompt); computing it locally",
                        request.request_id, num_tokens, prompt_len)
             return 0, False
-        if _int_param(params, "kvt_prefill_tp_size", self._tp_size) <= 0:
-            _LOG.error("request %s: kvt_prefill_tp_size must be a positive integer, got %r; computing it locally",
-                       request.request_id, params.get("kvt_prefill_tp_size"))
+        why = self._tp_problem("kvt_prefill_tp_size", params, prefill=True)
+        if why:
+            _LOG.error("request %s: %s; computing it locally", request.request_id, why)
             return 0, False
         if num_computed_tokens > 0:
             # kvt writes the whole prompt's KV; blocks this instance already holds (a prefix-cache hit) may be
@@ -107,11 +110,11 @@ class KvtScheduler:
             _LOG.error("request %s: do_remote_decode without kvt_decode_daemon (\"host:port\" of the decode "
                        "instance's kvtd); its KV is not sent", request.request_id)
             return
-        decode_tp = _int_param(params, "kvt_decode_tp_size", self._tp_size)
-        if decode_tp <= 0:
-            _LOG.error("request %s: kvt_decode_tp_size must be a positive integer, got %r; its KV is not sent",
-                       request.request_id, params.get("kvt_decode_tp_size"))
+        why = self._tp_problem("kvt_decode_tp_size", params, prefill=False)
+        if why:
+            _LOG.error("request %s: %s; its KV is not sent", request.request_id, why)
             return
+        decode_tp = _int_param(params, "kvt_decode_tp_size", self._tp_size)
         self._producing[request.request_id] = _Producing(
             transfer_id=str(params.get("kvt_transfer_id") or request.request_id), decode_daemon=daemon,
             num_tokens=len(request.prompt_token_ids or ()), decode_tp_size=decode_tp)
@@ -156,6 +159,21 @@ class KvtScheduler:
         producing.saved = True
 
     # --- both ------------------------------------------------------------------------------------------------
+
+    def _tp_problem(self, key: str, params: Dict[str, Any], prefill: bool) -> str:
+        """Why the other instance's TP size in `params[key]` (default: this instance's) cannot pair with this
+        one, or "" if it can (checked against the model's KV heads where vLLM gave them)."""
+        other = _int_param(params, key, self._tp_size)
+        if other <= 0:
+            return f"{key} must be a positive integer (the other instance's tensor-parallel size), got " \
+                   f"{params.get(key)!r}"
+        if self._total_kv_heads:
+            try:
+                TpPlan(other if prefill else self._tp_size, self._tp_size if prefill else other,
+                       self._total_kv_heads)
+            except ValueError as e:
+                return f"{key} {other} cannot pair with this instance's tensor-parallel size {self._tp_size}: {e}"
+        return ""
 
     def update_connector_output(self, connector_output: Any) -> None:
         for req_id in getattr(connector_output, "finished_recving", None) or ():

@@ -54,7 +54,8 @@ def tensor_parallel_of(vllm_config: Any) -> TensorParallel:
     if model is not None and hasattr(model, "get_total_num_kv_heads"):
         total = int(model.get_total_num_kv_heads())
     if size < 1 or not 0 <= rank < size:
-        raise ValueError(f"KvtConnector: tensor-parallel rank {rank} of size {size}")
+        raise ValueError(f"KvtConnector: vLLM reports tensor-parallel rank {rank} of size {size}; the rank must be "
+                         f"in 0..size-1 (check parallel_config.tensor_parallel_size)")
     return TensorParallel(rank=rank, size=size, total_kv_heads=total)
 
 
@@ -71,7 +72,7 @@ class KvtWorker:
         self._tp = tp
         self._rank = tp.rank
         self._total_heads = tp.total_kv_heads
-        self._ids: Dict[str, List[str]] = {}  # transfer id -> its kvt requests on this worker (cancel, watch)
+        self._ids: Dict[str, Dict[str, None]] = {}  # transfer id -> its kvt requests here, in order (cancel, watch)
         self._client = Client(config.kvtd_socket, connect_timeout=config.connect_timeout_s)
         self._layers: List[LayerBinding] = []
         self._index: Dict[str, int] = {}
@@ -221,6 +222,8 @@ class KvtWorker:
             except (KvtError, ValueError) as e:
                 _LOG.error("kvt: offer of %s layer %d failed: %s", spec.request_id, layer, e)
                 failed = True
+                # The layers and rank pairs already offered would wait in the decode kvtd until the deadline.
+                self._cancel(spec.transfer_id)
         self._offered(spec, layer, failed)
 
     def _offered(self, spec: SaveSpec, layer: int, failed: bool) -> None:
@@ -256,22 +259,29 @@ class KvtWorker:
 
     def _remember(self, transfer_id: str, ids: List[str]) -> None:
         with self._mu:
-            known = self._ids.setdefault(transfer_id, [])
-            known.extend(i for i in ids if i not in known)
+            self._ids.setdefault(transfer_id, {}).update(dict.fromkeys(ids))
 
-    def _follow_all(self, transfer_id: str, side: Side, want: EventKind) -> List["concurrent.futures.Future[bool]"]:
+    def _follow_all(self, transfer_id: str, side: Side,
+                    anchors: bool = False) -> Tuple[List["concurrent.futures.Future[bool]"],
+                                                    List["concurrent.futures.Future[bool]"]]:
+        """One watch per kvt request of the transfer (a thread of the layer pool each): (futures of DONE, and
+        with `anchors` futures set at each request's ANCHOR_READY from the same watch)."""
         with self._mu:
             ids = list(self._ids.get(transfer_id, ()))
-        return [self._layer_pool.submit(self._follow, kvt_id, side, want) for kvt_id in ids]
+        marks = [concurrent.futures.Future() for _ in ids] if anchors else [None] * len(ids)
+        dones = [self._layer_pool.submit(self._follow, kvt_id, side, mark) for kvt_id, mark in zip(ids, marks)]
+        return dones, [m for m in marks if m is not None]
 
     def _forget(self, transfer_id: str) -> None:
         with self._mu:
             self._ids.pop(transfer_id, None)
 
     def _watch_send(self, sending: _Sending) -> None:
-        for future in self._follow_all(sending.spec.transfer_id, Side.PREFILL, EventKind.DONE):
-            future.result()
-        self._forget(sending.spec.transfer_id)
+        try:
+            for future in self._follow_all(sending.spec.transfer_id, Side.PREFILL)[0]:
+                future.result()
+        finally:
+            self._forget(sending.spec.transfer_id)
         with self._mu:
             self._sending.pop(sending.spec.request_id, None)
             self._send_done.add(sending.spec.request_id)
@@ -302,20 +312,31 @@ class KvtWorker:
         self._pool.submit(self._watch_load, spec)
 
     def _watch_load(self, spec: LoadSpec) -> None:
-        anchor_mode = self._config.mode == "anchor"
-        dones = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.DONE)
-        if not anchor_mode:
-            self._finish_load(spec, all([f.result() for f in dones]))
-            self._forget(spec.transfer_id)
-            return
-        anchors = self._follow_all(spec.transfer_id, Side.DECODE, EventKind.ANCHOR_READY)
-        ok = all([f.result() for f in anchors])
-        self._finish_load(spec, ok)
-        done = all([f.result() for f in dones])  # the residual lands in place
-        if ok and done:
-            for binding in self._layers:  # host mirrors copy the prompt's tokens once more
-                binding.stage_in(spec.block_ids, spec.num_tokens)
-        self._landed(spec)
+        reported = False
+        try:
+            anchor_mode = self._config.mode == "anchor"
+            dones, anchors = self._follow_all(spec.transfer_id, Side.DECODE, anchors=anchor_mode)
+            if not anchor_mode:
+                ok = all([f.result() for f in dones])
+                reported = True
+                self._finish_load(spec, ok)
+                return
+            ok = all([f.result() for f in anchors])
+            reported = True
+            self._finish_load(spec, ok)
+            done = all([f.result() for f in dones])  # the residual lands in place
+            if ok and done:
+                for binding in self._layers:  # host mirrors copy the prompt's tokens once more
+                    binding.stage_in(spec.block_ids, spec.num_tokens)
+        except Exception:  # noqa: BLE001 - a copy or watch error must not leave vLLM waiting on the request
+            _LOG.exception("kvt: load of %s", spec.request_id)
+            if not reported:
+                with self._mu:
+                    self._load_errors.update(spec.block_ids)
+                    self._recv_done.add(spec.request_id)
+                    self._loads_active.pop(spec.request_id, None)
+        finally:
+            self._landed(spec)
 
     def _landed(self, spec: LoadSpec) -> None:
         """The transfer is over (done, failed or cancelled); in anchor mode vLLM may free the blocks once
@@ -338,19 +359,28 @@ class KvtWorker:
                 self._cancelled.discard(spec.request_id)
                 self._send_done.add(spec.request_id)
 
-    def _follow(self, request_id: str, side: Side, want: EventKind) -> bool:
-        """Follows one kvt request's events until `want` (ANCHOR_READY also accepts FULL_READY) or its end.
-        True if `want` was reached; False on FAILED, an error or the deadline."""
-        accept = {want, EventKind.FULL_READY} if want is EventKind.ANCHOR_READY else {want}
+    def _follow(self, request_id: str, side: Side,
+                anchor: Optional["concurrent.futures.Future[bool]"] = None) -> bool:
+        """Follows one kvt request's events to its end. True if it reached DONE; False on FAILED, an error or the
+        deadline. `anchor`, if given, is set True at its first ANCHOR_READY or FULL_READY (or DONE), else False."""
+        def mark(reached: bool) -> None:
+            if anchor is not None and not anchor.done():
+                anchor.set_result(reached)
+
         try:
             for event in self._client.watch(request_id, timeout=self._config.deadline_s + 5.0, side=side):
-                if event.kind in accept:
+                if event.kind in (EventKind.ANCHOR_READY, EventKind.FULL_READY):
+                    mark(True)
+                elif event.kind is EventKind.DONE:
+                    mark(True)
                     return True
-                if event.kind is EventKind.FAILED:
+                elif event.kind is EventKind.FAILED:
                     _LOG.error("kvt: %s failed: %s", request_id, event.error())
-                    return False
+                    break
         except KvtError as e:
             _LOG.error("kvt: watching %s: %s", request_id, e)
+        finally:
+            mark(False)
         return False
 
     # --- cancel and shutdown ---------------------------------------------------------------------------------
