@@ -1,7 +1,8 @@
 """The decode worker: expects a request's KV from its kvtd into its paged cache (a kvt region) and generates.
 
 Progressive schemes (lynx and its split forms): generation starts when every layer is ANCHOR_READY; tokens are
-drafts until every layer is FULL_READY (or until `draft_cap` drafts, then it waits); one forward pass on the
+drafts until every layer is FULL_READY (or until `draft_cap` drafts, or a draft after the first at a top-2 margin
+below `draft_min_margin`, then it waits); one forward pass on the
 full-precision KV, which kvtd wrote over the anchor values in place, verifies them all (generation.py); then
 decoding goes on normally. Monolithic schemes (bf16, int8, int4, lynx8, ...) start at DONE.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from typing import Optional
@@ -53,6 +55,10 @@ class DecodeJob:
     check_full: bool = True  # progressive: decode again from the full KV (untimed) and compare token for token
     heldout: Optional[list[int]] = None  # held-out tokens after the prompt: perplexity on the received KV
     slack_tokens: int = 0  # extra positions to reserve (held-out text)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.draft_min_margin) and self.draft_min_margin >= 0):
+            raise ValueError(f"draft_min_margin {self.draft_min_margin} must be a finite number >= 0 (0: no stop)")
 
 
 @dataclasses.dataclass
@@ -201,10 +207,8 @@ class DecodeWorker(EngineWorker):
             w.wait(w.all_anchor, "anchor-ready", job.deadline_s)
             start = time.monotonic()
             while not w.all_full.is_set() and len(dec.drafts) < min(job.draft_cap, job.new_tokens):
-                # The first draft is always proposed (it is the user's first token); from the second on, a near-tie
-                # on the anchor KV ends drafting and the full KV decides it.
-                if dec.draft(job.draft_min_margin if dec.drafts else 0.0) is None:
-                    break
+                if dec.draft(job.draft_min_margin) is None:
+                    break  # a near-tie on the anchor KV (generation.withholds): the full KV decides it
             wait_start = time.monotonic()
             w.wait(w.all_full, "full-ready", job.deadline_s)
             waited = time.monotonic() - wait_start

@@ -7,7 +7,7 @@ Per prompt it records the anchor run's tokens and top-2 logit margins, the full 
 position where they part. A verification accepts exactly the drafts before that position, so for drafts of
 length k the outcome of any stopping rule follows without rerunning: `summarize` prints accepted / drafted for
 draft lengths k and margin thresholds tau ("stop drafting at the first draft whose margin on the anchor KV is
-below tau; that draft is not proposed"). The engine's drafts see layers turn full as they land, so this is the
+below tau; that draft is not proposed", the first draft always proposed). The engine's drafts see layers turn full as they land, so this is the
 anchor-only (pessimistic) side of what a run drafts on.
 
     ./kvt engine drafts --prompts 8 --prompt-tokens 2048 --new-tokens 48 --kvtctl bazel-bin/tools/kvtctl/kvtctl
@@ -29,6 +29,7 @@ import torch
 
 from kvt_engine import model_files
 from kvt_engine.engine_worker import DTYPES
+from kvt_engine.generation import withholds
 from kvt_engine.gguf_loader import read_gguf
 from kvt_engine.model import Llama
 from kvt_engine.paged_cache import BlockAllocator, PagedKvCache
@@ -36,8 +37,8 @@ from kvt_engine.prompts import make_prompts
 from kvt_engine.speculative import top2_margin
 from kvt_engine.tokenizer import Tokenizer
 
-TAUS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
-LENGTHS = (8, 16, 32)
+TAUS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
+LENGTHS = (8, 12, 16, 32)
 
 
 def greedy_run(model: Llama, cache: PagedKvCache, table: torch.Tensor, base: int, first: int,
@@ -61,10 +62,11 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def outcome(margins: Sequence[float], parted_at: int, length: int, tau: float) -> tuple[int, int]:
-    """(drafted, accepted) for drafts of at most `length` tokens stopped at the first margin below tau."""
+    """(drafted, accepted) for drafts of at most `length` tokens under the engine's rule (generation.withholds:
+    the first draft after which a margin is below tau ends drafting)."""
     drafted = min(length, len(margins))
     for i, m in enumerate(margins[:drafted]):
-        if m < tau:
+        if withholds(m, tau, i):
             drafted = i
             break
     return drafted, min(drafted, parted_at)

@@ -53,6 +53,12 @@ class VerifyRecord:
     min_margin: float  # the smallest top-2 margin among the rows that decided committed tokens
 
 
+def withholds(margin: float, min_margin: float, pending_drafts: int) -> bool:
+    """The drafting rule: a draft is withheld (and drafting stops) when drafts are already pending and its top-2
+    logit margin is below `min_margin`. Shared by the decoder and `./kvt engine drafts`."""
+    return pending_drafts > 0 and margin < min_margin
+
+
 class SequenceDecoder:
     """See the module docstring. `cache` positions from `base` on belong to this decoder."""
 
@@ -112,14 +118,16 @@ class SequenceDecoder:
         return tok
 
     def draft(self, min_margin: float = 0.0) -> Optional[int]:
-        """One provisional token (the cache holds anchor KV), or None when its top-2 logit margin is below
-        `min_margin` (greedy only): such a token is as likely to flip on the full KV as not, and every draft after
-        it would be lost with it, so it is not proposed and drafting should stop (the caller waits for the full
-        KV). The withheld token's margin is kept in `withheld_margin`."""
+        """One provisional token (the cache holds anchor KV), or None when it is not the first pending draft and
+        its top-2 logit margin is below `min_margin` (greedy only; `withholds`): such a token is as likely to
+        flip on the full KV as not, and every draft after it would be lost with it, so it is not proposed and
+        drafting should stop (the caller waits for the full KV). The first draft is always proposed: it is the
+        user's first token. The withheld token's margin is kept in `withheld_margin`; its position's K and V,
+        computed here, are rewritten by verify()."""
         tok_in, pos = self._next_input()
         logits = self.model.forward([tok_in], pos, self.cache, self.block_table)[0]
         tok, margin, probs = self._choose(logits)
-        if self.sampling.greedy and margin < min_margin:
+        if self.sampling.greedy and withholds(margin, min_margin, len(self.drafts)):
             self.withheld_margin = margin
             return None
         self.drafts.append(tok)

@@ -15,7 +15,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [f"{cfg['model']} on {cfg['device']}: {cfg['prompts']} prompt(s) of {cfg['prompt_tokens']} tokens "
              f"({cfg['kv_tokens']} sent as KV), {cfg['new_tokens']} new tokens, link {cfg['rate_gbps']:g} Gbit/s, "
              f"decode in {cfg['decode_dtype']}, draft cap {cfg['draft_cap']}"
-             + (f", drafts stop below margin {cfg['draft_min_margin']:g}" if cfg.get("draft_min_margin") else "")
+             + (f", drafts stop below margin {cfg['draft_min_margin']:g}"
+                if cfg.get("draft_min_margin") and cfg.get("sampling", {}).get("greedy", True) else "")
              + "; medians over prompts",
              ""]
     if cfg.get("stopped_early"):

@@ -2,9 +2,11 @@
 decoding on the exact KV; injected drafts are accepted up to the first wrong one, which is corrected."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from kvt_engine.generation import SamplingOptions, SequenceDecoder
+from kvt_engine.decode_worker import DecodeJob
+from kvt_engine.generation import SamplingOptions, SequenceDecoder, withholds
 from kvt_engine.model import Llama
 from kvt_engine.paged_cache import PagedKvCache
 
@@ -107,7 +109,7 @@ def test_draft_below_the_margin_is_withheld_and_output_is_unchanged(tiny):
     margins = list(free.draft_margins)
     assert len(margins) == 6 and all(m >= 0 for m in margins)
     tau = margins[3] + 1e-9  # just above the fourth draft's margin: drafting stops there or earlier
-    first_below = next(i for i, m in enumerate(margins) if m < tau)
+    first_below = next(i for i, m in enumerate(margins) if i > 0 and m < tau)  # the first draft always goes
     dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
     got = [dec.draft(min_margin=tau) for _ in range(first_below + 1)]
     assert got[:first_below] == free.drafts[:first_below]
@@ -130,13 +132,23 @@ def test_margin_threshold_is_ignored_when_sampling(tiny):
     assert len(dec.drafts) == 3 and dec.withheld_margin is None
 
 
-def test_engine_refuses_a_draft_margin_that_is_negative_or_not_finite(capsys):
-    import pytest
+def test_the_first_draft_is_proposed_whatever_its_margin(tiny):
+    model, cache, table = _setup(tiny)
+    dec = SequenceDecoder(model, cache, table, base=len(PROMPT) - 1, first_input=PROMPT[-1])
+    assert dec.draft(min_margin=1e9) is not None  # the user's first token
+    assert dec.draft(min_margin=1e9) is None and dec.withheld_margin is not None
+    assert len(dec.drafts) == 1
+    assert withholds(0.1, 0.5, 1) and not withholds(0.1, 0.5, 0) and not withholds(0.5, 0.5, 3)
 
+
+def test_engine_refuses_a_draft_margin_that_is_negative_or_not_finite(capsys):
     from kvt_engine.cli import main
 
     for bad in ("-1", "nan", "inf"):
         with pytest.raises(SystemExit) as e:
             main(["--draft-min-margin", bad])
         assert e.value.code == 2
-        assert "--draft-min-margin" in capsys.readouterr().err
+        assert "must be a finite number >= 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="draft_min_margin"):
+        DecodeJob(request_id="r", num_tokens=1, last_prompt_token=0, scheme="lynx", new_tokens=1,
+                  draft_min_margin=float("nan"))
