@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/options.h"
 #include "gtest/gtest.h"
@@ -321,6 +323,42 @@ TEST(LynxFrameSpikesTest, ChecksRejectWhatNoEncoderWrites) {
   meta.frame_token[2] = 9;
   meta.frame_value[1] = std::nanf("");
   EXPECT_EQ(CheckFrameSpikes(meta).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(LynxFrameSpikesTest, ChecksNameTheFirstBadSpikeInChannelOrderOnWideOddPages) {
+  // 37 channels (a vector pass and a tail), 3 spikes each at tokens 0, c + 1 and 2047 (the page's first and last).
+  const int channels = 37, k = 3;
+  LynxPageMeta meta = MetaFor(2048, channels, 16, k);
+  auto reset = [&] {
+    for (int c = 0; c < channels; ++c) {
+      const uint16_t t[3] = {0, static_cast<uint16_t>(c + 1), 2047};
+      for (int j = 0; j < k; ++j) {
+        meta.frame_token[j * channels + c] = t[j];
+        meta.frame_value[j * channels + c] = j == 1 ? -0.0f : 3e38f;
+      }
+    }
+  };
+  reset();
+  ASSERT_TRUE(CheckFrameSpikes(meta).ok());
+  struct Edit {
+    int j, c;
+    uint16_t token;
+    float value;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Edit& e : {Edit{2, 36, 2048, 3e38f}, Edit{1, 36, 0, 1.0f}, Edit{2, 20, 21, 1.0f},
+                        Edit{0, 0, 0, -inf}, Edit{2, 17, 2047, std::nanf("")}, Edit{1, 31, 32, inf}}) {
+    reset();
+    meta.frame_token[e.j * channels + e.c] = e.token;
+    meta.frame_value[e.j * channels + e.c] = e.value;
+    // A second bad spike in a later channel: the message names the first.
+    meta.frame_token[2 * channels + 36] = 2100;
+    const absl::Status st = CheckFrameSpikes(meta);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(st.message().find(absl::StrCat("bad frame spike ", e.j, " of channel ", e.c, " ")),
+              absl::string_view::npos)
+        << st;
+  }
 }
 
 }  // namespace
