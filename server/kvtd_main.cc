@@ -121,7 +121,12 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   }
   o.transport.ucx_workers =
       workers > 0 ? workers : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
-  o.transport.chunk_bytes = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  const uint32_t chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
+  if (chunk_kib < 1 || chunk_kib > kvt::transport::kMaxChunkKib) {  // checked before the shift can wrap
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_kib must be in [1, ", kvt::transport::kMaxChunkKib, "] (KiB), got ", chunk_kib));
+  }
+  o.transport.chunk_bytes = chunk_kib << 10;
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   if (absl::GetFlag(FLAGS_host_buffer_pool_mib) < 0) {
     return absl::InvalidArgumentError("--host_buffer_pool_mib must be >= 0");

@@ -12,7 +12,7 @@ int DefaultUcxWorkers(int cores) { return std::clamp(cores / 4, 1, 4); }
 
 absl::StatusOr<Options> ValidateOptions(Options o) {
   const int64_t wire_chunk = int64_t{o.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);
-  if (o.chunk_bytes == 0 || o.chunk_bytes > (64u << 20)) {
+  if (o.chunk_bytes == 0 || o.chunk_bytes > (kMaxChunkKib << 10)) {
     return absl::InvalidArgumentError(absl::StrFormat("chunk_bytes %d not in (0, 64 MiB]", o.chunk_bytes));
   }
   if (o.starvation_bound <= absl::ZeroDuration()) {

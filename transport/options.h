@@ -14,6 +14,8 @@ namespace kvt::transport {
 
 // Most UCX workers a transport may have (Options::ucx_workers).
 inline constexpr int kMaxUcxWorkers = 16;
+// Largest chunk payload a transport takes (Options::chunk_bytes), in KiB: 64 MiB.
+inline constexpr uint32_t kMaxChunkKib = 64 << 10;
 
 struct Options {
   // Largest chunk payload. Bounds how long an anchor waits behind a residual chunk (one chunk time).

@@ -99,7 +99,10 @@ absl::StatusOr<transport::TransportBenchOptions> TransportBenchOptionsFromFlags(
     if (absl::Status s = Positive(flag, value); !s.ok()) return s;
   }
   if (absl::Status s = Positive("throttled-seconds", throttled_seconds); !s.ok()) return s;
-  if (chunk_kib > (1 << 20)) return absl::InvalidArgumentError("--chunk-kib must be at most 1048576 (1 GiB)");
+  if (static_cast<uint32_t>(chunk_kib) > transport::kMaxChunkKib) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk-kib must be at most ", transport::kMaxChunkKib, " (64 MiB, the transport's largest)"));
+  }
   o.chunk_bytes = static_cast<uint32_t>(chunk_kib) << 10;
   o.unthrottled_bytes = static_cast<uint64_t>(unthrottled_mib) << 20;
   o.throttled_seconds = throttled_seconds;

@@ -271,7 +271,7 @@ int RunDemo(const std::vector<std::string>& args, const CommandIo& io) {
   flags.Int("ucx-workers", &o.ucx_workers, "UCX workers per daemon (0 = kvtd's default: a quarter of the cores, 1..4)");
   flags.Int("codec-threads", &o.codec_threads, "codec threads per daemon (0 = one per core)");
   flags.Int("chunk-kib", &o.chunk_kib, "data-plane chunk in KiB, for the daemons and the data plane alone (0 = "
-            "kvtd's default, 512)");
+            "kvtd's default, 512; at most 65536)");
   flags.Int("page-tokens", &o.page_tokens,
             "tokens per codec page (0: kvtd's choice; else a multiple of 32): each page's streams are the data "
             "plane's chunks");
