@@ -112,6 +112,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--docs", default=None)
     p.add_argument("--json", action="store_true", help="only JSON on stdout")
     a = p.parse_args(argv)
+    for flag, value, least in (("--prompts", a.prompts, 1), ("--prompt-tokens", a.prompt_tokens, 2),
+                               ("--new-tokens", a.new_tokens, 1), ("--skip", a.skip, 0)):
+        if value < least:
+            p.error(f"{flag} must be at least {least}, got {value}")
     gm = read_gguf(model_files.find_model(a.model))
     tok, cfg = Tokenizer(gm.tokenizer), gm.config
     prompts = make_prompts(tok, a.prompts, a.prompt_tokens, 0, root=Path(a.docs) if a.docs else None, skip=a.skip)

@@ -152,3 +152,13 @@ def test_engine_refuses_a_draft_margin_that_is_negative_or_not_finite(capsys):
     with pytest.raises(ValueError, match="draft_min_margin"):
         DecodeJob(request_id="r", num_tokens=1, last_prompt_token=0, scheme="lynx", new_tokens=1,
                   draft_min_margin=float("nan"))
+
+
+def test_the_draft_study_refuses_empty_runs(capsys):
+    from kvt_engine.draft_study import main
+
+    for args in (["--prompts", "0"], ["--new-tokens", "0"], ["--prompt-tokens", "1"], ["--skip", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            main(args + ["--kvtctl", "/nonexistent"])
+        assert e.value.code == 2
+        assert "must be at least" in capsys.readouterr().err
