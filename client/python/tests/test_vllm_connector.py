@@ -333,3 +333,29 @@ def test_instances_of_different_tensor_parallel_sizes_exchange_every_head(start_
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_copy_error_after_the_transfer_reports_load_errors_not_a_hang(daemon_pair, ids, tmp_path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """A host mirror whose copy into vLLM's tensor raises: the request is still reported received, with its blocks
+    as load errors (vLLM recomputes them), and the worker forgets the transfer."""
+    prefill, decode = daemon_pair
+    rid = ids("copyfail")
+    requests = [{"id": rid, "tokens": 40, "seed": 5, "out": str(tmp_path / "c.npy")}]
+    proc = run_prefill(prefill, decode, requests, "bf16")
+    engine = decode_engine(decode)
+    try:
+        def fail(*_args: Any) -> None:
+            raise RuntimeError("copy failed (test)")
+
+        for binding in engine.worker._worker._layers:
+            binding.stage_in = fail
+        p = read_params(proc, 1)[rid]
+        _, block_ids = engine.start_decode(rid, 40, p)
+        engine.run_until(lambda: rid in engine.received, timeout=30)
+        assert engine.load_errors() == set(block_ids)
+        assert not engine.worker._worker._ids
+    finally:
+        engine.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

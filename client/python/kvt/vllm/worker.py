@@ -317,24 +317,20 @@ class KvtWorker:
             anchor_mode = self._config.mode == "anchor"
             dones, anchors = self._follow_all(spec.transfer_id, Side.DECODE, anchors=anchor_mode)
             if not anchor_mode:
-                ok = all([f.result() for f in dones])
+                self._finish_load(spec, all([f.result() for f in dones]))
                 reported = True
-                self._finish_load(spec, ok)
                 return
             ok = all([f.result() for f in anchors])
-            reported = True
             self._finish_load(spec, ok)
+            reported = True
             done = all([f.result() for f in dones])  # the residual lands in place
             if ok and done:
                 for binding in self._layers:  # host mirrors copy the prompt's tokens once more
                     binding.stage_in(spec.block_ids, spec.num_tokens)
         except Exception:  # noqa: BLE001 - a copy or watch error must not leave vLLM waiting on the request
             _LOG.exception("kvt: load of %s", spec.request_id)
-            if not reported:
-                with self._mu:
-                    self._load_errors.update(spec.block_ids)
-                    self._recv_done.add(spec.request_id)
-                    self._loads_active.pop(spec.request_id, None)
+            if not reported:  # a failed load: its blocks are recomputed
+                self._finish_load(spec, ok=False)
         finally:
             self._landed(spec)
 
