@@ -8,9 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codec/internal/lynx_avx512_common.h"
 #include "codec/scheme.h"
-
-#define KVT_FRAME_AVX512 __attribute__((target("avx512f")))
 
 namespace kvt::codec::internal {
 namespace {
@@ -78,72 +77,6 @@ class Extremes {
 
 void ScanRowScalar(const float* row, int t, int c_begin, int c_end, Extremes& e) {
   for (int c = c_begin; c < c_end; ++c) e.Offer(c, row[c], t);
-}
-
-// Sixteen channels' lists of kKeep (value, token) entries, one channel a lane, sorted by (value, token)
-// ascending (kUp) or descending; InsertLater puts each lane's new entry in its place (where `valid`) and drops
-// the last: a compare-and-swap pass, no branches.
-template <int kKeep, bool kUp>
-struct LaneLists {
-  __m512 x[kKeep];
-  __m512i t[kKeep];
-  KVT_FRAME_AVX512 void Clear() {
-    for (int j = 0; j < kKeep; ++j) {
-      x[j] = _mm512_set1_ps(kUp ? kInf : -kInf);
-      t[j] = _mm512_set1_epi32(kUp ? std::numeric_limits<int>::max() : -1);
-    }
-  }
-  // For entries later in token order than every entry held (equal values: ahead at the top, behind at the
-  // bottom), so the value compare alone places them; below that place the held entries move down one each.
-  KVT_FRAME_AVX512 void InsertLater(__m512 nx, __m512i nt, __mmask16 valid) {
-    __mmask16 moving = 0;
-    for (int j = 0; j < kKeep; ++j) {
-      const __mmask16 before =
-          moving | (kUp ? _mm512_mask_cmp_ps_mask(valid, nx, x[j], _CMP_LT_OQ)
-                        : _mm512_mask_cmp_ps_mask(valid, nx, x[j], _CMP_GE_OQ));
-      moving = before;
-      const __m512 sx = x[j];
-      const __m512i st = t[j];
-      x[j] = _mm512_mask_mov_ps(x[j], before, nx);
-      t[j] = _mm512_mask_mov_epi32(t[j], before, nt);
-      nx = _mm512_mask_mov_ps(nx, before, sx);
-      nt = _mm512_mask_mov_epi32(nt, before, st);
-    }
-  }
-};
-
-// ChannelCandidateChunks16 for lists of kKeep: each chunk's least and greatest values (one vector each, from
-// the chunk-major arrays) offered to the lanes' lists, the insert skipped when no lane needs it.
-template <int kKeep>
-KVT_FRAME_AVX512 void CandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0,
-                                        CandidateList* bottom, CandidateList* top) {
-  LaneLists<kKeep, true> low;
-  LaneLists<kKeep, false> high;
-  low.Clear();
-  high.Clear();
-  constexpr int kAhead = 8;  // chunks: the arrays are read a channel-count stride apart
-  for (int k = 0; k < meta.num_chunks; ++k) {
-    const size_t i = static_cast<size_t>(k) * meta.channels + c0;
-    if (k + kAhead < meta.num_chunks) {
-      _mm_prefetch(reinterpret_cast<const char*>(&e.min[i + kAhead * meta.channels]), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(&e.max[i + kAhead * meta.channels]), _MM_HINT_T0);
-    }
-    const __m512 mn = _mm512_loadu_ps(&e.min[i]), mx = _mm512_loadu_ps(&e.max[i]);
-    const __m512i chunk = _mm512_set1_epi32(k);
-    // A later chunk enters a list only below its last value (low) or at or above it (high).
-    const __mmask16 into_low = _mm512_cmp_ps_mask(mn, low.x[kKeep - 1], _CMP_LT_OQ);
-    const __mmask16 into_high = _mm512_cmp_ps_mask(mx, high.x[kKeep - 1], _CMP_GE_OQ);
-    if (into_low) low.InsertLater(mn, chunk, into_low);
-    if (into_high) high.InsertLater(mx, chunk, into_high);
-  }
-  alignas(64) int b[kKeep][16], t[kKeep][16];
-  for (int j = 0; j < kKeep; ++j) {
-    _mm512_store_si512(b[j], low.t[j]);
-    _mm512_store_si512(t[j], high.t[j]);
-  }
-  for (int l = 0; l < 16; ++l) {
-    for (int j = 0; j < kKeep; ++j) bottom[l][j] = b[j][l], top[l][j] = t[j][l];
-  }
 }
 
 // Channel c's spikes from its lists (bottom = S[0..k], top = S[n-1], ..., S[n-1-k]): the removal with the
@@ -237,17 +170,15 @@ void MaskFrameSpikes(const PageView& page, const LynxPageMeta& meta, float* mask
   }
 }
 
-void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0, CandidateList* bottom,
-                              CandidateList* top) {
-  switch (meta.frame_spikes + 1) {
-    case 2: return CandidateChunks16<2>(e, meta, c0, bottom, top);
-    case 3: return CandidateChunks16<3>(e, meta, c0, bottom, top);
-    case 4: return CandidateChunks16<4>(e, meta, c0, bottom, top);
-    case 5: return CandidateChunks16<5>(e, meta, c0, bottom, top);
-    case 6: return CandidateChunks16<6>(e, meta, c0, bottom, top);
-    case 7: return CandidateChunks16<7>(e, meta, c0, bottom, top);
-    default: return CandidateChunks16<8>(e, meta, c0, bottom, top);
+KVT_AVX512 void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0,
+                                         CandidateList* bottom, CandidateList* top) {
+  thread_local CandidateLanes lanes;
+  lanes.Reset(1, std::min(meta.frame_spikes + 1, meta.num_chunks));
+  for (int k = 0; k < meta.num_chunks; ++k) {
+    const size_t i = static_cast<size_t>(k) * meta.channels + c0;
+    lanes.Offer(0, _mm512_loadu_ps(&e.min[i]), _mm512_loadu_ps(&e.max[i]), k);
   }
+  lanes.Read(0, bottom, top);
 }
 
 void ChunkExtremes::Resize(size_t n, bool mean) {

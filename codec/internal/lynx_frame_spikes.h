@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "codec/internal/lynx_candidate_lanes.h"
 #include "codec/internal/lynx_kernels.h"
 #include "codec/options.h"
 #include "codec/page.h"
@@ -50,9 +51,8 @@ bool ScanChunkExtremes(const PageView& page, const LynxPageMeta& meta, Centering
 // may compute for 16 channels at a time instead.
 void ChannelCandidateChunks(const ChunkExtremes& e, const LynxPageMeta& meta, int c, int* bottom, int* top);
 
-// ChannelCandidateChunks of channels [c0, c0 + 16) at once with AVX-512 (the same lists; requires
-// ImplAvailable(kAvx512)): channel c0 + l's at bottom[l], top[l].
-using CandidateList = int[kMaxFrameSpikes + 1];
+// ChannelCandidateChunks of channels [c0, c0 + 16) at once with AVX-512 (CandidateLanes over the chunk arrays: the
+// same lists; requires ImplAvailable(kAvx512)): channel c0 + l's at bottom[l], top[l].
 void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0, CandidateList* bottom,
                               CandidateList* top);
 

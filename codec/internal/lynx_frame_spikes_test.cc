@@ -1,5 +1,7 @@
 #include "codec/internal/lynx_frame_spikes.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
+#include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/lynx_candidate_lanes.h"
 #include "codec/options.h"
 #include "gtest/gtest.h"
 
@@ -177,6 +181,63 @@ TEST(LynxFrameSpikesTest, TheChunkExtremesPathSelectsAndMasksAsTheReference) {
       EXPECT_EQ(got.hi[c], hi) << "channel " << c;
       EXPECT_FALSE(std::signbit(got.lo[c]) && got.lo[c] == 0.0f) << "channel " << c;
       EXPECT_FALSE(std::signbit(got.hi[c]) && got.hi[c] == 0.0f) << "channel " << c;
+    }
+  }
+}
+
+KVT_AVX512 void OfferChunk(CandidateLanes& lanes, int g, const float* mn, const float* mx, int chunk) {
+  lanes.Offer(g, _mm512_loadu_ps(mn), _mm512_loadu_ps(mx), chunk);
+}
+
+// CandidateLanes as the AVX-512 statistics pass uses it (several 16-channel groups, each offered chunk by chunk,
+// the groups interleaved) against ChannelCandidateChunks: chunk extremes drawn from a few values (ties between
+// chunks, -0 beside +0, constant channels, the channel's extremes in its first and last chunk), lists of 1 to 8
+// entries and pages with fewer chunks than that.
+TEST(LynxFrameSpikesTest, CandidateLanesOfferedChunkByChunkGiveTheScalarListsWithTies) {
+  if (!ImplAvailable(CodecImpl::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(31);
+  const float values[] = {-2.0f, -1.0f, -0.0f, 0.0f, 1.0f, 3.0f, 1e30f};
+  for (int trial = 0; trial < 200; ++trial) {
+    const int chunks = 1 + static_cast<int>(rng() % 40);
+    const int channels = 16 * (1 + static_cast<int>(rng() % 4));
+    const int k = 1 + static_cast<int>(rng() % kMaxFrameSpikes);
+    const LynxPageMeta meta = MetaFor(chunks * 16, channels, 16, k);
+    ChunkExtremes e;
+    e.Resize(static_cast<size_t>(chunks) * channels, false);
+    for (int c = 0; c < channels; ++c) {
+      const int kind = c % 4;  // 0: few values; 1: constant; 2: extremes first and last; 3: distinct
+      for (int kk = 0; kk < chunks; ++kk) {
+        const size_t i = static_cast<size_t>(kk) * channels + c;
+        float a = values[rng() % 7], b = values[rng() % 7];
+        if (kind == 1) a = b = 0.5f;
+        if (kind == 2) a = kk == 0 ? -5.0f : (kk == chunks - 1 ? -5.0f : a), b = kk == chunks - 1 ? 5.0f : b;
+        if (kind == 3) a = static_cast<float>(rng() % 1000), b = a + static_cast<float>(rng() % 1000);
+        e.min[i] = std::min(a, b);
+        e.max[i] = std::max(a, b);
+      }
+    }
+    const int keep = std::min(k + 1, chunks);
+    CandidateLanes lanes;
+    lanes.Reset(channels / 16, keep);
+    for (int kk = 0; kk < chunks; ++kk) {
+      for (int g = 0; g < channels / 16; ++g) {
+        const size_t i = static_cast<size_t>(kk) * channels + 16 * g;
+        OfferChunk(lanes, g, &e.min[i], &e.max[i], kk);
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << chunks << " chunks, " << channels
+                                      << " channels, k " << k);
+    for (int g = 0; g < channels / 16; ++g) {
+      CandidateList vb[16], vt[16];
+      lanes.Read(g, vb, vt);
+      for (int l = 0; l < 16; ++l) {
+        CandidateList sb, st;
+        ChannelCandidateChunks(e, meta, 16 * g + l, sb, st);
+        for (int j = 0; j < keep; ++j) {
+          ASSERT_EQ(vb[l][j], sb[j]) << "channel " << 16 * g + l << " bottom " << j;
+          ASSERT_EQ(vt[l][j], st[j]) << "channel " << 16 * g + l << " top " << j;
+        }
+      }
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/lynx_candidate_lanes.h"
 #include "codec/internal/lynx_extremes.h"
 #include "codec/internal/lynx_frame_spikes.h"
 #include "codec/internal/lynx_kernels.h"
@@ -133,11 +134,12 @@ KVT_AVX512 inline void ChunkParameters(__m512 a, __m512 b, float* mu, float* sig
 
 // The statistics pass over one chunk of kVectors * 16 channels from `row0` (n rows, `stride` floats apart) into
 // entries [i, i + 16 kVectors) of e: min, max and, kMean, the sum; kSeconds, for the frame spikes, also min2,
-// max2 and the extremes' tokens (ChunkExtremes). Kept in registers; `bad` collects the lanes that met a NaN or
-// an infinity.
+// max2 and the extremes' tokens (ChunkExtremes), and, given `lanes`, offers the least and greatest values to the
+// candidate lists of groups g0 .. g0 + kVectors - 1 as chunk `chunk` (chunks in order, while in registers). Kept
+// in registers; `bad` collects the lanes that met a NaN or an infinity.
 template <int kVectors, bool kMean, bool kSeconds>
 KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m512 inv_n, ChunkExtremes& e, size_t i,
-                                    const char* prefetch, __mmask16& bad) {
+                                    const char* prefetch, CandidateLanes* lanes, int chunk, int g0, __mmask16& bad) {
   constexpr int kNonFinite = 0x01 | 0x08 | 0x10 | 0x80;  // QNaN, +Inf, -Inf, SNaN
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -181,6 +183,7 @@ KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m
       _mm512_storeu_ps(&e.max2[at], vmax2[v]);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(&e.argmin[at]), _mm512_cvtepi32_epi8(tmin[v]));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(&e.argmax[at]), _mm512_cvtepi32_epi8(tmax[v]));
+      if (lanes != nullptr) lanes->Offer(g0 + v, vmin[v], vmax[v], chunk);
     }
   }
   bad |= seen;
@@ -189,7 +192,8 @@ KVT_AVX512 inline void ChunkColumns(const float* row0, size_t stride, int n, __m
 // The statistics pass over every chunk of channels [0, full): blocks of kVectors vectors (a 1024-channel row is
 // visited 1024 / (16 kVectors) times per chunk), then single vectors.
 template <int kVectors, bool kMean, bool kSeconds>
-KVT_AVX512 __mmask16 ChunkPass(const PageView& page, const LynxPageMeta& meta, int full, ChunkExtremes& e) {
+KVT_AVX512 __mmask16 ChunkPass(const PageView& page, const LynxPageMeta& meta, int full, ChunkExtremes& e,
+                               CandidateLanes* lanes) {
   const int n = meta.chunk_len;
   const __m512 inv_n = _mm512_set1_ps(1.0f / static_cast<float>(n));
   __mmask16 bad = 0;
@@ -201,31 +205,39 @@ KVT_AVX512 __mmask16 ChunkPass(const PageView& page, const LynxPageMeta& meta, i
     const char* next = reinterpret_cast<const char*>(chunk + static_cast<size_t>(n) * page.stride());
     int c0 = 0;
     for (; c0 + kVectors * kLanes <= full; c0 += kVectors * kLanes, next += n * kVectors * 64) {
-      ChunkColumns<kVectors, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, bad);
+      ChunkColumns<kVectors, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, lanes, k,
+                                              c0 / kLanes, bad);
     }
     for (; c0 < full; c0 += kLanes, next += n * 64) {
-      ChunkColumns<1, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, bad);
+      ChunkColumns<1, kMean, kSeconds>(chunk + c0, page.stride(), n, inv_n, e, i + c0, next, lanes, k, c0 / kLanes,
+                                       bad);
     }
   }
   return bad;
 }
 
-// Per-thread ChunkExtremes, so a hot encode loop does not allocate and fault in its arrays per page. Released
+// Per-thread ChunkExtremes and CandidateLanes, so a hot encode loop does not allocate and fault in its arrays per page. Released
 // when large.
 class ChunkScratch {
  public:
-  ChunkScratch() : e_(Extremes()) {}
+  ChunkScratch() : e_(Extremes()), lanes_(Lanes()) {}
   ~ChunkScratch() {
     if (e_.min.capacity() > (size_t{1} << 20)) e_ = ChunkExtremes();
   }
   ChunkExtremes& get() { return e_; }
+  CandidateLanes& lanes() { return lanes_; }
 
  private:
   static ChunkExtremes& Extremes() {
     thread_local ChunkExtremes e;
     return e;
   }
+  static CandidateLanes& Lanes() {
+    thread_local CandidateLanes lanes;
+    return lanes;
+  }
   ChunkExtremes& e_;
+  CandidateLanes& lanes_;
 };
 
 void StatsTail(Centering centering, ChunkExtremes& e, int full, LynxPageMeta& meta);
@@ -248,17 +260,21 @@ KVT_AVX512 bool StatsImpl(const PageView& page, Centering centering, bool spikes
   e.Resize(chunk_values, mean);
   // 8 vectors a block (4 with the seconds, which need more registers).
   __mmask16 bad;
+  CandidateLanes& lanes = scratch.lanes();
   if (spikes) {
-    bad = mean ? ChunkPass<2, true, true>(page, meta, full, e) : ChunkPass<4, false, true>(page, meta, full, e);
+    lanes.Reset(full / kLanes, std::min(meta.frame_spikes + 1, meta.num_chunks));
+    bad = mean ? ChunkPass<2, true, true>(page, meta, full, e, &lanes)
+               : ChunkPass<4, false, true>(page, meta, full, e, &lanes);
   } else {
-    bad = mean ? ChunkPass<8, true, false>(page, meta, full, e) : ChunkPass<8, false, false>(page, meta, full, e);
+    bad = mean ? ChunkPass<8, true, false>(page, meta, full, e, nullptr)
+               : ChunkPass<8, false, false>(page, meta, full, e, nullptr);
   }
   if (bad) return false;
   if (spikes) {
     if (full < channels && !ScanChunkExtremes(page, meta, centering, full, channels, e)) return false;
     alignas(64) CandidateList bottom[kLanes], top[kLanes];
     for (int c0 = 0; c0 < full; c0 += kLanes) {
-      ChannelCandidateChunks16(e, meta, c0, bottom, top);
+      lanes.Read(c0 / kLanes, bottom, top);
       for (int l = 0; l < kLanes; ++l) SelectChannelFrameSpikes(page, centering, bottom[l], top[l], c0 + l, e, meta);
     }
     for (int c = full; c < channels; ++c) {
