@@ -14,23 +14,26 @@
 namespace kvt::codec::internal {
 namespace {
 
-// Per-thread scratch for the page's code bytes, so a hot encode/decode loop does not page-fault a fresh
-// buffer per call. Large buffers are released after use.
-class CodeScratch {
+// A per-thread buffer of n T's, so a hot encode/decode loop does not page-fault a fresh one per call (one buffer
+// per T and thread; at most one ThreadScratch<T> alive per thread). Buffers over 16 MiB are released after use.
+template <typename T>
+class ThreadScratch {
  public:
-  explicit CodeScratch(size_t n) : buf_(Buffer()) { buf_.resize(n); }
-  ~CodeScratch() {
-    if (buf_.capacity() > (size_t{16} << 20)) std::vector<uint8_t>().swap(buf_);
+  explicit ThreadScratch(size_t n) : buf_(Buffer()) { buf_.resize(n); }
+  ~ThreadScratch() {
+    if (buf_.capacity() * sizeof(T) > (size_t{16} << 20)) std::vector<T>().swap(buf_);
   }
-  uint8_t* data() { return buf_.data(); }
+  T* data() { return buf_.data(); }
 
  private:
-  static std::vector<uint8_t>& Buffer() {
-    thread_local std::vector<uint8_t> buffer;
+  static std::vector<T>& Buffer() {
+    thread_local std::vector<T> buffer;
     return buffer;
   }
-  std::vector<uint8_t>& buf_;
+  std::vector<T>& buf_;
 };
+using CodeScratch = ThreadScratch<uint8_t>;  // the page's code bytes
+using MaskScratch = ThreadScratch<float>;    // a page with its frame spikes masked (lynx_frame_spikes.h)
 
 // Per-thread page metadata and end-pair scratch, reused for the same reason (a page's worth of small vectors
 // would otherwise be allocated, zeroed and faulted in per call). Released when large.
@@ -67,23 +70,6 @@ bool NibbleStages(const Scheme& scheme, int stages) {
   }
   return true;
 }
-
-// Per-thread copy of a page with its frame spikes masked (lynx_frame_spikes.h), released when large.
-class MaskScratch {
- public:
-  explicit MaskScratch(size_t n) : buf_(Buffer()) { buf_.resize(n); }
-  ~MaskScratch() {
-    if (buf_.capacity() * sizeof(float) > (size_t{16} << 20)) std::vector<float>().swap(buf_);
-  }
-  float* data() { return buf_.data(); }
-
- private:
-  static std::vector<float>& Buffer() {
-    thread_local std::vector<float> buffer;
-    return buffer;
-  }
-  std::vector<float>& buf_;
-};
 
 struct MetaOffsets {
   size_t lo, hi, ends, spike_value, spike_index, frame_value, frame_token, tables, codes;

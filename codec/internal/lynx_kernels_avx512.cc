@@ -621,30 +621,46 @@ KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t
   return RefEndPairs(index + i, n - i, grid_max, q_low + i, q_high + i);
 }
 
-// UnpackEndPairs, 16 fields (2 E bytes, E = bits) at a time: field l of a block is the low E bits of the 64-bit
-// window of the two 32-bit words it straddles, words (E l) / 32 and the next, shifted right by (E l) % 32 (the same
-// for every block: a block starts on a byte boundary).
+// 16 end-pair fields (2 E bytes, E = bits) at a time: field l of a block is the low E bits of the 64-bit window of
+// the two 32-bit words it straddles, words (E l) / 32 and the next, shifted right by (E l) % 32 (the same for every
+// block: a block starts on a byte boundary). UnpackEnds and DecodeChunkParameters read the fields through it.
+class EndFieldBlocks {
+ public:
+  KVT_AVX512 EndFieldBlocks(const uint8_t* in, size_t n, int bits)
+      : in_(in), bytes_(EndPairBytes(n, bits)), block_(kLanes * static_cast<size_t>(bits) / 8) {
+    alignas(64) int32_t words[kLanes], shifts[kLanes];
+    for (int l = 0; l < kLanes; ++l) words[l] = l * bits / 32, shifts[l] = l * bits % 32;
+    word_ = _mm512_load_si512(words);
+    shift_ = _mm512_load_si512(shifts);
+    up_ = _mm512_sub_epi32(_mm512_set1_epi32(32), shift_);  // 32 for shift 0: sllv gives 0
+    next_ = _mm512_add_epi32(word_, _mm512_set1_epi32(1));
+    field_ = _mm512_set1_epi32(static_cast<int>((1u << bits) - 1));
+  }
+  size_t block_bytes() const { return block_; }
+  // The 16 fields of the block starting at byte `at` (a multiple of block_bytes() below the fields' end).
+  KVT_AVX512 __m512i Fields(size_t at) const {
+    const size_t avail = bytes_ - at;  // >= block; words past the fields' bytes read as zero
+    const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi8(load, in_ + at);
+    const __m512i low = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word_, v), shift_);
+    const __m512i high = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next_, v), up_);
+    return _mm512_and_si512(_mm512_or_si512(low, high), field_);
+  }
+
+ private:
+  const uint8_t* in_;
+  size_t bytes_, block_;
+  __m512i word_, shift_, up_, next_, field_;
+};
+
+// UnpackEndPairs, 16 fields at a time (EndFieldBlocks).
 KVT_AVX512 void UnpackEnds(const uint8_t* in, size_t n, int bits, uint32_t* index) {
-  alignas(64) int32_t words[kLanes], shifts[kLanes];
-  for (int l = 0; l < kLanes; ++l) words[l] = l * bits / 32, shifts[l] = l * bits % 32;
-  const __m512i word = _mm512_load_si512(words);
-  const __m512i shift = _mm512_load_si512(shifts);
-  const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
-  const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
-  const __m512i field = _mm512_set1_epi32(static_cast<int>((1u << bits) - 1));
-  const size_t block = kLanes * static_cast<size_t>(bits) / 8;  // bytes a block of 16 fields
-  const size_t bytes = EndPairBytes(n, bits);
+  const EndFieldBlocks blocks(in, n, bits);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    const size_t at = i / kLanes * block;
-    const size_t avail = bytes - at;  // >= block; words past the fields' bytes read as zero
-    const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
-    const __m512i v = _mm512_maskz_loadu_epi8(load, in + at);
-    const __m512i low = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word, v), shift);
-    const __m512i high = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
-    _mm512_storeu_si512(index + i, _mm512_and_si512(_mm512_or_si512(low, high), field));
+    _mm512_storeu_si512(index + i, blocks.Fields(i / kLanes * blocks.block_bytes()));
   }
-  if (i < n) UnpackEndPairs(in + i / kLanes * block, n - i, bits, index + i);
+  if (i < n) UnpackEndPairs(in + i / kLanes * blocks.block_bytes(), n - i, bits, index + i);
 }
 
 // LynxKernels::decode_chunk_parameters: per 16 chunk-channels, UnpackEnds' fields, EndPairs' pairs (a block
@@ -657,30 +673,17 @@ KVT_AVX512 bool DecodeChunkParameters(const uint8_t* ends, LynxPageMeta& meta) {
   thread_local std::vector<float> centre, half;
   MakeFrames(meta, centre, half);
   const Grid grid = MakeGrid(grid_max);
-  alignas(64) int32_t words[kLanes], shifts[kLanes];
-  for (int l = 0; l < kLanes; ++l) words[l] = l * bits / 32, shifts[l] = l * bits % 32;
-  const __m512i word = _mm512_load_si512(words);
-  const __m512i shift = _mm512_load_si512(shifts);
-  const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // 32 for shift 0: sllv gives 0
-  const __m512i next = _mm512_add_epi32(word, _mm512_set1_epi32(1));
-  const __m512i field = _mm512_set1_epi32(static_cast<int>((1u << bits) - 1));
+  const EndFieldBlocks blocks(ends, meta.q_low.size(), bits);
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   const __m512i max_index = _mm512_set1_epi32(static_cast<int>(MaxEndPairIndex(grid_max)));
   const __m512i top = _mm512_set1_epi32(grid_max);
   const __m512 half_f = _mm512_set1_ps(0.5f), flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
-  const size_t block = kLanes * static_cast<size_t>(bits) / 8;  // bytes a block of 16 fields
-  const size_t bytes = EndPairBytes(meta.q_low.size(), bits);
   size_t at = 0;  // the current block's first byte
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t base = static_cast<size_t>(k) * channels;
-    for (int c0 = 0; c0 < channels; c0 += kLanes, at += block) {
-      const size_t avail = bytes - at;  // >= block; words past the fields' bytes read as zero
-      const __mmask64 load = avail >= 48 ? (__mmask64{1} << 48) - 1 : (__mmask64{1} << avail) - 1;
-      const __m512i v = _mm512_maskz_loadu_epi8(load, ends + at);
-      const __m512i low_bits = _mm512_srlv_epi32(_mm512_permutexvar_epi32(word, v), shift);
-      const __m512i high_bits = _mm512_sllv_epi32(_mm512_permutexvar_epi32(next, v), up);
-      const __m512i x = _mm512_and_si512(_mm512_or_si512(low_bits, high_bits), field);
+    for (int c0 = 0; c0 < channels; c0 += kLanes, at += blocks.block_bytes()) {
+      const __m512i x = blocks.Fields(at);
       if (_mm512_cmpgt_epu32_mask(x, max_index)) return false;
       const __m512 s = _mm512_sqrt_ps(
           _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
