@@ -29,12 +29,11 @@ import torch
 
 from kvt_engine import model_files
 from kvt_engine.engine_worker import DTYPES
-from kvt_engine.generation import withholds
+from kvt_engine.generation import SequenceDecoder, withholds
 from kvt_engine.gguf_loader import read_gguf
 from kvt_engine.model import Llama
 from kvt_engine.paged_cache import BlockAllocator, PagedKvCache
 from kvt_engine.prompts import make_prompts
-from kvt_engine.speculative import top2_margin
 from kvt_engine.tokenizer import Tokenizer
 
 TAUS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
@@ -43,14 +42,12 @@ LENGTHS = (8, 12, 16, 32)
 
 def greedy_run(model: Llama, cache: PagedKvCache, table: torch.Tensor, base: int, first: int,
                n: int) -> tuple[list[int], list[float]]:
-    """n greedy tokens after `first` at position `base`, with each choice's top-2 margin."""
-    tokens, margins, cur = [], [], first
-    for i in range(n):
-        lg = model.forward([cur], base + i, cache, table)[0]
-        cur = int(torch.argmax(lg))
-        tokens.append(cur)
-        margins.append(float(top2_margin(lg.double())))
-    return tokens, margins
+    """n greedy tokens after `first` at position `base`, with each choice's top-2 margin (the engine's own plain
+    steps)."""
+    dec = SequenceDecoder(model, cache, table, base=base, first_input=first)
+    for _ in range(n):
+        dec.step()
+    return dec.token_ids, [t.margin for t in dec.tokens]
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
