@@ -415,6 +415,17 @@ absl::Status DeviceEncodedPages::UploadContainers(absl::Span<const absl::Span<co
   return absl::OkStatus();
 }
 
+namespace {
+
+// Queues on `stream` the status word's reset to "no error" (all zero), so that the launch after it reports only
+// its own errors and CheckDeviceStatus need not clear it (which took a second wait for the device on every call).
+absl::Status ClearDeviceStatusAsync(const DeviceEncodedPages& pages, CudaStream stream) {
+  static_assert(internal::kNoNonFinite == 0, "a zeroed status word says: no error");
+  return FillDevice(pages.status_word(), 0, sizeof(internal::DeviceStatus), stream);
+}
+
+}  // namespace
+
 // The launchers build the tables in StageTables' host copy, a std::vector's bytes, by placement new.
 static_assert(alignof(internal::LynxDeviceTables) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "new aligns them");
 
@@ -440,6 +451,7 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
         ") disagree with the batch's (", l.chunk_tokens, ", ", l.alpha, ", ", l.top_width, ")"));
   }
   if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
+  KVT_RETURN_IF_ERROR(ClearDeviceStatusAsync(out, stream));
   const internal::LynxDeviceTables* tp = nullptr;
   const internal::LynxDeviceTables* host_tables = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
@@ -477,6 +489,7 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
         absl::StrCat("destination KV has ", dst.channels(), " channels but the pages have ", l.channels));
   }
   if (device_block_ids == nullptr) return absl::InvalidArgumentError("no block ids");
+  KVT_RETURN_IF_ERROR(ClearDeviceStatusAsync(in, stream));
   const internal::LynxDeviceTables* tp = nullptr;
   if (l.scheme.kind == SchemeKind::kLynx) {
     auto fill = [&l, stages, rule](void* bytes) {
@@ -512,19 +525,18 @@ absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, cons
 
 absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream) {
   internal::DeviceStatus st;
+  // Into pageable memory: the copy returns once it is done, after all the stream's work before it.
   KVT_RETURN_IF_ERROR(CopyToHost(&st, pages.status_word(), sizeof(st), stream));
-  KVT_RETURN_IF_ERROR(Synchronize(stream));
-  const internal::DeviceStatus clean{internal::kNoNonFinite, 0, 0};
-  KVT_RETURN_IF_ERROR(CopyToDevice(pages.status_word(), &clean, sizeof(clean), stream));
   KVT_RETURN_IF_ERROR(Synchronize(stream));
   if (st.errors & internal::kErrBadBlockId) {
     return absl::OutOfRangeError("a block id is outside the KV cache's blocks");
   }
-  if (st.first_non_finite != internal::kNoNonFinite) {
+  if (st.non_finite_complement != internal::kNoNonFinite) {
+    const unsigned long long first_non_finite = ~st.non_finite_complement;
     const ContainerLayout& l = pages.layout();
     const unsigned long long per_page = static_cast<unsigned long long>(l.tokens) * l.channels;
-    const unsigned long long page = st.first_non_finite / per_page;
-    const unsigned long long rest = st.first_non_finite % per_page;
+    const unsigned long long page = first_non_finite / per_page;
+    const unsigned long long rest = first_non_finite % per_page;
     return absl::InvalidArgumentError(absl::StrCat("page ", page, " value at (token ", rest / l.channels,
                                                    ", channel ", rest % l.channels,
                                                    ") is NaN or Inf: NaN/Inf cannot be encoded"));
@@ -555,8 +567,8 @@ absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream strea
 
 namespace {
 
-// The work EncodePagesCudaWith and EncodePagesCudaInto share: the pages encoded into `staging` (made to fit),
-// device errors checked.
+// The work EncodePagesCudaWith and EncodePagesCudaInto share: the pages' encode queued into `staging` (made to
+// fit) on `stream`; the caller checks the device's errors (CheckDeviceStatus) before using the pages.
 absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging, const Scheme& scheme,
                                                            const CodecOptions& options, const PagedKvView& src,
                                                            int tokens_per_page, absl::Span<const int32_t> block_ids,
@@ -577,14 +589,7 @@ absl::StatusOr<const DeviceEncodedPages*> EncodeIntoStaging(PageStaging& staging
   DeviceEncodedPages& out = *staging.pages;
   KVT_RETURN_IF_ERROR(out.SetNumPages(num_pages));  // a decode may have laid out a smaller batch
   KVT_ASSIGN_OR_RETURN(const int32_t* d_ids, UploadBlockIds(block_ids, src, staging.block_ids, stream));
-  const absl::Status launched = EncodePagesCudaAsync(options, src, d_ids, out, stream);
-  if (!launched.ok()) {
-    // A kernel queued before the failing launch may still report into the status word: read it back and clear
-    // it (best effort), so that the next encode through this staging is not blamed for this one's input.
-    CheckDeviceStatus(out, stream).IgnoreError();
-    return launched;
-  }
-  KVT_RETURN_IF_ERROR(CheckDeviceStatus(out, stream));
+  KVT_RETURN_IF_ERROR(EncodePagesCudaAsync(options, src, d_ids, out, stream));
   return &out;
 }
 
@@ -594,6 +599,7 @@ absl::StatusOr<std::vector<EncodedPage>> EncodeWithStaging(PageStaging& staging,
                                                            CudaStream stream) {
   KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages* pages,
                        EncodeIntoStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream));
+  KVT_RETURN_IF_ERROR(CheckDeviceStatus(*pages, stream));
   return pages->ToContainers(stream);
 }
 
@@ -602,8 +608,10 @@ absl::Status EncodeWithStagingInto(PageStaging& staging, HostContainers& out, co
                                    absl::Span<const int32_t> block_ids, CudaStream stream, const PageLoop& seal_loop) {
   KVT_ASSIGN_OR_RETURN(const DeviceEncodedPages* pages,
                        EncodeIntoStaging(staging, scheme, options, src, tokens_per_page, block_ids, stream));
+  // The copy is queued behind the encode, and the status read behind the copy: one wait for the device covers
+  // all three (a failed encode's copied bytes are never sealed).
   KVT_RETURN_IF_ERROR(pages->CopyContainersAsync(out, stream));
-  KVT_RETURN_IF_ERROR(Synchronize(stream));
+  KVT_RETURN_IF_ERROR(CheckDeviceStatus(*pages, stream));
   const auto seal = [&out](size_t p) { out.Seal(static_cast<int>(p)); };
   if (seal_loop) {
     seal_loop(out.num_pages(), seal);

@@ -197,8 +197,9 @@ absl::Status EncodePagesCudaAsync(const CodecOptions& options, const PagedKvView
 absl::Status DecodePagesCudaAsync(const DeviceEncodedPages& in, int stages, const CodecOptions& options,
                                   const PagedKvView& dst, const int32_t* device_block_ids, CudaStream stream = {});
 
-// Synchronizes `stream`, reads and clears `pages`' device status word: INVALID_ARGUMENT naming the first NaN/Inf
-// (page, token, channel) or a bad block id, DATA_LOSS for corrupt metadata or values, else OK.
+// Synchronizes `stream` and reads `pages`' device status word, which each launch clears first (on its stream), so
+// it reports the last launch: INVALID_ARGUMENT naming the first NaN/Inf (page, token, channel) or a bad block
+// id, DATA_LOSS for corrupt metadata or values, else OK.
 absl::Status CheckDeviceStatus(const DeviceEncodedPages& pages, CudaStream stream = {});
 
 // ---- Synchronous conveniences (tests, tools) ----------------------------------------------------------------

@@ -418,6 +418,27 @@ TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
                            32, 3);
     ExpectEncodeMatchesCpu(name, CodecOptions{}, {sinks(3, 64, 4)}, 3, 64, KvDType::kFloat32, KvLayout::kNhd, 4, 1);
   }
+  // kvtd's page of a Llama-8B layer (2048 tokens x 8 heads x 128) in fp16 HND, and a page of channels that are no
+  // whole number of octets (the warp-per-row coder), both staged and selected in the encoder's own blocks.
+  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, {sinks(2048, 1024, 6)}, 2048, 1024, KvDType::kFloat16,
+                         KvLayout::kHnd, 16, 8);
+  ExpectEncodeMatchesCpu("lynx", CodecOptions{}, {sinks(2048, 36, 7), sinks(2048, 36, 8)}, 2048, 36,
+                         KvDType::kBfloat16, KvLayout::kNhd, 32, 1);
+  // An Inf in a long 16-bit page is named too, whichever block meets it first.
+  {
+    std::vector<float> long_page = sinks(2048, 64, 9);
+    long_page[1500 * 64 + 33] = -std::numeric_limits<float>::infinity();
+    DeviceKv kv(KvDType::kBfloat16, KvLayout::kNhd, 130, 16, 1, 64);
+    std::vector<int32_t> ids(128);
+    for (int b = 0; b < 128; ++b) ids[b] = (b * 37 + 5) % 130;
+    kv.Place(long_page, 2048, ids, 0);
+    kv.Upload();
+    absl::StatusOr<std::vector<EncodedPage>> got =
+        EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), 2048, ids);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(std::string(got.status().message()).find("(token 1500, channel 33)"), std::string::npos)
+        << got.status();
+  }
   std::vector<float> page = sinks(64, 64, 5);
   page[7 * 64 + 2] = std::numeric_limits<float>::infinity();
   DeviceKv kv(KvDType::kFloat32, KvLayout::kNhd, 4, 16, 1, 64);

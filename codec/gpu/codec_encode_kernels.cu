@@ -18,7 +18,10 @@
 // one aligned load per token and writing the output dtype with 16-byte stores.
 // This file holds the encode kernels and LaunchEncode, which hands the common lynx shape to the tile encoder
 // (codec_lynx_tile_encode.cu); decode is in codec_decode_kernels.cu, what all share in codec_kernels_common.cuh.
+#include "codec/gpu/codec_frame_spike_select.cuh"
 #include "codec/gpu/codec_kernels_common.cuh"
+
+#include <type_traits>
 
 namespace kvt::codec::gpu::internal {
 namespace {
@@ -78,10 +81,33 @@ struct EncodeParams {
   bool centering_mean;
 };
 
-template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets>
+// The element a staged tile holds: the input's own 16-bit type (exact, and half the shared memory of floats, so
+// pages of up to kMaxStagedTokens16 tokens fit), or float.
+template <typename T>
+using TileElement = std::conditional_t<sizeof(T) == 2, T, float>;
+
+// Dynamic shared memory of a staged group encode: the tile [tokens][kGroup], then each row's element offset.
+template <typename T>
+constexpr size_t StagedTileBytes(int tokens) {
+  return (static_cast<size_t>(tokens) * kGroup * sizeof(TileElement<T>) + 15) / 16 * 16;
+}
+template <typename T>
+constexpr size_t StagedSharedBytes(int tokens) {
+  return StagedTileBytes<T>(tokens) + static_cast<size_t>(tokens) * sizeof(long long);
+}
+
+// kSelectKeep > 0 (staged lynx pages with kSelectKeep - 1 frame spikes): the block selects its channels' frame
+// spikes itself, from the staged tile (SelectFrameSpikes), where otherwise LaunchFrameSpikeSelect's kernel reads
+// the whole page from global memory once more before this one.
+template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets, int kSelectKeep>
 __global__ void __launch_bounds__(kThreads)
     EncodeGroupKernel(const EncodeParams p, const LynxDeviceTables* __restrict__ tables) {
-  extern __shared__ __align__(16) float tile[];  // [tokens][kGroup] when kStaged
+  static_assert(kSelectKeep == 0 || (kLynx && kStaged), "in-block selection reads the staged tile");
+  static_assert(kSelectWarps * 32 == kThreads && kGroup == 32, "SelectFrameSpikes' block: a lane per channel");
+  using S = TileElement<T>;
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  S* const tile = reinterpret_cast<S*>(staged_bytes);  // [tokens][kGroup] when kStaged
+  long long* const s_row = reinterpret_cast<long long*>(staged_bytes + StagedTileBytes<T>(p.shape.tokens));
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ __align__(16) uint8_t s_bucket[kLynx ? kMaxDeviceBuckets + 16 : 16];
   __shared__ unsigned s_hist[256];  // multi-stream lynx: this block's code counts
@@ -117,16 +143,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const int spikes = kLynx ? p.shape.frame_spikes : 0;
-  if constexpr (kLynx) {
-    const uint8_t* tokens_at = FrameSpikeTokens(p.out, p.shape, page);
-    for (int i = tid; i < spikes * kGroup; i += kThreads) {
-      const int j = i / kGroup, c = i % kGroup;
-      const size_t s = static_cast<size_t>(j) * channels + c0 + c;
-      const int t = c < nvalid ? (tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8)) : -1;
-      s_ftok[j][c] = t < tokens ? t : -1;  // a selection that failed left tokens past the page
-      s_fsub[j][c] = c < nvalid ? p.out.frame_sub[static_cast<size_t>(page) * spikes * channels + s] : 0.0f;
+  // The selection's spikes of the block's channels into s_ftok / s_fsub (the selection wrote them to global
+  // memory: the kernel before this one, or this block).
+  auto read_spikes = [&] {
+    if constexpr (kLynx) {
+      const uint8_t* tokens_at = FrameSpikeTokens(p.out, p.shape, page);
+      for (int i = tid; i < spikes * kGroup; i += kThreads) {
+        const int j = i / kGroup, c = i % kGroup;
+        const size_t s = static_cast<size_t>(j) * channels + c0 + c;
+        const int t = c < nvalid ? (tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8)) : -1;
+        s_ftok[j][c] = t < tokens ? t : -1;  // a selection that failed left tokens past the page
+        s_fsub[j][c] = c < nvalid ? p.out.frame_sub[static_cast<size_t>(page) * spikes * channels + s] : 0.0f;
+      }
     }
-  }
+  };
+  if constexpr (kSelectKeep == 0) read_spikes();
   // Value (t, c0 + c) from global memory, a frame spike's replacement in its place; 0 (and an error) for a bad
   // block id.
   auto load_global = [&](int t, int c) -> float {
@@ -139,11 +170,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < spikes; ++j) x = s_ftok[j][c] == t ? s_fsub[j][c] : x;
     return x;
   };
-  if (spikes > 0) __syncthreads();
+  if (kSelectKeep == 0 && spikes > 0) __syncthreads();
   if constexpr (kStaged) {
-    // Row offsets first (one block-id lookup and division per token), then the tile: thread tid always loads
-    // the same VEC channels, of rows tid / kPerRow + u * kRowsPerPass, so no division per vector.
-    __shared__ long long s_row[kMaxStagedTokens];  // element offset of the row, or -1 for a bad block id
+    // Row offsets first (one block-id lookup and division per token; s_row[t]: the element offset of row t, or
+    // -1 for a bad block id), then the tile: thread tid always loads the same VEC channels, of rows
+    // tid / kPerRow + u * kRowsPerPass, so no division per vector. A 16-bit tile takes the input's bytes as
+    // they are.
     for (int t = tid; t < tokens; t += kThreads) {
       size_t base;
       s_row[t] = RowBase(p.src, channels, page, t, base) ? static_cast<long long>(base) : -1;
@@ -156,40 +188,73 @@ __global__ void __launch_bounds__(kThreads)
     const size_t coff = ChannelOffset(p.src, 0, c0 + j * VEC);
     constexpr int kBatch = 4;
     for (int t0 = tid / kPerRow; t0 < tokens; t0 += kRowsPerPass * kBatch) {
-      float v[kBatch][VEC];
+      if constexpr (std::is_same_v<S, T> && VEC > 1) {  // 16-byte copies of 8 elements
+        uint4 v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int t = t0 + u * kRowsPerPass;
-        const long long base = active && t < tokens ? s_row[t] : -2;
-        if (base >= 0) {
-          LoadVec<T, VEC>(src + static_cast<size_t>(base) + coff, v[u]);
-        } else {
-          if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
+        for (int u = 0; u < kBatch; ++u) {
+          const int t = t0 + u * kRowsPerPass;
+          const long long base = active && t < tokens ? s_row[t] : -2;
+          if (base >= 0) {
+            v[u] = __ldg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(base) + coff));
+          } else {
+            if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
+            v[u] = make_uint4(0, 0, 0, 0);
+          }
         }
-      }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int t = t0 + u * kRowsPerPass;
-        if (active && t < tokens) {
+        for (int u = 0; u < kBatch; ++u) {
+          const int t = t0 + u * kRowsPerPass;
+          if (active && t < tokens) *reinterpret_cast<uint4*>(&tile[t * kGroup + j * VEC]) = v[u];
+        }
+      } else {
+        float v[kBatch][VEC];
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) tile[t * kGroup + j * VEC + e] = v[u][e];
+        for (int u = 0; u < kBatch; ++u) {
+          const int t = t0 + u * kRowsPerPass;
+          const long long base = active && t < tokens ? s_row[t] : -2;
+          if (base >= 0) {
+            LoadVec<T, VEC>(src + static_cast<size_t>(base) + coff, v[u]);
+          } else {
+            if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int t = t0 + u * kRowsPerPass;
+          if (active && t < tokens) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) tile[t * kGroup + j * VEC + e] = FromFloat<S>(v[u][e]);  // exact
+          }
         }
       }
     }
-    if (spikes > 0) {  // each frame spike's replacement into its place in the tile
+    if constexpr (kSelectKeep > 0) {
+      // The block's channels' frame spikes, from the tile (rows of bad block ids are skipped, as the selection
+      // kernel skips them; the staging above reported them).
+      __syncthreads();
+      const auto load_tile = [&](int t, float& x) -> bool {
+        if (s_row[t] < 0) return false;
+        x = ToFloat<S>(tile[t * kGroup + lane]);
+        return true;
+      };
+      SelectFrameSpikes<kSelectKeep>(load_tile, p.shape, p.out, p.status, page, c0 + lane);
+      __syncthreads();  // makes the block's global writes visible to the whole block
+      read_spikes();
+    }
+    if (spikes > 0) {  // each frame spike's replacement into its place in the tile (a value of the page: exact)
       __syncthreads();
       for (int i = tid; i < spikes * kGroup; i += kThreads) {
         const int j = i / kGroup, c = i % kGroup;
-        if (s_ftok[j][c] >= 0) tile[s_ftok[j][c] * kGroup + c] = s_fsub[j][c];
+        if (s_ftok[j][c] >= 0) tile[s_ftok[j][c] * kGroup + c] = FromFloat<S>(s_fsub[j][c]);
       }
     }
   }
   __syncthreads();
   auto value = [&](int t, int c) -> float {
     if constexpr (kStaged) {
-      return tile[t * kGroup + c];
+      return ToFloat<S>(tile[t * kGroup + c]);
     } else {
       return load_global(t, c);
     }
@@ -332,10 +397,15 @@ __global__ void __launch_bounds__(kThreads)
           // (t - t_begin) / chunk_len: exact, as t - t_begin < 2048 leaves a margin of 0.5 / chunk_len.
           const int kl = __float2int_rz((static_cast<float>(t - t_begin) + 0.5f) * inv_chunk);
           float x[8], a0[8], a1[8];
-          if constexpr (kStaged) {
+          if constexpr (kStaged && std::is_same_v<S, float>) {
             const float4* tp = reinterpret_cast<const float4*>(&tile[t * kGroup + c]);
             const float4 u = tp[0], v = tp[1];
             x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = v.x, x[5] = v.y, x[6] = v.z, x[7] = v.w;
+          } else if constexpr (kStaged) {  // 8 16-bit elements in one 16-byte load
+            const uint4 u = *reinterpret_cast<const uint4*>(&tile[t * kGroup + c]);
+            const S* e = reinterpret_cast<const S*>(&u);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) x[i] = ToFloat<S>(e[i]);
           } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) x[e] = value(t, c + e);
@@ -478,23 +548,40 @@ __global__ void __launch_bounds__(kThreads) EncodeRowKernel(const EncodeParams p
   }
 }
 
+// Whether a group encode of `shape` stages its page tile in shared memory: pages of up to kMaxStagedTokens
+// tokens, or kMaxStagedTokens16 of 16-bit input.
+bool GroupEncodeStages(bool sixteen_bit, const PageShape& shape) {
+  return shape.tokens <= (sixteen_bit ? kMaxStagedTokens16 : kMaxStagedTokens);
+}
+
+template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets, int kSelectKeep>
+absl::Status LaunchGroupKernel(const EncodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
+  const dim3 grid((p.shape.channels + kGroup - 1) / kGroup, p.shape.num_pages);
+  const size_t smem = kStaged ? StagedSharedBytes<T>(p.shape.tokens) : 0;
+  auto* kernel = EncodeGroupKernel<T, VEC, kLynx, kStaged, kOctets, kSelectKeep>;
+  if (smem > 0) {  // static + dynamic past 48 KiB needs the opt-in (set per launch: it is per device)
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaFuncSetAttribute: ", cudaGetErrorName(e)));
+  }
+  kernel<<<grid, kThreads, smem, stream>>>(p, tb);
+  return LaunchError(kLynx ? "EncodeGroupKernel<lynx>" : "EncodeGroupKernel<uniform>");
+}
+
 template <typename T, int VEC, bool kLynx>
 absl::Status LaunchGroupEncode(const EncodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
-  const dim3 grid((p.shape.channels + kGroup - 1) / kGroup, p.shape.num_pages);
   const bool octets = p.shape.channels % 8 == 0;
-  if (p.shape.tokens <= kMaxStagedTokens) {
-    const size_t smem = static_cast<size_t>(p.shape.tokens) * kGroup * sizeof(float);
-    if (octets) {
-      EncodeGroupKernel<T, VEC, kLynx, true, true><<<grid, kThreads, smem, stream>>>(p, tb);
-    } else {
-      EncodeGroupKernel<T, VEC, kLynx, true, false><<<grid, kThreads, smem, stream>>>(p, tb);
+  if (GroupEncodeStages(sizeof(T) == 2, p.shape)) {
+    if (kLynx && p.shape.frame_spikes == kInBlockFrameSpikes) {
+      constexpr int kKeep = kLynx ? kInBlockFrameSpikes + 1 : 0;
+      return octets ? LaunchGroupKernel<T, VEC, kLynx, true, true, kKeep>(p, tb, stream)
+                    : LaunchGroupKernel<T, VEC, kLynx, true, false, kKeep>(p, tb, stream);
     }
-  } else if (octets) {
-    EncodeGroupKernel<T, VEC, kLynx, false, true><<<grid, kThreads, 0, stream>>>(p, tb);
-  } else {
-    EncodeGroupKernel<T, VEC, kLynx, false, false><<<grid, kThreads, 0, stream>>>(p, tb);
+    return octets ? LaunchGroupKernel<T, VEC, kLynx, true, true, 0>(p, tb, stream)
+                  : LaunchGroupKernel<T, VEC, kLynx, true, false, 0>(p, tb, stream);
   }
-  return LaunchError(kLynx ? "EncodeGroupKernel<lynx>" : "EncodeGroupKernel<uniform>");
+  return octets ? LaunchGroupKernel<T, VEC, kLynx, false, true, 0>(p, tb, stream)
+                : LaunchGroupKernel<T, VEC, kLynx, false, false, 0>(p, tb, stream);
 }
 
 template <typename T>
@@ -566,7 +653,10 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
     if (p.num_streams > 1 && (out.histogram == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
       return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
     }
-    if (shape.frame_spikes > 0) {
+    // The group encoder selects the spikes itself where it stages the page (LaunchGroupEncode).
+    const bool in_block = shape.frame_spikes == kInBlockFrameSpikes &&
+                          GroupEncodeStages(src.dtype != DType::kFloat32, shape);
+    if (shape.frame_spikes > 0 && !in_block) {
       const absl::Status selected = LaunchFrameSpikeSelect(src, shape, out, status, stream_handle);
       if (!selected.ok()) return selected;
     }

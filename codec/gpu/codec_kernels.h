@@ -63,10 +63,11 @@ struct Staging {
   size_t codes_stride[kMaxStreams] = {};
 };
 
-// What the host reads back after a launch: the smallest linear index page * tokens * channels + t * channels + c
-// of a non-finite input (~0 if none), and bits of DeviceError.
+// What the host reads back after a launch: the complement of the smallest linear index page * tokens * channels +
+// t * channels + c of a non-finite input (kNoNonFinite, 0, if none: kept by atomicMax of complements), and bits of
+// DeviceError. All zero is "no error", so one fill clears it.
 struct DeviceStatus {
-  unsigned long long first_non_finite;
+  unsigned long long non_finite_complement;
   unsigned int errors;
   unsigned int pad;
 };
@@ -80,7 +81,7 @@ enum DeviceError : unsigned int {
   kErrBadAnchorTable = 64u,  // lynx anchor table entry not in [0, 1]
   kErrBadFrameSpike = 128u,  // lynx frame spike not finite, past the page or out of token order
 };
-inline constexpr unsigned long long kNoNonFinite = ~0ull;
+inline constexpr unsigned long long kNoNonFinite = 0;
 
 // The lynx family's tables for one (alpha, top_width, bits), as lynx_math.h builds them, in device memory for a launch.
 inline constexpr int kMaxDeviceBuckets = 4096;

@@ -29,6 +29,8 @@ constexpr int kThreads = 256;
 constexpr int kGroup = 32;                        // channels per encode block: one per lane
 constexpr int kRounds = kThreads / kGroup;        // chunk rows whose statistics one round computes
 constexpr int kMaxStagedTokens = 256;             // tile = tokens * 32 floats <= 32 KiB of shared memory
+constexpr int kMaxStagedTokens16 = 2048;          // 16-bit input: tile = tokens * 32 x 2 bytes <= 128 KiB
+constexpr int kInBlockFrameSpikes = 3;            // frame spikes a staged group encode selects itself (default)
 constexpr int kDecodeVecThreads = 16;             // threads across channels in a decode block
 constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
 constexpr int kDecodeTokensPerThread = 8;
@@ -312,7 +314,7 @@ __device__ __forceinline__ void StoreVec(T* p, const float* v) {
 __device__ __forceinline__ void ReportNonFinite(DeviceStatus* st, int page, int tokens, int channels, int t, int c) {
   const unsigned long long i =
       (static_cast<unsigned long long>(page) * tokens + t) * static_cast<unsigned long long>(channels) + c;
-  atomicMin(&st->first_non_finite, i);
+  atomicMax(&st->non_finite_complement, ~i);
 }
 
 // ---- Bit packing ---------------------------------------------------------------------------------------
