@@ -156,6 +156,17 @@ TEST(CudaDecodeTest, ExactExtremesHoldForChunksThatStraddleDecodeTiles) {
   }
 }
 
+// kvtd's page of a Llama-8B layer (2048 tokens x 8 heads x 128, lynx's own 16-token chunks): the frame spikes lie
+// in many of the page's 16 tiles, each written by the block of its tile after that block's own stores. Every stage
+// count, with and without the exact-extremes rule (which the tile kernel applies itself at this chunk length).
+TEST(CudaDecodeTest, KvtdsPageShapeDecodesWithItsFrameSpikesAsTheCpuDecode) {
+  SKIP_WITHOUT_CUDA();
+  ExpectDecodeMatchesCpu("lynx", 2048, 1024, 8, KvDType::kBfloat16, KvLayout::kNhd, 16, AnchorRule::kConditionalMean,
+                         16, 2);
+  ExpectDecodeMatchesCpu("lynx", 2048, 1024, 8, KvDType::kFloat16, KvLayout::kHnd, 16, AnchorRule::kConditionalMean,
+                         16, 1);
+}
+
 // DecodePagesCudaWith (the daemon's page-at-a-time path) keeps its staging while the layout and page count stay,
 // replaces it when they change, drops it after a failed call, and decodes exactly as DecodePagesCuda does.
 TEST(CudaDecodeTest, KeptStagingDecodesAsFreshStagingAcrossSchemesShapesAndFailures) {

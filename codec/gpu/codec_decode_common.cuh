@@ -22,6 +22,9 @@ struct DecodeParams {
   // Lynx partial decodes in LynxTileDecodeKernel: apply the exact-extremes rule while writing (other kernels
   // leave it to LaunchExactExtremes).
   int exact_extremes;
+  // Lynx with frame spikes in LynxTileDecodeKernel, when nothing runs after it but the spikes: each block writes
+  // its tile's spikes after its own stores (else LaunchFrameSpikeScatter's kernel does, after everything).
+  int frame_spikes_in_tiles;
   // shape.chunk_len and dst.block_tokens as divisors (LynxTileDecodeKernel's tile, chunk and block indices).
   FastDivisor chunk_div, block_div;
 };

@@ -334,6 +334,11 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
   // only); the other kernels and shapes get the separate pass after them.
   const bool fused = extremes && LynxTileDecodeFits(p) && kDecodeTileTokens % shape.chunk_len == 0;
   p.exact_extremes = fused ? 1 : 0;
+  // The spikes go last, over whatever the codes (and the rule) put in their places: inside the tile kernel's blocks
+  // when no rule pass follows it, else by their own kernel after everything.
+  const bool spikes = scheme.kind == SchemeKind::kLynx && shape.frame_spikes > 0;
+  const bool spikes_in_tiles = spikes && LynxTileDecodeFits(p) && !(extremes && !fused);
+  p.frame_spikes_in_tiles = spikes_in_tiles ? 1 : 0;
   const absl::Status st = ForDType(dst.dtype, [&](auto tag) {
     return LaunchDecodeTyped<typename decltype(tag)::type>(scheme.kind, p, tb, stream);
   });
@@ -342,10 +347,7 @@ absl::Status LaunchDecode(const Scheme& scheme, int stages, bool exact_extremes,
     const absl::Status rule = LaunchExactExtremes(scheme, stages, tables, in, shape, dst, stream_handle);
     if (!rule.ok()) return rule;
   }
-  // The frame spikes last, over whatever the codes (and the rule) put in their places.
-  if (scheme.kind == SchemeKind::kLynx && shape.frame_spikes > 0) {
-    return LaunchFrameSpikeScatter(in, shape, dst, status, stream_handle);
-  }
+  if (spikes && !spikes_in_tiles) return LaunchFrameSpikeScatter(in, shape, dst, status, stream_handle);
   return absl::OkStatus();
 }
 

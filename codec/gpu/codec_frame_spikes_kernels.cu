@@ -1,8 +1,10 @@
 // The lynx frame spikes on the GPU (codec_kernels.h LaunchFrameSpikeSelect / LaunchFrameSpikeScatter): the CPU
-// rule of codec/internal/lynx_frame_spikes.h. Selection keeps the k + 1 first and last of each channel's (value,
-// token) order, as the CPU does, so both pick the same spikes; the encoder then codes each spike's replacement
-// (lynx_frame_spikes.h MaskFrameSpikes) from Staging::frame_sub. Scatter writes them back after a decode, one
-// thread per (page, channel). Compiled with --fmad=false, like the other codec kernels.
+// rule of codec/internal/lynx_frame_spikes.h. The selection kernel runs SelectFrameSpikes
+// (codec_frame_spike_select.cuh) on pages the group encoder does not stage (the staging encoder selects in its own
+// blocks); the encoder then codes each spike's replacement (lynx_frame_spikes.h MaskFrameSpikes) from
+// Staging::frame_sub. The scatter kernel writes them back after a decode, one thread per (page, channel), where
+// the lynx tile decoder does not (it writes its tiles' spikes itself). Compiled with --fmad=false, like the other
+// codec kernels.
 #include "codec/gpu/codec_frame_spike_select.cuh"
 #include "codec/gpu/codec_kernels_common.cuh"
 
@@ -35,25 +37,7 @@ template <typename OutT>
 __global__ void __launch_bounds__(kSpikeThreads)
     FrameSpikeScatterKernel(const Staging in, const PageShape shape, const KvGeometry dst, DeviceStatus* status) {
   const int c = blockIdx.x * kSpikeThreads + threadIdx.x;
-  const int page = blockIdx.y;
-  const int channels = shape.channels;
-  if (c >= channels) return;
-  const uint8_t* values = FrameSpikeValues(in, shape, page);
-  const uint8_t* tokens_at = FrameSpikeTokens(in, shape, page);
-  OutT* out = static_cast<OutT*>(dst.data);
-  int last = -1;
-  for (int j = 0; j < shape.frame_spikes; ++j) {
-    const size_t s = static_cast<size_t>(j) * channels + c;
-    const int t = tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8);
-    const float v = ReadF32(values + 4 * s);
-    if (t <= last || t >= shape.tokens || !isfinite(v)) {
-      atomicOr(&status->errors, kErrBadFrameSpike);
-      return;
-    }
-    last = t;
-    size_t base;
-    if (RowBase(dst, channels, page, t, base)) out[ChannelOffset(dst, base, c)] = FromFloat<OutT>(v);
-  }
+  if (c < shape.channels) ScatterFrameSpikes<OutT>(in, shape, dst, status, blockIdx.y, c, 0, shape.tokens);
 }
 
 }  // namespace

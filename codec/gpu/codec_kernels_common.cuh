@@ -381,6 +381,33 @@ __device__ __forceinline__ float ReadF32(const uint8_t* q) {
   return __uint_as_float(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<unsigned>(q[3]) << 24));
 }
 
+// The frame spikes of channel c of `page` whose tokens lie in [t_lo, t_hi), written into `dst` over what the
+// decode put there. The channel's list is checked up to the first bad entry (tokens increasing and inside the
+// page, values finite; else kErrBadFrameSpike and nothing more of the channel is written). The scatter kernel
+// calls it for whole pages, LynxTileDecodeKernel for its tile's tokens after its own stores.
+template <typename OutT>
+__device__ __forceinline__ void ScatterFrameSpikes(const Staging& in, const PageShape& shape, const KvGeometry& dst,
+                                                   DeviceStatus* status, int page, int c, int t_lo, int t_hi) {
+  const uint8_t* values = FrameSpikeValues(in, shape, page);
+  const uint8_t* tokens_at = FrameSpikeTokens(in, shape, page);
+  OutT* out = static_cast<OutT*>(dst.data);
+  int last = -1;
+  for (int j = 0; j < shape.frame_spikes; ++j) {
+    const size_t s = static_cast<size_t>(j) * shape.channels + c;
+    const int t = tokens_at[2 * s] | (tokens_at[2 * s + 1] << 8);
+    const float v = ReadF32(values + 4 * s);
+    if (t <= last || t >= shape.tokens || !isfinite(v)) {
+      atomicOr(&status->errors, kErrBadFrameSpike);
+      return;
+    }
+    last = t;
+    size_t base;
+    if (t >= t_lo && t < t_hi && RowBase(dst, shape.channels, page, t, base)) {
+      out[ChannelOffset(dst, base, c)] = FromFloat<OutT>(v);
+    }
+  }
+}
+
 // Stores a float little-endian at q (no alignment needed).
 __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
   const unsigned bits = __float_as_uint(v);

@@ -294,80 +294,85 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   }
   // kOne4: `once` split by sign, each at bit 4 e of nibble e's channel, so that a row picks by its sign bits.
   const uint32_t once_p = once & 0x11111111u, once_n = (once >> 1) & 0x11111111u;
-  if (!active) return;
-  if (block < 0 || block >= p.dst.num_blocks) {
-    atomicOr(&p.status->errors, kErrBadBlockId);
-    return;
+  const bool block_ok = block >= 0 && block < p.dst.num_blocks;
+  if (active && !block_ok) atomicOr(&p.status->errors, kErrBadBlockId);
+  if (active && block_ok) {
+    float mu[8], sigma[8];
+    LoadShared<8>(&s_mu[kk][c - cg0], mu);
+    LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
+    RowClamp<OutT> clamp;
+    clamp.Load(&s_lo[c - cg0], &s_hi[c - cg0]);
+    const bool nhd = p.dst.layout == Layout::kNhd;
+    const int row = t_first - bj * bt;  // in that block
+    OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
+                (nhd ? (static_cast<size_t>(block) * bt + row) * channels
+                     : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
+                           static_cast<size_t>(row) * p.dst.head_dim);
+    const size_t row_stride = nhd ? channels : p.dst.head_dim;
+    const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
+  #pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      if (i < rows) {
+        float y[8];
+        if constexpr (kNibbleCells) {
+          // The row's prefixes as byte offsets into s_table (prefix * 4 < 128, a byte each): even values' in
+          // `even`, odd ones' in `odd`, so that each lookup is one byte permute and one shared load.
+          const uint32_t word = nibbles[i];
+          uint32_t even = (word << 2) & 0x3C3C3C3Cu, odd = (word >> 2) & 0x3C3C3C3Cu;
+          if constexpr (kExact) {
+            // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of once_p for a
+            // positive one, of once_n for a negative one (its sign: bit 4 e of word >> 3; the masked once_p and
+            // once_n drop the other bits). Its prefix gets bit `known` (4): offset bit 6.
+            const uint32_t signs = word >> 3;
+            const uint32_t single = NibbleTops(word) & ((once_p & ~signs) | (once_n & signs));
+            even |= (single & 0x01010101u) << 6;
+            odd |= (single & 0x10101010u) << 2;
+          }
+  #pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            // The offset byte replaces the low byte of the table's address (the table is 1024-byte aligned).
+            const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
+            float t;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
+            const int v = ValueOfByte<kLayout>(e);
+            y[v] = mu[v] + sigma[v] * t;
+          }
+        } else {
+          // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
+          unsigned long long w = kLayout == CodeLayout::kTwo4 ? Two4Prefixes(nibbles[i], resid[i]) : pre[i];
+          if constexpr (kExact) {
+            unsigned long long top, negative;
+            top_and_negative(w, top, negative);
+            w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
+          }
+          const uint32_t w_lo = static_cast<uint32_t>(w), w_hi = static_cast<uint32_t>(w >> 32);
+  #pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            // Prefix byte e times 4 (bits 2-9) OR-ed into the table's address: one shift and one LOP3 a lookup.
+            const uint32_t half = e < 4 ? w_lo : w_hi;
+            const int shift = 8 * (e & 3) - 2;
+            const uint32_t at = ((shift < 0 ? half << 2 : half >> shift) & 0x3FCu) | table_base;
+            float t;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
+            // Reconstruct (lynx_math.h) up to its clamp, which StoreRow takes.
+            const int v = ValueOfByte<kLayout>(e);
+            y[v] = mu[v] + sigma[v] * t;
+          }
+        }
+        if constexpr (kNibbleCells) {
+          clamp.StoreRow(out, y);
+          if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
+        } else {
+          clamp.StoreRow(out + i * row_stride, y);  // the step costs the wider instances spills
+        }
+      }
+    }
   }
-
-  float mu[8], sigma[8];
-  LoadShared<8>(&s_mu[kk][c - cg0], mu);
-  LoadShared<8>(&s_sigma[kk][c - cg0], sigma);
-  RowClamp<OutT> clamp;
-  clamp.Load(&s_lo[c - cg0], &s_hi[c - cg0]);
-  const bool nhd = p.dst.layout == Layout::kNhd;
-  const int row = t_first - bj * bt;  // in that block
-  OutT* out = static_cast<OutT*>(p.dst.data) + ChannelOffset(p.dst, 0, c) +
-              (nhd ? (static_cast<size_t>(block) * bt + row) * channels
-                   : static_cast<size_t>(block) * p.dst.heads * bt * p.dst.head_dim +
-                         static_cast<size_t>(row) * p.dst.head_dim);
-  const size_t row_stride = nhd ? channels : p.dst.head_dim;
-  const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    if (i < rows) {
-      float y[8];
-      if constexpr (kNibbleCells) {
-        // The row's prefixes as byte offsets into s_table (prefix * 4 < 128, a byte each): even values' in
-        // `even`, odd ones' in `odd`, so that each lookup is one byte permute and one shared load.
-        const uint32_t word = nibbles[i];
-        uint32_t even = (word << 2) & 0x3C3C3C3Cu, odd = (word >> 2) & 0x3C3C3C3Cu;
-        if constexpr (kExact) {
-          // Nibble e is a single if it has a top cell that its chunk-channel saw once: bit 4 e of once_p for a
-          // positive one, of once_n for a negative one (its sign: bit 4 e of word >> 3; the masked once_p and
-          // once_n drop the other bits). Its prefix gets bit `known` (4): offset bit 6.
-          const uint32_t signs = word >> 3;
-          const uint32_t single = NibbleTops(word) & ((once_p & ~signs) | (once_n & signs));
-          even |= (single & 0x01010101u) << 6;
-          odd |= (single & 0x10101010u) << 2;
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          // The offset byte replaces the low byte of the table's address (the table is 1024-byte aligned).
-          const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
-          float t;
-          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
-          const int v = ValueOfByte<kLayout>(e);
-          y[v] = mu[v] + sigma[v] * t;
-        }
-      } else {
-        // A single's prefix byte gets bit `known` set, which selects the table's full top code for it.
-        unsigned long long w = kLayout == CodeLayout::kTwo4 ? Two4Prefixes(nibbles[i], resid[i]) : pre[i];
-        if constexpr (kExact) {
-          unsigned long long top, negative;
-          top_and_negative(w, top, negative);
-          w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
-        }
-        const uint32_t w_lo = static_cast<uint32_t>(w), w_hi = static_cast<uint32_t>(w >> 32);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          // Prefix byte e times 4 (bits 2-9) OR-ed into the table's address: one shift and one LOP3 a lookup.
-          const uint32_t half = e < 4 ? w_lo : w_hi;
-          const int shift = 8 * (e & 3) - 2;
-          const uint32_t at = ((shift < 0 ? half << 2 : half >> shift) & 0x3FCu) | table_base;
-          float t;
-          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(t) : "r"(at));
-          // Reconstruct (lynx_math.h) up to its clamp, which StoreRow takes.
-          const int v = ValueOfByte<kLayout>(e);
-          y[v] = mu[v] + sigma[v] * t;
-        }
-      }
-      if constexpr (kNibbleCells) {
-        clamp.StoreRow(out, y);
-        if (i + 1 < kRows) out += row_stride;  // a pointer step a row (not a 64-bit product), none past the last
-      } else {
-        clamp.StoreRow(out + i * row_stride, y);  // the step costs the wider instances spills
-      }
+  if (p.frame_spikes_in_tiles) {
+    __syncthreads();  // the block's stores before the spikes' stores over them (the same addresses)
+    if (tid < kGroupChannels && cg0 + tid < channels) {
+      ScatterFrameSpikes<OutT>(p.in, p.shape, p.dst, p.status, page, cg0 + tid, t_tile,
+                               min(t_tile + kDecodeTileTokens, tokens));
     }
   }
 }
