@@ -370,9 +370,13 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
   }
   if (p.frame_spikes_in_tiles) {
     __syncthreads();  // the block's stores before the spikes' stores over them (the same addresses)
-    if (tid < kGroupChannels && cg0 + tid < channels) {
-      ScatterFrameSpikes<OutT>(p.in, p.shape, p.dst, p.status, page, cg0 + tid, t_tile,
-                               min(t_tile + kDecodeTileTokens, tokens));
+    // The tile's coordinates again from the block index and the parameters: kept live across the stores, they
+    // cost the register-capped instances spills.
+    const int ch = blockIdx.x * kGroupChannels + static_cast<int>(threadIdx.x);
+    const int t0 = blockIdx.y * kDecodeTileTokens;
+    if (threadIdx.x < kGroupChannels && ch < p.shape.channels) {
+      ScatterFrameSpikes<OutT>(p.in, p.shape, p.dst, p.status, blockIdx.z, ch, t0,
+                               min(t0 + kDecodeTileTokens, p.shape.tokens));
     }
   }
 }
