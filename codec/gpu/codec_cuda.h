@@ -180,6 +180,9 @@ class DeviceEncodedPages {
 };
 
 // ---- Asynchronous launchers (the daemon's hot path and the benchmark): no host synchronization -------------
+// Each launch clears the pages' device status word first, on its stream: check a launch's errors
+// (CheckDeviceStatus) before the next launch on the same pages, which would clear them, and keep launches on the
+// same pages on one stream.
 
 // Encodes pages [0, out.num_pages()) of `src`, page p made of the blocks device_block_ids[p * BlocksPerPage ..],
 // into `out` (whose layout names the scheme and page shape; options.chunk_tokens, alpha and top_width must agree

@@ -362,6 +362,7 @@ TEST(CudaDecodeTest, GpuEncodedPagesDecodeOnTheGpuWithoutLeavingTheDevice) {
   const int32_t* dev_ids = static_cast<const int32_t*>((*d_ids)->get());
   const absl::Status encoded = EncodePagesCudaAsync(CodecOptions{}, src.view(), dev_ids, **pages);
   ASSERT_TRUE(encoded.ok()) << encoded;
+  ASSERT_TRUE(CheckDeviceStatus(**pages).ok());  // before the decode's launch clears the status word
   // A batch shaped for another curve is refused, not encoded with the wrong tables.
   CodecOptions plain;
   plain.top_width = 0.0f;

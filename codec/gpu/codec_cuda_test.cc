@@ -424,10 +424,15 @@ TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
                          KvLayout::kHnd, 16, 8);
   ExpectEncodeMatchesCpu("lynx", CodecOptions{}, {sinks(2048, 36, 7), sinks(2048, 36, 8)}, 2048, 36,
                          KvDType::kBfloat16, KvLayout::kNhd, 32, 1);
-  // An Inf in a long 16-bit page is named too, whichever block meets it first.
+  // Non-finite values in a long 16-bit page, in both of its blocks: the first in (token, channel) order is named,
+  // whichever block meets one first. Then, through the same pages, the launch of a clean page clears the status
+  // word: its check is OK.
   {
     std::vector<float> long_page = sinks(2048, 64, 9);
+    long_page[1800 * 64 + 2] = std::numeric_limits<float>::infinity();
+    long_page[1500 * 64 + 40] = std::numeric_limits<float>::quiet_NaN();
     long_page[1500 * 64 + 33] = -std::numeric_limits<float>::infinity();
+    long_page[1501 * 64 + 5] = std::numeric_limits<float>::quiet_NaN();
     DeviceKv kv(KvDType::kBfloat16, KvLayout::kNhd, 130, 16, 1, 64);
     std::vector<int32_t> ids(128);
     for (int b = 0; b < 128; ++b) ids[b] = (b * 37 + 5) % 130;
@@ -438,6 +443,21 @@ TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
     EXPECT_NE(std::string(got.status().message()).find("(token 1500, channel 33)"), std::string::npos)
         << got.status();
+
+    absl::StatusOr<std::unique_ptr<DeviceEncodedPages>> pages =
+        DeviceEncodedPages::Create(PageLayoutFor(MustParse("lynx"), CodecOptions{}, 2048, 64), 1);
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    absl::StatusOr<std::unique_ptr<DeviceBuffer>> d_ids = DeviceBuffer::Create(ids.size() * sizeof(int32_t));
+    ASSERT_TRUE(d_ids.ok());
+    ASSERT_TRUE(CopyToDevice((*d_ids)->get(), ids.data(), ids.size() * sizeof(int32_t)).ok());
+    const int32_t* dev_ids = static_cast<const int32_t*>((*d_ids)->get());
+    ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, kv.view(), dev_ids, **pages).ok());
+    EXPECT_EQ(CheckDeviceStatus(**pages).code(), absl::StatusCode::kInvalidArgument);
+    DeviceKv clean(KvDType::kBfloat16, KvLayout::kNhd, 130, 16, 1, 64);
+    clean.Place(sinks(2048, 64, 10), 2048, ids, 0);
+    clean.Upload();
+    ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, clean.view(), dev_ids, **pages).ok());
+    EXPECT_TRUE(CheckDeviceStatus(**pages).ok());
   }
   std::vector<float> page = sinks(64, 64, 5);
   page[7 * 64 + 2] = std::numeric_limits<float>::infinity();

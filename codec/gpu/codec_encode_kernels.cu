@@ -6,8 +6,10 @@
 // ties).
 //
 // Encode (lynx, int8, int4): one block per (page, group of 32 channels). The page's tile of that group is
-// loaded once with 16-byte loads into shared memory (pages up to 256 tokens; longer pages are read from
-// global memory twice), per-channel range and per-chunk statistics are computed by one thread per
+// loaded once with 16-byte loads into shared memory (pages up to 256 tokens, or 2048 of 16-bit input kept as
+// it is, where the device's shared memory allows; longer pages are read from global memory for each pass; with
+// the default frame spikes the block selects them from its tile), per-channel range and per-chunk statistics are
+// computed by one thread per
 // (chunk, channel), then each thread codes 8 consecutive channels of a row, whose fields fill whole bytes of
 // every stream (one store per stream). With channels % 8 != 0 a warp codes a row (a lane per channel) and packs
 // the fields with shuffles into 32-bit words (atomicOr only on words shared with a neighbouring group).
@@ -21,6 +23,7 @@
 #include "codec/gpu/codec_frame_spike_select.cuh"
 #include "codec/gpu/codec_kernels_common.cuh"
 
+#include <atomic>
 #include <type_traits>
 
 namespace kvt::codec::gpu::internal {
@@ -116,8 +119,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_red_hi[kRounds][kGroup];
   __shared__ __align__(16) float s_p0[kRounds][kGroup];  // lynx: mu; uniform: min
   __shared__ __align__(16) float s_p1[kRounds][kGroup];  // lynx: 1 / sigma (InverseSigma); uniform: scale
-  // Lynx frame spikes of the block's channels (LaunchFrameSpikeSelect): each spike's token (-1: none) and the
-  // value coded in its place.
+  // Lynx frame spikes of the block's channels (from LaunchFrameSpikeSelect's kernel, or this block's selection):
+  // each spike's token (-1: none) and the value coded in its place.
   __shared__ int s_ftok[kLynx ? kMaxFrameSpikes : 1][kGroup];
   __shared__ float s_fsub[kLynx ? kMaxFrameSpikes : 1][kGroup];
 
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
       return 0.0f;
     }
     float x = ToFloat<T>(src[ChannelOffset(p.src, base, c0 + c)]);
-    for (int j = 0; j < spikes; ++j) x = s_ftok[j][c] == t ? s_fsub[j][c] : x;
+    for (int j = 0; j < spikes; ++j) x = s_ftok[j][c] == t && isfinite(s_fsub[j][c]) ? s_fsub[j][c] : x;
     return x;
   };
   if (kSelectKeep == 0 && spikes > 0) __syncthreads();
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
     const size_t coff = ChannelOffset(p.src, 0, c0 + j * VEC);
     constexpr int kBatch = 4;
     for (int t0 = tid / kPerRow; t0 < tokens; t0 += kRowsPerPass * kBatch) {
-      if constexpr (std::is_same_v<S, T> && VEC > 1) {  // 16-byte copies of 8 elements
+      if constexpr (std::is_same_v<S, T> && VEC > 1) {  // 16-byte copies (8 16-bit elements, or 4 floats)
         uint4 v[kBatch];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
@@ -247,7 +250,11 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int i = tid; i < spikes * kGroup; i += kThreads) {
         const int j = i / kGroup, c = i % kGroup;
-        if (s_ftok[j][c] >= 0) tile[s_ftok[j][c] * kGroup + c] = FromFloat<S>(s_fsub[j][c]);
+        // A non-finite replacement is left out: the encode fails on it where it lies, and the error must name
+        // that place, not the spike's.
+        if (s_ftok[j][c] >= 0 && isfinite(s_fsub[j][c])) {
+          tile[s_ftok[j][c] * kGroup + c] = FromFloat<S>(s_fsub[j][c]);
+        }
       }
     }
   }
@@ -548,10 +555,38 @@ __global__ void __launch_bounds__(kThreads) EncodeRowKernel(const EncodeParams p
   }
 }
 
+// Whether the current device gives a block the dynamic shared memory of a kMaxStagedTokens16-token 16-bit tile
+// beside the most static shared memory a kernel can have (48 KiB): H100 and H200 (227 KiB) do; a device that
+// does not stages no 16-bit pages longer than kMaxStagedTokens. Asked once per device.
+bool DeviceFitsLongTiles() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];  // 0: not asked yet; 1: fits; 2: does not
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  int v = known[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int optin = 0;
+    const bool asked =
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess;
+    v = asked && static_cast<size_t>(optin) >= StagedSharedBytes<__half>(kMaxStagedTokens16) + 48 * 1024 ? 1 : 2;
+    known[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+// The most dynamic shared memory a staged launch on the current device asks for, which each staged instance is
+// opted into (one value for every launch, so that concurrent launches of pages of different lengths cannot change
+// it under each other).
+size_t MaxStagedSharedBytes(bool sixteen_bit) {
+  if (!sixteen_bit) return StagedSharedBytes<float>(kMaxStagedTokens);
+  return StagedSharedBytes<__half>(DeviceFitsLongTiles() ? kMaxStagedTokens16 : kMaxStagedTokens);
+}
+
 // Whether a group encode of `shape` stages its page tile in shared memory: pages of up to kMaxStagedTokens
-// tokens, or kMaxStagedTokens16 of 16-bit input.
+// tokens, or kMaxStagedTokens16 of 16-bit input where the device allows.
 bool GroupEncodeStages(bool sixteen_bit, const PageShape& shape) {
-  return shape.tokens <= (sixteen_bit ? kMaxStagedTokens16 : kMaxStagedTokens);
+  if (shape.tokens <= kMaxStagedTokens) return true;
+  return sixteen_bit && shape.tokens <= kMaxStagedTokens16 && DeviceFitsLongTiles();
 }
 
 template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets, int kSelectKeep>
@@ -559,9 +594,11 @@ absl::Status LaunchGroupKernel(const EncodeParams& p, const LynxDeviceTables* tb
   const dim3 grid((p.shape.channels + kGroup - 1) / kGroup, p.shape.num_pages);
   const size_t smem = kStaged ? StagedSharedBytes<T>(p.shape.tokens) : 0;
   auto* kernel = EncodeGroupKernel<T, VEC, kLynx, kStaged, kOctets, kSelectKeep>;
-  if (smem > 0) {  // static + dynamic past 48 KiB needs the opt-in (set per launch: it is per device)
+  if constexpr (kStaged) {
+    // Static + dynamic past 48 KiB needs the opt-in; set on every launch, as it is per device, to one value for
+    // the instance (MaxStagedSharedBytes).
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+                                               static_cast<int>(MaxStagedSharedBytes(sizeof(T) == 2)));
     if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaFuncSetAttribute: ", cudaGetErrorName(e)));
   }
   kernel<<<grid, kThreads, smem, stream>>>(p, tb);

@@ -181,7 +181,13 @@ __device__ __forceinline__ void SelectFrameSpikes(const Load& load, const PageSh
 #pragma unroll
   for (int j = 0; j < k; ++j) {
     const size_t s = static_cast<size_t>(j) * channels + c;
-    StoreF32(values + 4 * s, val[j]);
+    // The first value may share a 32-bit word with the last end pairs, which the encoder's blocks OR into the
+    // zeroed metadata, concurrently when the encoder's own blocks select.
+    if (s == 0) {
+      OrF32IntoZeroedWords(values, val[j]);
+    } else {
+      StoreF32(values + 4 * s, val[j]);
+    }
     tokens_at[2 * s] = static_cast<uint8_t>(tok[j]);
     tokens_at[2 * s + 1] = static_cast<uint8_t>(tok[j] >> 8);
     // The first token of the spike's chunk that is no spike (tokens increase with j).

@@ -30,7 +30,8 @@ constexpr int kGroup = 32;                        // channels per encode block: 
 constexpr int kRounds = kThreads / kGroup;        // chunk rows whose statistics one round computes
 constexpr int kMaxStagedTokens = 256;             // tile = tokens * 32 floats <= 32 KiB of shared memory
 constexpr int kMaxStagedTokens16 = 2048;          // 16-bit input: tile = tokens * 32 x 2 bytes <= 128 KiB
-constexpr int kInBlockFrameSpikes = 3;            // frame spikes a staged group encode selects itself (default)
+constexpr int kInBlockFrameSpikes = 3;            // frame spikes a staged group encode selects itself
+static_assert(kInBlockFrameSpikes == kDefaultFrameSpikes, "the default's encode selects in its blocks");
 constexpr int kDecodeVecThreads = 16;             // threads across channels in a decode block
 constexpr int kDecodeSlices = kThreads / kDecodeVecThreads;
 constexpr int kDecodeTokensPerThread = 8;
@@ -413,6 +414,16 @@ __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
   const unsigned bits = __float_as_uint(v);
 #pragma unroll
   for (int b = 0; b < 4; ++b) q[b] = static_cast<uint8_t>(bits >> (8 * b));
+}
+// StoreF32 into zeroed bytes by OR-ing each into its aligned 32-bit word: for bytes that may share a word with
+// fields other blocks OR in at the same time (a plain store would race with their atomicOr).
+__device__ __forceinline__ void OrF32IntoZeroedWords(uint8_t* q, float v) {
+  const unsigned bits = __float_as_uint(v);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(q + b);
+    atomicOr(reinterpret_cast<unsigned*>(at & ~uintptr_t{3}), ((bits >> (8 * b)) & 0xFFu) << (8 * (at & 3)));
+  }
 }
 
 // ---- Conditional-mean anchor tables ---------------------------------------------------------------------

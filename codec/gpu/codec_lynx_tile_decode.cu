@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
                            static_cast<size_t>(row) * p.dst.head_dim);
     const size_t row_stride = nhd ? channels : p.dst.head_dim;
     const uint32_t table_base = static_cast<uint32_t>(__cvta_generic_to_shared(s_table));
-  #pragma unroll
+#pragma unroll
     for (int i = 0; i < kRows; ++i) {
       if (i < rows) {
         float y[8];
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
             even |= (single & 0x01010101u) << 6;
             odd |= (single & 0x10101010u) << 2;
           }
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 8; ++e) {
             // The offset byte replaces the low byte of the table's address (the table is 1024-byte aligned).
             const uint32_t at = __byte_perm(e < 4 ? even : odd, table_base, 0x7650 | (e & 3));
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, kLynxTileDecodeMinBlocks)
             w |= (top & ((negative & once_neg) | (~negative & once_pos))) << known;
           }
           const uint32_t w_lo = static_cast<uint32_t>(w), w_hi = static_cast<uint32_t>(w >> 32);
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 8; ++e) {
             // Prefix byte e times 4 (bits 2-9) OR-ed into the table's address: one shift and one LOP3 a lookup.
             const uint32_t half = e < 4 ? w_lo : w_hi;
