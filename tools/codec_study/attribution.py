@@ -1,7 +1,7 @@
 """Where lynx full's attention error comes from, layer by layer (lynx_model.py): K and V each through lynx with the
-other through int8; lynx with exact chunk ends, a 23-bit end grid or 32-token chunks; and version 4 with only K's
-chunk extremes (each 16-token chunk-channel's least and greatest value) put back exactly: all as ratios to int8's
-attention vNMSE. Then, for one layer's K, the squared error by channel class (mean 16-token chunk range over the
+other through int8; lynx with exact chunk ends, a 23-bit end grid or 32-token chunks; version 4 with only K's
+chunk extremes (each 16-token chunk-channel's least and greatest value) put back exactly, and int8 with its own
+(32-token) ones, the control: all as ratios to int8's attention vNMSE. Then, for one layer's K, the squared error by channel class (mean 16-token chunk range over the
 page-channel frame).
 
     NQ=128 GROUP=1 PAGE=1024 python3 attribution.py ho_nosinks.npy [LAYER]
@@ -54,16 +54,16 @@ def layer_row(x, l):
         full[name] = (kf, vf)
         row.append(err(kf, vf) / e8)
     kf, vf = full["v4"]
-    row += [err(with_chunk_extremes(kf, K), vf) / e8, err(kf, v8) / e8, err(k8, vf) / e8, nmse(kf, K) / nmse(k8, K),
-            nmse(vf, V) / nmse(v8, V)]
+    row += [err(with_chunk_extremes(kf, K), vf) / e8, err(with_chunk_extremes(k8, K, 32), v8) / e8, err(kf, v8) / e8,
+            err(k8, vf) / e8, nmse(kf, K) / nmse(k8, K), nmse(vf, V) / nmse(v8, V)]
     return row, K, kf, full["exact ends"][0], k8
 
 
 def main():
     x = np.load(sys.argv[1], mmap_mode="r")
     detail = int(sys.argv[2]) if len(sys.argv) > 2 else None
-    cols = list(VARIANTS) + ["v4, K's chunk extremes exact", "K lynx, V int8", "K int8, V lynx", "K nmse / int8",
-                             "V nmse / int8"]
+    cols = list(VARIANTS) + ["v4, K's chunk extremes exact", "int8, K's 32-token chunk extremes exact",
+                             "K lynx, V int8", "K int8, V lynx", "K nmse / int8", "V nmse / int8"]
     print("| layer | " + " | ".join(cols) + " |")
     print("| ---: |" + " ---: |" * len(cols))
     for l in range(x.shape[0]):
