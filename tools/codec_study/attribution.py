@@ -1,7 +1,7 @@
 """Where lynx full's attention error comes from, layer by layer (lynx_model.py): K and V each through lynx with the
 other through int8; lynx with exact chunk ends, a 23-bit end grid or 32-token chunks; version 4 with only K's
-chunk extremes (each 16-token chunk-channel's least and greatest value) put back exactly, and int8 with its own
-(32-token) ones, the control: all as ratios to int8's attention vNMSE. Then, for one layer's K, the squared error by channel class (mean 16-token chunk range over the
+chunk extremes (each 16-token chunk-channel's least and greatest value) put back exactly or to 1/16 of an end
+grid step, and int8 with its own (32-token) ones put back, the control: all as ratios to int8's attention vNMSE. Then, for one layer's K, the squared error by channel class (mean 16-token chunk range over the
 page-channel frame).
 
     NQ=128 GROUP=1 PAGE=1024 python3 attribution.py ho_nosinks.npy [LAYER]
@@ -38,6 +38,23 @@ def with_chunk_extremes(Q, X, n=16):
     return Q
 
 
+def with_refined_extremes(Q, X, levels, n=16):
+    """Q with each n-token chunk-channel's least and greatest value of X to a resolution of 1 / levels of the
+    page-channel frame's end grid step (frame / 178: a 14-bit pair's grid), as refinement bits would carry them."""
+    Q = Q.copy()
+    m_ = X.shape[0] // n * n
+    for p0 in range(0, m_, PAGE):
+        p1 = min(p0 + PAGE, m_)
+        q = np.ptp(X[p0:p0 + PAGE], axis=0) / 178.0 / levels
+        Y, Z = X[p0:p1].reshape(-1, n, X.shape[1]), Q[p0:p1].reshape(-1, n, X.shape[1])
+        for at in (Y.argmax(1), Y.argmin(1)):
+            v = np.take_along_axis(Y, at[:, None, :], 1)
+            r = np.where(q > 0, np.round(v / np.where(q > 0, q, 1)) * q, v)
+            np.put_along_axis(Z, at[:, None, :], r, 1)
+        Q[p0:p1] = Z.reshape(p1 - p0, -1)
+    return Q
+
+
 def layer_row(x, l):
     _, _, T, H, D = x.shape
     K3, V3 = np.array(x[l, 0]), np.array(x[l, 1])
@@ -54,7 +71,8 @@ def layer_row(x, l):
         full[name] = (kf, vf)
         row.append(err(kf, vf) / e8)
     kf, vf = full["v4"]
-    row += [err(with_chunk_extremes(kf, K), vf) / e8, err(with_chunk_extremes(k8, K, 32), v8) / e8, err(kf, v8) / e8,
+    row += [err(with_chunk_extremes(kf, K), vf) / e8, err(with_refined_extremes(kf, K, 16), vf) / e8,
+            err(with_chunk_extremes(k8, K, 32), v8) / e8, err(kf, v8) / e8,
             err(k8, vf) / e8, nmse(kf, K) / nmse(k8, K), nmse(vf, V) / nmse(v8, V)]
     return row, K, kf, full["exact ends"][0], k8
 
@@ -62,7 +80,8 @@ def layer_row(x, l):
 def main():
     x = np.load(sys.argv[1], mmap_mode="r")
     detail = int(sys.argv[2]) if len(sys.argv) > 2 else None
-    cols = list(VARIANTS) + ["v4, K's chunk extremes exact", "int8, K's 32-token chunk extremes exact",
+    cols = list(VARIANTS) + ["v4, K's chunk extremes exact", "v4, K's chunk extremes to 1/16 of a grid step",
+                             "int8, K's 32-token chunk extremes exact",
                              "K lynx, V int8", "K int8, V lynx", "K nmse / int8", "V nmse / int8"]
     print("| layer | " + " | ".join(cols) + " |")
     print("| ---: |" + " ---: |" * len(cols))
