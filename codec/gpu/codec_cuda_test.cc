@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "codec/codec.h"
@@ -425,8 +426,8 @@ TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
   ExpectEncodeMatchesCpu("lynx", CodecOptions{}, {sinks(2048, 36, 7), sinks(2048, 36, 8)}, 2048, 36,
                          KvDType::kBfloat16, KvLayout::kNhd, 32, 1);
   // Non-finite values in a long 16-bit page, in both of its blocks: the first in (token, channel) order is named,
-  // whichever block meets one first. Then, through the same pages, the launch of a clean page clears the status
-  // word: its check is OK.
+  // not the first a block happens to meet. Then, through the same pages, the launch of a clean page clears the
+  // status word: its check is OK.
   {
     std::vector<float> long_page = sinks(2048, 64, 9);
     long_page[1800 * 64 + 2] = std::numeric_limits<float>::infinity();
@@ -458,6 +459,23 @@ TEST(CudaEncodeTest, FrameSpikesAndEveryEndPairWidthMatchTheCpuReference) {
     clean.Upload();
     ASSERT_TRUE(EncodePagesCudaAsync(CodecOptions{}, clean.view(), dev_ids, **pages).ok());
     EXPECT_TRUE(CheckDeviceStatus(**pages).ok());
+  }
+  // A NaN where a spike's replacement comes from (token 1: token 0 is the sink, a spike of its chunk) is named
+  // where it lies, not at the spike it would have replaced: a staged 16-bit page and an unstaged fp32 one.
+  for (const auto& [dtype, tokens] :
+       std::vector<std::pair<KvDType, int>>{{KvDType::kBfloat16, 2048}, {KvDType::kFloat32, 512}}) {
+    std::vector<float> nan_page = sinks(tokens, 64, 11);
+    nan_page[1 * 64 + 9] = std::numeric_limits<float>::quiet_NaN();
+    const int blocks = tokens / 16;
+    DeviceKv kv(dtype, KvLayout::kNhd, blocks, 16, 1, 64);
+    std::vector<int32_t> ids(blocks);
+    for (int b = 0; b < blocks; ++b) ids[b] = (b * 7 + 3) % blocks;  // 7 is prime to 32 and 128: a permutation
+    kv.Place(nan_page, tokens, ids, 0);
+    kv.Upload();
+    absl::StatusOr<std::vector<EncodedPage>> got =
+        EncodePagesCuda(MustParse("lynx"), CodecOptions{}, kv.view(), tokens, ids);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(std::string(got.status().message()).find("(token 1, channel 9)"), std::string::npos) << got.status();
   }
   std::vector<float> page = sinks(64, 64, 5);
   page[7 * 64 + 2] = std::numeric_limits<float>::infinity();

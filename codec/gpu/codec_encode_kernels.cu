@@ -566,9 +566,10 @@ bool DeviceFitsLongTiles() {
   int v = known[device].load(std::memory_order_relaxed);
   if (v == 0) {
     int optin = 0;
-    const bool asked =
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess;
-    v = asked && static_cast<size_t>(optin) >= StagedSharedBytes<__half>(kMaxStagedTokens16) + 48 * 1024 ? 1 : 2;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      return false;  // asked again next time
+    }
+    v = static_cast<size_t>(optin) >= StagedSharedBytes<__half>(kMaxStagedTokens16) + 48 * 1024 ? 1 : 2;
     known[device].store(v, std::memory_order_relaxed);
   }
   return v == 1;

@@ -184,7 +184,7 @@ __device__ __forceinline__ void SelectFrameSpikes(const Load& load, const PageSh
     // The first value may share a 32-bit word with the last end pairs, which the encoder's blocks OR into the
     // zeroed metadata, concurrently when the encoder's own blocks select.
     if (s == 0) {
-      OrF32IntoZeroedWords(values, val[j]);
+      StoreF32AfterOredWord(values, val[j]);
     } else {
       StoreF32(values + 4 * s, val[j]);
     }

@@ -415,14 +415,21 @@ __device__ __forceinline__ void StoreF32(uint8_t* q, float v) {
 #pragma unroll
   for (int b = 0; b < 4; ++b) q[b] = static_cast<uint8_t>(bits >> (8 * b));
 }
-// StoreF32 into zeroed bytes by OR-ing each into its aligned 32-bit word: for bytes that may share a word with
-// fields other blocks OR in at the same time (a plain store would race with their atomicOr).
-__device__ __forceinline__ void OrF32IntoZeroedWords(uint8_t* q, float v) {
+// StoreF32 at the start of a field whose 32-bit word may hold the end of fields other blocks OR in at the same
+// time: the bytes in that first word are OR-ed into it (zeroed beforehand; a plain store would race with their
+// atomicOr), the rest stored.
+__device__ __forceinline__ void StoreF32AfterOredWord(uint8_t* q, float v) {
   const unsigned bits = __float_as_uint(v);
+  const uintptr_t word = reinterpret_cast<uintptr_t>(q) & ~uintptr_t{3};
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(q + b);
-    atomicOr(reinterpret_cast<unsigned*>(at & ~uintptr_t{3}), ((bits >> (8 * b)) & 0xFFu) << (8 * (at & 3)));
+    const unsigned byte = (bits >> (8 * b)) & 0xFFu;
+    if ((at & ~uintptr_t{3}) == word) {
+      atomicOr(reinterpret_cast<unsigned*>(word), byte << (8 * (at & 3)));
+    } else {
+      q[b] = static_cast<uint8_t>(byte);
+    }
   }
 }
 
