@@ -6,12 +6,11 @@
 // ties).
 //
 // Encode (lynx, int8, int4): one block per (page, group of 32 channels). The page's tile of that group is
-// loaded once with 16-byte loads into shared memory (pages up to 256 tokens, or 2048 of 16-bit input kept as
-// it is, where the device's shared memory allows; longer pages are read from global memory for each pass; with
-// the default frame spikes the block selects them from its tile), per-channel range and per-chunk statistics are
-// computed by one thread per
-// (chunk, channel), then each thread codes 8 consecutive channels of a row, whose fields fill whole bytes of
-// every stream (one store per stream). With channels % 8 != 0 a warp codes a row (a lane per channel) and packs
+// loaded once with 16-byte loads into shared memory as it is (pages up to 256 tokens, or 2048 of 16-bit input
+// where the device's shared memory allows; longer pages are read from global memory for each pass; with the
+// default frame spikes the block selects them from its tile), per-channel range and per-chunk statistics are
+// computed by one thread per (chunk, channel), then each thread codes 8 consecutive channels of a row, whose
+// fields fill whole bytes of every stream (one store per stream). With channels % 8 != 0 a warp codes a row (a lane per channel) and packs
 // the fields with shuffles into 32-bit words (atomicOr only on words shared with a neighbouring group).
 // The magnitude code comes from lynx_math.h's bucket table (one threshold compare) or, for tables that need more
 // corrections, a log guess corrected against the thresholds; the tables are read from device memory.
@@ -84,15 +83,12 @@ struct EncodeParams {
   bool centering_mean;
 };
 
-// The element a staged tile holds: the input's own 16-bit type (exact, and half the shared memory of floats, so
-// pages of up to kMaxStagedTokens16 tokens fit), or float.
-template <typename T>
-using TileElement = std::conditional_t<sizeof(T) == 2, T, float>;
-
-// Dynamic shared memory of a staged group encode: the tile [tokens][kGroup], then each row's element offset.
+// Dynamic shared memory of a staged group encode: the tile [tokens][kGroup] of the input's own elements (copied
+// as they are: 16-bit input takes half the room of floats, so pages of up to kMaxStagedTokens16 tokens fit), then
+// each row's element offset.
 template <typename T>
 constexpr size_t StagedTileBytes(int tokens) {
-  return (static_cast<size_t>(tokens) * kGroup * sizeof(TileElement<T>) + 15) / 16 * 16;
+  return (static_cast<size_t>(tokens) * kGroup * sizeof(T) + 15) / 16 * 16;
 }
 template <typename T>
 constexpr size_t StagedSharedBytes(int tokens) {
@@ -107,9 +103,8 @@ __global__ void __launch_bounds__(kThreads)
     EncodeGroupKernel(const EncodeParams p, const LynxDeviceTables* __restrict__ tables) {
   static_assert(kSelectKeep == 0 || (kLynx && kStaged), "in-block selection reads the staged tile");
   static_assert(kSelectWarps * 32 == kThreads && kGroup == 32, "SelectFrameSpikes' block: a lane per channel");
-  using S = TileElement<T>;
   extern __shared__ __align__(16) unsigned char staged_bytes[];
-  S* const tile = reinterpret_cast<S*>(staged_bytes);  // [tokens][kGroup] when kStaged
+  T* const tile = reinterpret_cast<T*>(staged_bytes);  // [tokens][kGroup] when kStaged
   long long* const s_row = reinterpret_cast<long long*>(staged_bytes + StagedTileBytes<T>(p.shape.tokens));
   __shared__ float s_thr[128 + kMaxDeviceCorrections];
   __shared__ __align__(16) uint8_t s_bucket[kLynx ? kMaxDeviceBuckets + 16 : 16];
@@ -190,47 +185,30 @@ __global__ void __launch_bounds__(kThreads)
     const bool active = j * VEC < nvalid;
     const size_t coff = ChannelOffset(p.src, 0, c0 + j * VEC);
     constexpr int kBatch = 4;
+    // A copy unit: 16 bytes (VEC elements) where the rows allow vector loads, else one element.
+    using Unit = std::conditional_t<(VEC > 1), uint4, T>;
+    static_assert(sizeof(Unit) == VEC * sizeof(T), "a unit is VEC elements");
     for (int t0 = tid / kPerRow; t0 < tokens; t0 += kRowsPerPass * kBatch) {
-      if constexpr (std::is_same_v<S, T> && VEC > 1) {  // 16-byte copies (8 16-bit elements, or 4 floats)
-        uint4 v[kBatch];
+      Unit v[kBatch];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int t = t0 + u * kRowsPerPass;
-          const long long base = active && t < tokens ? s_row[t] : -2;
-          if (base >= 0) {
-            v[u] = __ldg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(base) + coff));
-          } else {
-            if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
+      for (int u = 0; u < kBatch; ++u) {
+        const int t = t0 + u * kRowsPerPass;
+        const long long base = active && t < tokens ? s_row[t] : -2;
+        if (base >= 0) {
+          v[u] = *reinterpret_cast<const Unit*>(src + static_cast<size_t>(base) + coff);
+        } else {
+          if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
+          if constexpr (VEC > 1) {
             v[u] = make_uint4(0, 0, 0, 0);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int t = t0 + u * kRowsPerPass;
-          if (active && t < tokens) *reinterpret_cast<uint4*>(&tile[t * kGroup + j * VEC]) = v[u];
-        }
-      } else {
-        float v[kBatch][VEC];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int t = t0 + u * kRowsPerPass;
-          const long long base = active && t < tokens ? s_row[t] : -2;
-          if (base >= 0) {
-            LoadVec<T, VEC>(src + static_cast<size_t>(base) + coff, v[u]);
           } else {
-            if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
+            v[u] = FromFloat<T>(0.0f);
           }
         }
+      }
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int t = t0 + u * kRowsPerPass;
-          if (active && t < tokens) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) tile[t * kGroup + j * VEC + e] = FromFloat<S>(v[u][e]);  // exact
-          }
-        }
+      for (int u = 0; u < kBatch; ++u) {
+        const int t = t0 + u * kRowsPerPass;
+        if (active && t < tokens) *reinterpret_cast<Unit*>(&tile[t * kGroup + j * VEC]) = v[u];
       }
     }
     if constexpr (kSelectKeep > 0) {
@@ -239,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       const auto load_tile = [&](int t, float& x) -> bool {
         if (s_row[t] < 0) return false;
-        x = ToFloat<S>(tile[t * kGroup + lane]);
+        x = ToFloat<T>(tile[t * kGroup + lane]);
         return true;
       };
       SelectFrameSpikes<kSelectKeep>(load_tile, p.shape, p.out, p.status, page, c0 + lane);
@@ -253,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
         // A non-finite replacement is left out: the encode fails on it where it lies, and the error must name
         // that place, not the spike's.
         if (s_ftok[j][c] >= 0 && isfinite(s_fsub[j][c])) {
-          tile[s_ftok[j][c] * kGroup + c] = FromFloat<S>(s_fsub[j][c]);
+          tile[s_ftok[j][c] * kGroup + c] = FromFloat<T>(s_fsub[j][c]);
         }
       }
     }
@@ -261,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   auto value = [&](int t, int c) -> float {
     if constexpr (kStaged) {
-      return ToFloat<S>(tile[t * kGroup + c]);
+      return ToFloat<T>(tile[t * kGroup + c]);
     } else {
       return load_global(t, c);
     }
@@ -404,15 +382,15 @@ __global__ void __launch_bounds__(kThreads)
           // (t - t_begin) / chunk_len: exact, as t - t_begin < 2048 leaves a margin of 0.5 / chunk_len.
           const int kl = __float2int_rz((static_cast<float>(t - t_begin) + 0.5f) * inv_chunk);
           float x[8], a0[8], a1[8];
-          if constexpr (kStaged && std::is_same_v<S, float>) {
+          if constexpr (kStaged && std::is_same_v<T, float>) {
             const float4* tp = reinterpret_cast<const float4*>(&tile[t * kGroup + c]);
             const float4 u = tp[0], v = tp[1];
             x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = v.x, x[5] = v.y, x[6] = v.z, x[7] = v.w;
           } else if constexpr (kStaged) {  // 8 16-bit elements in one 16-byte load
             const uint4 u = *reinterpret_cast<const uint4*>(&tile[t * kGroup + c]);
-            const S* e = reinterpret_cast<const S*>(&u);
+            const T* e = reinterpret_cast<const T*>(&u);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) x[i] = ToFloat<S>(e[i]);
+            for (int i = 0; i < 8; ++i) x[i] = ToFloat<T>(e[i]);
           } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) x[e] = value(t, c + e);
@@ -590,6 +568,12 @@ bool GroupEncodeStages(bool sixteen_bit, const PageShape& shape) {
   return sixteen_bit && shape.tokens <= kMaxStagedTokens16 && DeviceFitsLongTiles();
 }
 
+// Whether a lynx group encode selects its frame spikes in its own blocks (else LaunchFrameSpikeSelect's kernel
+// runs before it): staged pages with the default spike count. LaunchGroupEncode and LaunchEncode both ask this.
+bool GroupEncodeSelectsSpikes(bool sixteen_bit, const PageShape& shape) {
+  return shape.frame_spikes == kInBlockFrameSpikes && GroupEncodeStages(sixteen_bit, shape);
+}
+
 template <typename T, int VEC, bool kLynx, bool kStaged, bool kOctets, int kSelectKeep>
 absl::Status LaunchGroupKernel(const EncodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
   const dim3 grid((p.shape.channels + kGroup - 1) / kGroup, p.shape.num_pages);
@@ -610,7 +594,7 @@ template <typename T, int VEC, bool kLynx>
 absl::Status LaunchGroupEncode(const EncodeParams& p, const LynxDeviceTables* tb, cudaStream_t stream) {
   const bool octets = p.shape.channels % 8 == 0;
   if (GroupEncodeStages(sizeof(T) == 2, p.shape)) {
-    if (kLynx && p.shape.frame_spikes == kInBlockFrameSpikes) {
+    if (kLynx && GroupEncodeSelectsSpikes(sizeof(T) == 2, p.shape)) {
       constexpr int kKeep = kLynx ? kInBlockFrameSpikes + 1 : 0;
       return octets ? LaunchGroupKernel<T, VEC, kLynx, true, true, kKeep>(p, tb, stream)
                     : LaunchGroupKernel<T, VEC, kLynx, true, false, kKeep>(p, tb, stream);
@@ -691,10 +675,7 @@ absl::Status LaunchEncode(const Scheme& scheme, bool centering_mean, bool exact_
     if (p.num_streams > 1 && (out.histogram == nullptr || out.table_floats <= 0 || out.table_floats > 128)) {
       return absl::InternalError("multi-stream lynx encode needs a histogram and 1..128 anchor table entries");
     }
-    // The group encoder selects the spikes itself where it stages the page (LaunchGroupEncode).
-    const bool in_block = shape.frame_spikes == kInBlockFrameSpikes &&
-                          GroupEncodeStages(src.dtype != DType::kFloat32, shape);
-    if (shape.frame_spikes > 0 && !in_block) {
+    if (shape.frame_spikes > 0 && !GroupEncodeSelectsSpikes(src.dtype != DType::kFloat32, shape)) {
       const absl::Status selected = LaunchFrameSpikeSelect(src, shape, out, status, stream_handle);
       if (!selected.ok()) return selected;
     }

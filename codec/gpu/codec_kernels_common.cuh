@@ -241,19 +241,6 @@ __device__ __forceinline__ size_t ChannelOffset(const KvGeometry& g, size_t base
   return base + static_cast<size_t>(h) * g.block_tokens * g.head_dim + d;
 }
 
-// Loads VEC consecutive elements (16 bytes when VEC > 1) as floats.
-template <typename T, int VEC>
-__device__ __forceinline__ void LoadVec(const T* p, float* out) {
-  if constexpr (VEC == 1) {
-    out[0] = ToFloat<T>(p[0]);
-  } else {
-    static_assert(VEC * sizeof(T) == 16, "vector loads are 16 bytes");
-    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = ToFloat<T>(e[i]);
-  }
-}
 // Two floats rounded to nearest-even into the 16-bit type T, first in the low half: one packed conversion
 // (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), rounding as FromFloat<T> does.
 template <typename T>
