@@ -195,7 +195,12 @@ __global__ void __launch_bounds__(kThreads)
         const int t = t0 + u * kRowsPerPass;
         const long long base = active && t < tokens ? s_row[t] : -2;
         if (base >= 0) {
-          v[u] = *reinterpret_cast<const Unit*>(src + static_cast<size_t>(base) + coff);
+          const T* at = src + static_cast<size_t>(base) + coff;
+          if constexpr (VEC > 1) {
+            v[u] = __ldg(reinterpret_cast<const uint4*>(at));  // the read-only path, as before
+          } else {
+            v[u] = *at;
+          }
         } else {
           if (base == -1) atomicOr(&p.status->errors, kErrBadBlockId);
           if constexpr (VEC > 1) {
