@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from kvt_engine import model_files
+from kvt_engine import codec_roundtrip, model_files
 from kvt_engine.engine_worker import DTYPES
 from kvt_engine.generation import SequenceDecoder, withholds
 from kvt_engine.gguf_loader import read_gguf
@@ -38,6 +37,7 @@ from kvt_engine.tokenizer import Tokenizer
 
 TAUS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 LENGTHS = (8, 12, 16, 32)
+BLOCK_TOKENS = 16  # the study's paged cache blocks (the engine's default)
 
 
 def greedy_run(model: Llama, cache: PagedKvCache, table: torch.Tensor, base: int, first: int,
@@ -83,16 +83,13 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
-def roundtrip(kvtctl: str, dense: np.ndarray, work: Path, page_tokens: str) -> tuple[np.ndarray, np.ndarray]:
+def roundtrip(kvtctl: str, dense: np.ndarray, work: Path, page_tokens: str,
+              chunk_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The anchor and full decodes of `dense` through the daemon's codec (codec_roundtrip)."""
     src = work / "kv.npy"
     np.save(src, dense)
-    prefix = work / "rt"
-    cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--page-tokens", page_tokens, "--in", str(src),
-           "--out-prefix", str(prefix)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
-    return np.load(f"{prefix}.stage0.npy"), np.load(f"{prefix}.full.npy")
+    anchor, full = codec_roundtrip.roundtrip(kvtctl, str(src), str(work / "rt"), page_tokens, chunk_tokens)
+    return np.load(anchor), np.load(full)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -116,9 +113,10 @@ def main(argv: Sequence[str]) -> int:
     gm = read_gguf(model_files.find_model(a.model))
     tok, cfg = Tokenizer(gm.tokenizer), gm.config
     prompts = make_prompts(tok, a.prompts, a.prompt_tokens, 0, root=Path(a.docs) if a.docs else None, skip=a.skip)
-    positions = a.prompt_tokens + a.new_tokens + 16
-    blocks = positions // 16 + 2
-    cache = PagedKvCache.allocate(cfg.num_layers, blocks, 16, cfg.num_kv_heads, cfg.head_dim, device=a.device)
+    positions = a.prompt_tokens + a.new_tokens + BLOCK_TOKENS
+    blocks = positions // BLOCK_TOKENS + 2
+    cache = PagedKvCache.allocate(cfg.num_layers, blocks, BLOCK_TOKENS, cfg.num_kv_heads, cfg.head_dim,
+                                  device=a.device)
     table = BlockAllocator(blocks).take(blocks)
     prefill = Llama(cfg, gm.weights, device=a.device, dtype=torch.float32, max_positions=positions)
     model = Llama(cfg, gm.weights, device=a.device, dtype=DTYPES[a.decode_dtype], max_positions=positions)
@@ -128,7 +126,8 @@ def main(argv: Sequence[str]) -> int:
             t = time.monotonic()
             base = len(pr.ids) - 1
             prefill.prefill(pr.ids[:-1], cache, table)
-            anchor, full = roundtrip(a.kvtctl, cache.dump_dense(table, base), Path(tmp), a.page_tokens)
+            anchor, full = roundtrip(a.kvtctl, cache.dump_dense(table, base), Path(tmp), a.page_tokens,
+                                     codec_roundtrip.kvtd_chunk_tokens(a.device, BLOCK_TOKENS))
             runs = {}
             for name, kv in (("anchor", anchor), ("full", full)):
                 cache.load_dense(table, kv)

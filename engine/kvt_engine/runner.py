@@ -14,13 +14,13 @@ import logging
 import math
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from kvt_engine import codec_roundtrip
 from kvt_engine.decode_worker import DRAFT_MIN_MARGIN, DecodeJob, DecodeResult, is_progressive
 from kvt_engine.engine_worker import WorkerOptions
 from kvt_engine.generation import SamplingOptions
@@ -219,18 +219,12 @@ class EngineRun:
         for flag in self.opts.kvtd_flags:
             if flag.startswith("--page_tokens="):
                 page_tokens = flag.split("=", 1)[1]
-        # And chunked as it was: kvtd plans a GPU region's requests with chunks its blocks divide (lynx's 16
-        # tokens widened to their least common multiple with the block, docs/DAEMON.md).
-        chunk = 16
-        if self.opts.device.startswith("cuda"):
-            chunk = math.lcm(16, self.opts.block_tokens)
-        cmd = [kvtctl, "codec", "roundtrip", "--scheme", "lynx", "--page-tokens", page_tokens, "--chunk-tokens",
-               str(chunk), "--in", dump, "--out-prefix", prefix]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+        # And chunked as it was.
+        anchor, _ = codec_roundtrip.roundtrip(kvtctl, dump, prefix, page_tokens,
+                                              codec_roundtrip.kvtd_chunk_tokens(self.opts.device,
+                                                                                self.opts.block_tokens))
         try:
-            nll, n = self._decode.call("heldout_on_dense", kv_npy=prefix + ".stage0.npy",
+            nll, n = self._decode.call("heldout_on_dense", kv_npy=anchor,
                                        last_prompt_token=prompt.ids[-1], heldout=prompt.heldout)
         finally:
             for f in work.glob("roundtrip.*.npy"):

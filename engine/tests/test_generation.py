@@ -162,3 +162,23 @@ def test_the_draft_study_refuses_empty_runs(capsys):
             main(args + ["--kvtctl", "/nonexistent"])
         assert e.value.code == 2
         assert "must be at least" in capsys.readouterr().err
+
+
+def test_the_draft_study_counts_drafts_and_acceptances_as_the_engine_drafts():
+    from kvt_engine.draft_study import outcome, summarize
+
+    margins = [0.05, 2.0, 0.3, 1.5, 0.9, 0.2]
+    # No rule: drafts up to the length; accepted up to where the anchor run parted from the full one.
+    assert outcome(margins, parted_at=4, length=6, tau=0.0) == (6, 4)
+    assert outcome(margins, parted_at=4, length=3, tau=0.0) == (3, 3)
+    # The first draft is proposed whatever its margin; the first later one below tau ends drafting, withheld.
+    assert outcome(margins, parted_at=6, length=6, tau=0.5) == (2, 2)
+    assert outcome(margins, parted_at=1, length=6, tau=0.5) == (2, 1)
+    assert outcome(margins, parted_at=6, length=6, tau=3.0) == (1, 1)
+    # Fewer margins than the length: the run's end ends drafting.
+    assert outcome(margins[:2], parted_at=0, length=8, tau=0.0) == (2, 0)
+    table = summarize([{"anchor_margins": margins, "parted_at": 4}, {"anchor_margins": [1.0] * 40, "parted_at": 40}])
+    row = table["8/0.5"]
+    assert (row["drafted"], row["accepted"]) == (2 + 8, 2 + 8)
+    assert row["ratio"] == 1.0
+    assert table["32/0"]["drafted"] == 6 + 32 and table["32/0"]["accepted"] == 4 + 32
