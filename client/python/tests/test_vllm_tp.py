@@ -138,9 +138,10 @@ def test_a_tp_size_the_models_heads_cannot_pair_with_is_caught_by_the_scheduler(
                          total_kv_heads=8)
     params = {"do_remote_prefill": True, "kvt_num_tokens": 40, "kvt_prefill_tp_size": 3}
     assert sched.get_num_new_matched_tokens(_request(params), 0) == (0, False)
-    assert "kvt_prefill_tp_size 3 cannot pair" in sched._tp_problem("kvt_prefill_tp_size", params, prefill=True)
+    _, why = sched._other_tp_size("kvt_prefill_tp_size", params, prefill=True)
+    assert "kvt_prefill_tp_size 3 cannot pair" in why
     producer = KvtScheduler(KvtConnectorConfig(kvtd_socket="/x", role="kv_producer"), 16, tp_size=2,
                             total_kv_heads=8)
-    assert "kvt_decode_tp_size 6 cannot pair" in producer._tp_problem(
-        "kvt_decode_tp_size", {"kvt_decode_tp_size": 6}, prefill=False)
-    assert producer._tp_problem("kvt_decode_tp_size", {"kvt_decode_tp_size": 4}, prefill=False) == ""
+    _, why = producer._other_tp_size("kvt_decode_tp_size", {"kvt_decode_tp_size": 6}, prefill=False)
+    assert "kvt_decode_tp_size 6 cannot pair" in why
+    assert producer._other_tp_size("kvt_decode_tp_size", {"kvt_decode_tp_size": 4}, prefill=False) == (4, "")

@@ -64,7 +64,7 @@ class KvtScheduler:
             _LOG.error("request %s: kvt_num_tokens %d is not in 1..%d (the prompt); computing it locally",
                        request.request_id, num_tokens, prompt_len)
             return 0, False
-        why = self._tp_problem("kvt_prefill_tp_size", params, prefill=True)
+        _, why = self._other_tp_size("kvt_prefill_tp_size", params, prefill=True)
         if why:
             _LOG.error("request %s: %s; computing it locally", request.request_id, why)
             return 0, False
@@ -110,11 +110,10 @@ class KvtScheduler:
             _LOG.error("request %s: do_remote_decode without kvt_decode_daemon (\"host:port\" of the decode "
                        "instance's kvtd); its KV is not sent", request.request_id)
             return
-        why = self._tp_problem("kvt_decode_tp_size", params, prefill=False)
+        decode_tp, why = self._other_tp_size("kvt_decode_tp_size", params, prefill=False)
         if why:
             _LOG.error("request %s: %s; its KV is not sent", request.request_id, why)
             return
-        decode_tp = _int_param(params, "kvt_decode_tp_size", self._tp_size)
         self._producing[request.request_id] = _Producing(
             transfer_id=str(params.get("kvt_transfer_id") or request.request_id), decode_daemon=daemon,
             num_tokens=len(request.prompt_token_ids or ()), decode_tp_size=decode_tp)
@@ -160,20 +159,21 @@ class KvtScheduler:
 
     # --- both ------------------------------------------------------------------------------------------------
 
-    def _tp_problem(self, key: str, params: Dict[str, Any], prefill: bool) -> str:
-        """Why the other instance's TP size in `params[key]` (default: this instance's) cannot pair with this
-        one, or "" if it can (checked against the model's KV heads where vLLM gave them)."""
+    def _other_tp_size(self, key: str, params: Dict[str, Any], prefill: bool) -> Tuple[int, str]:
+        """The other instance's TP size in `params[key]` (default: this instance's), and why it cannot pair with
+        this one, or "" if it can (checked against the model's KV heads where vLLM gave them)."""
         other = _int_param(params, key, self._tp_size)
         if other <= 0:
-            return f"{key} must be a positive integer (the other instance's tensor-parallel size), got " \
-                   f"{params.get(key)!r}"
+            return other, f"{key} must be a positive integer (the other instance's tensor-parallel size), got " \
+                          f"{params.get(key)!r}"
         if self._total_kv_heads:
             try:
                 TpPlan(other if prefill else self._tp_size, self._tp_size if prefill else other,
                        self._total_kv_heads)
             except ValueError as e:
-                return f"{key} {other} cannot pair with this instance's tensor-parallel size {self._tp_size}: {e}"
-        return ""
+                return other, (f"{key} {other} cannot pair with this instance's tensor-parallel size "
+                               f"{self._tp_size}: {e}")
+        return other, ""
 
     def update_connector_output(self, connector_output: Any) -> None:
         for req_id in getattr(connector_output, "finished_recving", None) or ():

@@ -13,6 +13,7 @@ the lowest of them only, so that both instances, computing the same pairs, offer
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import List, Tuple
 
@@ -56,19 +57,22 @@ class TpPlan:
         return head_range(rank, size, self.total_heads)
 
     def _sender_of(self, head: int) -> int:
-        """The lowest prefill rank holding `head`."""
-        return next(p for p in range(self.prefill_size) if self.heads(Side.PREFILL, p)[0] <= head
-                    < self.heads(Side.PREFILL, p)[1])
+        """The lowest prefill rank holding `head`: head * T / H, exact when T > H (T is then a multiple of H)."""
+        return head * self.prefill_size // self.total_heads
 
-    def pairs(self) -> List[Tuple[int, int]]:
-        """(prefill rank, decode rank) pairs with a request each, in order: every decode rank's heads come from
-        exactly one prefill rank each."""
+    @functools.cached_property
+    def _pairs(self) -> Tuple[Tuple[int, int], ...]:
         out = set()
         for d in range(self.decode_size):
             begin, end = self.heads(Side.DECODE, d)
             for head in range(begin, end):
                 out.add((self._sender_of(head), d))
-        return sorted(out)
+        return tuple(sorted(out))
+
+    def pairs(self) -> List[Tuple[int, int]]:
+        """(prefill rank, decode rank) pairs with a request each, in order: every decode rank's heads come from
+        exactly one prefill rank each. Worked out once a plan."""
+        return list(self._pairs)
 
     def peers(self, side: Side, rank: int) -> List[int]:
         """The other instance's ranks this rank has a request with (prefill: decode ranks to offer to; decode:

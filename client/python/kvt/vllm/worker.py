@@ -73,6 +73,7 @@ class KvtWorker:
         self._rank = tp.rank
         self._total_heads = tp.total_kv_heads
         self._ids: Dict[str, Dict[str, None]] = {}  # transfer id -> its kvt requests here, in order (cancel, watch)
+        self._plans: Dict[Tuple[int, int], TpPlan] = {}  # (prefill, decode) TP sizes -> their rank pairs
         self._client = Client(config.kvtd_socket, connect_timeout=config.connect_timeout_s)
         self._layers: List[LayerBinding] = []
         self._index: Dict[str, int] = {}
@@ -240,8 +241,15 @@ class KvtWorker:
 
     def _plan(self, prefill_size: int, decode_size: int) -> TpPlan:
         """The rank pairs of a transfer (a size of 0 is this instance's); ValueError for sizes the model's heads
-        do not allow."""
-        return TpPlan(prefill_size or self._tp.size, decode_size or self._tp.size, self._total_heads)
+        do not allow. One plan a pair of sizes, kept: every layer of every transfer asks."""
+        key = (prefill_size or self._tp.size, decode_size or self._tp.size)
+        with self._mu:
+            plan = self._plans.get(key)
+        if plan is None:
+            plan = TpPlan(key[0], key[1], self._total_heads)
+            with self._mu:
+                self._plans[key] = plan
+        return plan
 
     def _send_ids(self, spec: SaveSpec, layer: int) -> List[str]:
         """This prefill rank's kvt requests of one layer: one per decode rank that takes heads from it."""
@@ -305,9 +313,8 @@ class KvtWorker:
             _LOG.error("kvt: expect of %s failed: %s", spec.request_id, e)
             for kvt_id in expected:
                 self._cancel_one(kvt_id)
-            self._forget(spec.transfer_id)
             self._finish_load(spec, ok=False)
-            self._landed(spec)
+            self._landed(spec)  # forgets the transfer's ids
             return
         self._pool.submit(self._watch_load, spec)
 
