@@ -12,11 +12,10 @@
 #include <vector>
 
 #include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/lynx_frame_spikes.h"
 #include "codec/scheme.h"
 
 namespace kvt::codec::internal {
-
-using CandidateList = int[kMaxFrameSpikes + 1];
 
 // Per 16-channel group g (channels 16 g .. 16 g + 15), two lists of `keep` (value, chunk) entries a lane: the
 // least chunk values ascending and the greatest descending, ties by chunk as ChannelCandidateChunks orders them.

@@ -1,14 +1,12 @@
 #include "codec/internal/lynx_frame_spikes.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codec/internal/lynx_avx512_common.h"
+#include "codec/internal/bitpack.h"
 #include "codec/scheme.h"
 
 namespace kvt::codec::internal {
@@ -168,17 +166,6 @@ void MaskFrameSpikes(const PageView& page, const LynxPageMeta& meta, float* mask
       masked[static_cast<size_t>(t) * channels + c] = page.at(SubstituteToken(meta, j, c), c);
     }
   }
-}
-
-KVT_AVX512 void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0,
-                                         CandidateList* bottom, CandidateList* top) {
-  thread_local CandidateLanes lanes;
-  lanes.Reset(1, std::min(meta.frame_spikes + 1, meta.num_chunks));
-  for (int k = 0; k < meta.num_chunks; ++k) {
-    const size_t i = static_cast<size_t>(k) * meta.channels + c0;
-    lanes.Offer(0, _mm512_loadu_ps(&e.min[i]), _mm512_loadu_ps(&e.max[i]), k);
-  }
-  lanes.Read(0, bottom, top);
 }
 
 void ChunkExtremes::Resize(size_t n, bool mean) {
@@ -353,7 +340,7 @@ void CopyFrameSpikeNibbles(const LynxPageMeta& meta, int num_streams, uint8_t* c
       const size_t to = meta.frame_token[j * channels + c] * channels + c;
       const size_t from = static_cast<size_t>(SubstituteToken(meta, j, c)) * channels + c;
       for (int s = 0; s < num_streams; ++s) {  // value i's nibble: byte i / 2, the high one for odd i
-        const uint8_t nibble = (streams[s][from / 2] >> (4 * (from % 2))) & 0x0F;
+        const int nibble = NibbleAt(streams[s], from);
         uint8_t& byte = streams[s][to / 2];
         byte = static_cast<uint8_t>((byte & (0xF0 >> (4 * (to % 2)))) | (nibble << (4 * (to % 2))));
       }

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "codec/internal/lynx_candidate_lanes.h"
 #include "codec/internal/lynx_kernels.h"
 #include "codec/options.h"
 #include "codec/page.h"
@@ -45,16 +44,15 @@ struct ChunkExtremes {
 bool ScanChunkExtremes(const PageView& page, const LynxPageMeta& meta, Centering centering, int c_begin, int c_end,
                        ChunkExtremes& e);
 
+// A channel's candidate chunks: k + 1 chunk indices (k <= kMaxFrameSpikes).
+using CandidateList = int[kMaxFrameSpikes + 1];
+
 // Channel c's candidate chunks from its ChunkExtremes, scalar: bottom[0 .. m) the m = min(k + 1, num_chunks)
 // chunks whose least values come first in (value, token) order, in that order; top[0 .. m) likewise from the
 // greatest values, greatest first (the later token first among equal values). What a vector scan of the chunks
 // may compute for 16 channels at a time instead.
 void ChannelCandidateChunks(const ChunkExtremes& e, const LynxPageMeta& meta, int c, int* bottom, int* top);
 
-// ChannelCandidateChunks of channels [c0, c0 + 16) at once with AVX-512 (CandidateLanes over the chunk arrays: the
-// same lists; requires ImplAvailable(kAvx512)): channel c0 + l's at bottom[l], top[l].
-void ChannelCandidateChunks16(const ChunkExtremes& e, const LynxPageMeta& meta, int c0, CandidateList* bottom,
-                              CandidateList* top);
 
 // Channel c's frame spikes (meta.frame_token / frame_value) from its candidate chunks (ChannelCandidateChunks'
 // order, meta.frame_spikes > 0), and meta.lo / hi of the page with them masked; then the chunks that hold a spike
