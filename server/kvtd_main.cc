@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/daemon.h"
 #include "server/etcd_client.h"
@@ -121,12 +122,8 @@ absl::StatusOr<kvt::server::DaemonOptions> OptionsFromFlags() {
   }
   o.transport.ucx_workers =
       workers > 0 ? workers : kvt::transport::DefaultUcxWorkers(static_cast<int>(std::thread::hardware_concurrency()));
-  const uint32_t chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
-  if (chunk_kib < 1 || chunk_kib > kvt::transport::kMaxChunkKib) {  // checked before the shift can wrap
-    return absl::InvalidArgumentError(
-        absl::StrCat("--chunk_kib must be in [1, ", kvt::transport::kMaxChunkKib, "] (KiB), got ", chunk_kib));
-  }
-  o.transport.chunk_bytes = chunk_kib << 10;
+  KVT_ASSIGN_OR_RETURN(o.transport.chunk_bytes,
+                       kvt::transport::ChunkBytesFromKib(absl::GetFlag(FLAGS_chunk_kib), "--chunk_kib"));
   o.codec_threads = absl::GetFlag(FLAGS_codec_threads);
   if (absl::GetFlag(FLAGS_host_buffer_pool_mib) < 0) {
     return absl::InvalidArgumentError("--host_buffer_pool_mib must be >= 0");

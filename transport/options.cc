@@ -10,10 +10,20 @@ namespace kvt::transport {
 
 int DefaultUcxWorkers(int cores) { return std::clamp(cores / 4, 1, 4); }
 
+absl::StatusOr<uint32_t> ChunkBytesFromKib(int64_t kib, absl::string_view flag) {
+  if (kib < 1 || kib > kMaxChunkKib) {  // checked before the shift can wrap
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s must be in 1..%d (KiB: at most %d MiB, the transport's largest chunk), got %d", flag,
+                        kMaxChunkKib, kMaxChunkKib >> 10, kib));
+  }
+  return static_cast<uint32_t>(kib) << 10;
+}
+
 absl::StatusOr<Options> ValidateOptions(Options o) {
   const int64_t wire_chunk = int64_t{o.chunk_bytes} + static_cast<int64_t>(kChunkHeaderBytes);
   if (o.chunk_bytes == 0 || o.chunk_bytes > (kMaxChunkKib << 10)) {
-    return absl::InvalidArgumentError(absl::StrFormat("chunk_bytes %d not in (0, 64 MiB]", o.chunk_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("chunk_bytes %d not in (0, %d MiB]", o.chunk_bytes, kMaxChunkKib >> 10));
   }
   if (o.starvation_bound <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("starvation_bound must be positive");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/clock.h"
 
@@ -16,6 +17,10 @@ namespace kvt::transport {
 inline constexpr int kMaxUcxWorkers = 16;
 // Largest chunk payload a transport takes (Options::chunk_bytes), in KiB: 64 MiB.
 inline constexpr uint32_t kMaxChunkKib = 64 << 10;
+
+// Options::chunk_bytes of a flag given in KiB (`flag`, as the user typed it, names it in the error):
+// INVALID_ARGUMENT unless 1 <= kib <= kMaxChunkKib.
+absl::StatusOr<uint32_t> ChunkBytesFromKib(int64_t kib, absl::string_view flag);
 
 struct Options {
   // Largest chunk payload. Bounds how long an anchor waits behind a residual chunk (one chunk time).

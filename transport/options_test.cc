@@ -42,5 +42,16 @@ TEST(OptionsTest, BadFieldsAreInvalidArgument) {
   EXPECT_TRUE(ValidateOptions(sixteen).ok());
 }
 
+TEST(OptionsTest, ChunkBytesFromKibTakesOneKibToTheLargestChunkAndNamesTheFlagOtherwise) {
+  EXPECT_EQ(*ChunkBytesFromKib(1, "--chunk-kib"), 1024u);
+  EXPECT_EQ(*ChunkBytesFromKib(kMaxChunkKib, "--chunk-kib"), kMaxChunkKib << 10);
+  for (int64_t kib : {int64_t{0}, int64_t{-1}, int64_t{kMaxChunkKib} + 1, int64_t{1} << 40}) {
+    const absl::StatusOr<uint32_t> got = ChunkBytesFromKib(kib, "--chunk_kib");
+    ASSERT_FALSE(got.ok()) << kib;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("--chunk_kib"), absl::string_view::npos) << got.status();
+  }
+}
+
 }  // namespace
 }  // namespace kvt::transport

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "tools/kvtctl/flag_set.h"
 #include "transport/options.h"
 
@@ -99,11 +100,7 @@ absl::StatusOr<transport::TransportBenchOptions> TransportBenchOptionsFromFlags(
     if (absl::Status s = Positive(flag, value); !s.ok()) return s;
   }
   if (absl::Status s = Positive("throttled-seconds", throttled_seconds); !s.ok()) return s;
-  if (static_cast<uint32_t>(chunk_kib) > transport::kMaxChunkKib) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--chunk-kib must be at most ", transport::kMaxChunkKib, " (64 MiB, the transport's largest)"));
-  }
-  o.chunk_bytes = static_cast<uint32_t>(chunk_kib) << 10;
+  KVT_ASSIGN_OR_RETURN(o.chunk_bytes, transport::ChunkBytesFromKib(chunk_kib, "--chunk-kib"));
   o.unthrottled_bytes = static_cast<uint64_t>(unthrottled_mib) << 20;
   o.throttled_seconds = throttled_seconds;
   o.anchor_bytes = static_cast<uint64_t>(anchor_mib) << 20;

@@ -243,9 +243,8 @@ absl::StatusOr<DemoReport> RunProgressiveDemo(const DemoOptions& o, const DemoPr
         absl::StrFormat("--ucx-workers must be 0..%d (0 = kvtd's default)", transport::kMaxUcxWorkers));
   }
   if (o.warmup_tokens < 1) return absl::InvalidArgumentError("--warmup-tokens must be >= 1");
-  if (o.chunk_kib < 0 || static_cast<uint32_t>(o.chunk_kib) > transport::kMaxChunkKib) {
-    return absl::InvalidArgumentError(absl::StrFormat("--chunk-kib %d must be 0 (kvtd's default) or 1..%d",
-                                                      o.chunk_kib, transport::kMaxChunkKib));
+  if (o.chunk_kib != 0) {  // 0: kvtd's default
+    KVT_RETURN_IF_ERROR(transport::ChunkBytesFromKib(o.chunk_kib, "--chunk-kib").status());
   }
   if (o.page_tokens != 0 && (o.page_tokens < 32 || o.page_tokens > 65536 || o.page_tokens % 32 != 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
