@@ -120,13 +120,21 @@ KVT_AVX512 inline void QuantizeEnds(__m512 ta, __m512 tb, __m512 lo, __m512 hi, 
   end_high = Ends(q_high, lo, hi, fc, fh, grid);
 }
 
-// ChunkCentreAndWidth and InverseSigma (LynxPageMeta::Derive) of 16 chunk-channels from their ends a <= b.
+// ChunkCentreAndWidth of 16 chunk-channels from their ends a <= b: mu and sigma.
+KVT_AVX512 inline void MuSigma(__m512 a, __m512 b, __m512& mu, __m512& sigma) {
+  const __m512 half_f = _mm512_set1_ps(0.5f);
+  mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
+  sigma = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)),
+                        _mm512_set1_ps(std::numeric_limits<float>::max()));
+}
+
+// MuSigma and InverseSigma (LynxPageMeta::Derive) of 16 chunk-channels, stored.
 KVT_AVX512 inline void ChunkParameters(__m512 a, __m512 b, float* mu, float* sigma, float* inv_sigma) {
-  const __m512 half_f = _mm512_set1_ps(0.5f), flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
-  const __m512 m = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
-  const __m512 s = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, m), _mm512_sub_ps(m, a)), flt_max);
-  const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                         _mm512_min_ps(_mm512_div_ps(_mm512_set1_ps(1.0f), s), flt_max));
+  __m512 m, s;
+  MuSigma(a, b, m, s);
+  const __m512 inv = _mm512_maskz_mov_ps(
+      _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ),
+      _mm512_min_ps(_mm512_div_ps(_mm512_set1_ps(1.0f), s), _mm512_set1_ps(std::numeric_limits<float>::max())));
   _mm512_storeu_ps(mu, m);
   _mm512_storeu_ps(sigma, s);
   _mm512_storeu_ps(inv_sigma, inv);
@@ -304,6 +312,7 @@ KVT_AVX512 bool StatsImpl(const PageView& page, Centering centering, bool spikes
   std::vector<float> centre(channels), half(channels), inv_half(channels);
   for (int c = 0; c < full; ++c) {
     const ChannelFrame f = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
+    meta.frames[c] = f;
     centre[c] = f.centre;
     half[c] = f.half;
     inv_half[c] = f.half > 0.0f ? 1.0f / f.half : 0.0f;  // only the searches' starting points depend on it
@@ -338,8 +347,9 @@ KVT_AVX512 bool StatsImpl(const PageView& page, Centering centering, bool spikes
       RefStatsRange(page, centering, meta, full, channels);
     }
   }
-  // What Derive would give, the vector channels' chunks above: the frames, and the other channels' chunks.
-  for (int c = 0; c < channels; ++c) meta.frames[c] = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
+  // What Derive would give, the vector channels' frames and chunks above: the other channels' frames and chunks
+  // (their ranges set by the tail pass).
+  for (int c = full; c < channels; ++c) meta.frames[c] = MakeChannelFrame(meta.lo[c], meta.hi[c], meta.grid_max);
   for (int k = 0; k < meta.num_chunks && full < channels; ++k) {
     for (int c = full; c < channels; ++c) {
       const size_t i = static_cast<size_t>(k) * channels + c;
@@ -567,8 +577,6 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
   std::vector<float> centre, half;
   MakeFrames(meta, centre, half);
   const Grid grid = MakeGrid(meta.grid_max);
-  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), half_f = _mm512_set1_ps(0.5f);
-  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t base = static_cast<size_t>(k) * channels;
     for (int c0 = 0; c0 < full; c0 += kLanes) {
@@ -578,14 +586,8 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
           _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&meta.q_high[base + c0])));
       const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
       const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
-      const __m512 a = Ends(ql, lo, hi, fc, fh, grid), b = Ends(qh, lo, hi, fc, fh, grid);
-      const __m512 mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
-      const __m512 sigma = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)), flt_max);
-      const __m512 inv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sigma, zero, _CMP_GT_OQ),
-                                             _mm512_min_ps(_mm512_div_ps(one, sigma), flt_max));
-      _mm512_storeu_ps(&meta.mu[base + c0], mu);
-      _mm512_storeu_ps(&meta.sigma[base + c0], sigma);
-      _mm512_storeu_ps(&meta.inv_sigma[base + c0], inv);
+      ChunkParameters(Ends(ql, lo, hi, fc, fh, grid), Ends(qh, lo, hi, fc, fh, grid), &meta.mu[base + c0],
+                      &meta.sigma[base + c0], &meta.inv_sigma[base + c0]);
     }
     for (int c = full; c < channels; ++c) {
       ChunkCentreAndWidth(meta.frames[c], meta.q_low[base + c], meta.q_high[base + c], meta.mu[base + c],
@@ -595,23 +597,41 @@ KVT_AVX512 void Derive(LynxPageMeta& meta) {
   }
 }
 
-// EndPairFromIndex for 16 indices at a time: an f32 square-root guess, one integer correction each way, and a
-// check that t(h) <= index < t(h + 1) (t(h) = h (h + 1) / 2); a block failing the check takes the scalar path.
-KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high) {
+// t(h) = h (h + 1) / 2, the first end-pair index of high end h.
+KVT_AVX512 inline __m512i Tri(__m512i h) {
+  return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, _mm512_set1_epi32(1))), 1);
+}
+
+// EndPairFromIndex for 16 indices x (each at most MaxEndPairIndex(grid_max)): an f32 square-root guess of the
+// high end, one integer correction each way where the guess is off, and the pairs (ql, qh). Returns the lanes
+// that still fail the check t(qh) <= x < t(qh + 1), for RefEndPairs. On the default grids the guess is always
+// the pair (for G < 2^10, 8 x + 1 is exact in f32 and the square root's rounding is far smaller than the gap from
+// t(h + 1) - 1's root to the next integer), so the corrections run only when it is not.
+KVT_AVX512 inline __mmask16 EndPairGuess(__m512i x, int grid_max, __m512i& ql, __m512i& qh) {
   const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
-  auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
+  const __m512 s = _mm512_sqrt_ps(
+      _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
+  __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), _mm512_set1_ps(0.5f)));
+  h = _mm512_min_epi32(_mm512_max_epi32(h, zero), _mm512_set1_epi32(grid_max));
+  ql = _mm512_sub_epi32(x, Tri(h));
+  qh = h;
+  if (_mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, h)) {
+    h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(Tri(h), x), h, one);
+    h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(Tri(_mm512_add_epi32(h, one)), x), h, one);
+    ql = _mm512_sub_epi32(x, Tri(h));
+    qh = h;
+  }
+  return _mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, qh);
+}
+
+// EndPairFromIndex for 16 indices at a time (EndPairGuess); a block failing its check takes the scalar path.
+KVT_AVX512 bool EndPairs(const uint32_t* index, size_t n, int grid_max, uint16_t* q_low, uint16_t* q_high) {
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m512i x = _mm512_loadu_si512(index + i);
     if (_mm512_cmpgt_epu32_mask(x, _mm512_set1_epi32(MaxEndPairIndex(grid_max)))) return false;
-    const __m512 s = _mm512_sqrt_ps(
-        _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
-    __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), _mm512_set1_ps(0.5f)));
-    h = _mm512_min_epi32(_mm512_max_epi32(h, zero), _mm512_set1_epi32(grid_max));
-    h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(tri(h), x), h, one);
-    h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(tri(_mm512_add_epi32(h, one)), x), h, one);
-    const __m512i low = _mm512_sub_epi32(x, tri(h));
-    if (_mm512_cmplt_epi32_mask(low, zero) | _mm512_cmpgt_epi32_mask(low, h)) {
+    __m512i low, h;
+    if (EndPairGuess(x, grid_max, low, h)) {
       if (!RefEndPairs(index + i, kLanes, grid_max, q_low + i, q_high + i)) return false;
       continue;
     }
@@ -674,32 +694,15 @@ KVT_AVX512 bool DecodeChunkParameters(const uint8_t* ends, LynxPageMeta& meta) {
   MakeFrames(meta, centre, half);
   const Grid grid = MakeGrid(grid_max);
   const EndFieldBlocks blocks(ends, meta.q_low.size(), bits);
-  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
   const __m512i max_index = _mm512_set1_epi32(static_cast<int>(MaxEndPairIndex(grid_max)));
-  const __m512i top = _mm512_set1_epi32(grid_max);
-  const __m512 half_f = _mm512_set1_ps(0.5f), flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
-  auto tri = [&](__m512i h) KVT_AVX512 { return _mm512_srli_epi32(_mm512_mullo_epi32(h, _mm512_add_epi32(h, one)), 1); };
   size_t at = 0;  // the current block's first byte
   for (int k = 0; k < meta.num_chunks; ++k) {
     const size_t base = static_cast<size_t>(k) * channels;
     for (int c0 = 0; c0 < channels; c0 += kLanes, at += blocks.block_bytes()) {
       const __m512i x = blocks.Fields(at);
       if (_mm512_cmpgt_epu32_mask(x, max_index)) return false;
-      const __m512 s = _mm512_sqrt_ps(
-          _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(8.0f)), _mm512_set1_ps(1.0f)));
-      __m512i h = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_sub_ps(s, _mm512_set1_ps(1.0f)), half_f));
-      h = _mm512_min_epi32(_mm512_max_epi32(h, zero), top);
-      __m512i ql = _mm512_sub_epi32(x, tri(h)), qh = h;
-      // The guess is the pair whenever 0 <= x - t(h) <= h; on the default grids it always is (for G < 2^10,
-      // 8 x + 1 is exact in f32 and the square root's rounding is far smaller than the gap from t(h + 1) - 1's
-      // root to the next integer), so EndPairs' corrections run only when it is not.
-      if (_mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, h)) {
-        h = _mm512_mask_sub_epi32(h, _mm512_cmpgt_epi32_mask(tri(h), x), h, one);
-        h = _mm512_mask_add_epi32(h, _mm512_cmple_epi32_mask(tri(_mm512_add_epi32(h, one)), x), h, one);
-        ql = _mm512_sub_epi32(x, tri(h));
-        qh = h;
-      }
-      if (_mm512_cmplt_epi32_mask(ql, zero) | _mm512_cmpgt_epi32_mask(ql, qh)) {
+      __m512i ql, qh;
+      if (EndPairGuess(x, grid_max, ql, qh)) {
         alignas(64) uint32_t index[kLanes], lows[kLanes], highs[kLanes];
         alignas(32) uint16_t q_low[kLanes], q_high[kLanes];
         _mm512_store_si512(index, x);
@@ -710,11 +713,10 @@ KVT_AVX512 bool DecodeChunkParameters(const uint8_t* ends, LynxPageMeta& meta) {
       }
       const __m512 lo = _mm512_loadu_ps(&meta.lo[c0]), hi = _mm512_loadu_ps(&meta.hi[c0]);
       const __m512 fc = _mm512_loadu_ps(&centre[c0]), fh = _mm512_loadu_ps(&half[c0]);
-      const __m512 a = Ends(ql, lo, hi, fc, fh, grid), b = Ends(qh, lo, hi, fc, fh, grid);
-      const __m512 mu = Clamp(_mm512_add_ps(_mm512_mul_ps(half_f, a), _mm512_mul_ps(half_f, b)), a, b);
+      __m512 mu, sigma;
+      MuSigma(Ends(ql, lo, hi, fc, fh, grid), Ends(qh, lo, hi, fc, fh, grid), mu, sigma);
       _mm512_storeu_ps(&meta.mu[base + c0], mu);
-      _mm512_storeu_ps(&meta.sigma[base + c0],
-                       _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(b, mu), _mm512_sub_ps(mu, a)), flt_max));
+      _mm512_storeu_ps(&meta.sigma[base + c0], sigma);
     }
   }
   return true;
