@@ -12,6 +12,7 @@
 
 #include "benchmark/benchmark.h"
 #include "codec/codec.h"
+#include "codec/page.h"
 #include "codec/test_pages.h"
 
 namespace kvt::codec {
@@ -20,7 +21,7 @@ namespace {
 constexpr int kTokens = 256;
 constexpr int kChannels = 1024;
 constexpr int kSmallChannels = 192;
-constexpr int kDaemonTokens = 2048;  // AutoPageTokens(kChannels): what kvtd encodes
+constexpr int kDaemonTokens = AutoPageTokens(kChannels);  // what kvtd encodes (2048)
 
 // The page of `tokens` (kTokens or kDaemonTokens) x `channels`.
 const TestPage& Page(int channels = kChannels, int tokens = kTokens) {
