@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
         if (base >= 0) {
           const T* at = src + static_cast<size_t>(base) + coff;
           if constexpr (VEC > 1) {
-            v[u] = __ldg(reinterpret_cast<const uint4*>(at));  // the read-only path, as before
+            v[u] = __ldg(reinterpret_cast<const uint4*>(at));  // the read-only data path
           } else {
             v[u] = *at;
           }
